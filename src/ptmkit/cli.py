@@ -1,0 +1,85 @@
+"""The ``ptm`` command.
+
+Each sub-command lives in ``ptmkit/commands/<name>.py`` and exposes ``register(subparsers)``.
+User errors (:class:`ptmkit.errors.PtmError`) print one ``error:`` line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from ptmkit import __version__
+from ptmkit.errors import PtmError
+
+# Order shown in ``ptm --help``.
+COMMANDS = (
+    "data",
+    "tokenizer",
+    "prepare",
+    "pretrain",
+    "finetune",
+    "export",
+    "import_",
+    "vectors",
+    "demo",
+)
+
+DESCRIPTION = """\
+ptmkit: pre-train language models on your own corpus, from word2vec to BERT and GPT-2,
+fine-tune them on downstream tasks and exchange them with HF transformers.
+
+typical flow:
+  ptm data get ptb mr                      fetch real data into the cache
+  ptm tokenizer train --kind wordpiece ... train a tokenizer
+  ptm prepare CORPUS.txt -t TOK -o DIR     tokenize into memory-mapped shards
+  ptm pretrain bert-tiny --data DIR -o RUN pre-train (key=value overrides)
+  ptm finetune RUN --task mr               fine-tune and evaluate
+  ptm demo                                 all of the above, end to end
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ptm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"ptmkit {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"ptmkit.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"ptmkit.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        rc = args.func(args)
+    except PtmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Frozen dataclass configs, built from dicts and ``key=value`` overrides.
+
+Each component defines its own ``@dataclass(frozen=True)`` config in its own file.
+:func:`from_dict` builds one from a plain dict (a preset section or ``config.json``)
+and rejects unknown keys by naming the nearest valid one.  :func:`apply_overrides`
+merges CLI overrides such as ``model.hidden_size=256 train.lr=3e-4`` into a nested
+dict, parsing values as YAML scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+import yaml
+
+from ptmkit.errors import PtmError, suggest
+
+T = TypeVar("T")
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "") -> T:
+    """Build ``cls`` from ``data``; unknown keys raise :class:`PtmError` with a suggestion.
+
+    Nested dataclass fields are built recursively; tuples given as lists are converted.
+    """
+    data = dict(data or {})
+    names = field_names(cls)
+    prefix = f"{where}." if where else ""
+    for key in data:
+        if key not in names:
+            raise PtmError(
+                f"unknown config key {prefix}{key!r}{suggest(key, names)}; "
+                f"valid keys of {cls.__name__}: {', '.join(names)}"
+            )
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        hint = hints.get(key)
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = from_dict(hint, value, where=f"{prefix}{key}")
+        elif isinstance(value, list) and typing.get_origin(hint) is tuple:
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise PtmError(f"invalid {cls.__name__} config{(' ' + where) if where else ''}: {exc}") from exc
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain-dict (JSON-ready) form of a config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override value the way YAML would (``3e-4`` -> float, ``true`` -> bool)."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    if isinstance(value, str) and text.strip().lower() in {"none", "null"}:
+        return None
+    # YAML 1.1 reads "3e-4" as a string; accept the usual float spellings.
+    if isinstance(value, str):
+        try:
+            return float(text)
+        except ValueError:
+            return value
+    return value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of nested ``data`` with ``a.b=value`` overrides applied.
+
+    The first path component must already exist (``model``, ``train``, ...); deeper keys
+    are checked later by :func:`from_dict` against the component's dataclass.
+    """
+    import copy
+
+    out = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise PtmError(f"override {item!r} is not of the form key=value (e.g. train.lr=3e-4)")
+        key, _, raw = item.partition("=")
+        parts = key.strip().split(".")
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            if part not in node or not isinstance(node[part], dict):
+                if i == 0:
+                    raise PtmError(f"unknown config section {part!r}{suggest(part, node)}; sections: {', '.join(node)}")
+                node[part] = {}
+            node = node[part]
+        if len(parts) == 1 and parts[0] not in node:
+            raise PtmError(
+                f"unknown config key {parts[0]!r}{suggest(parts[0], node)}; use SECTION.KEY=VALUE, sections: {', '.join(node)}"
+            )
+        node[parts[-1]] = parse_value(raw)
+    return out
