@@ -1,0 +1,259 @@
+"""Training-step speed and memory of ptmkit's Transformer vs HF transformers, same config.
+
+Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
+
+* ``mlm``: BERT masked LM.  ptmkit: ``Backbone`` + ``MaskedLM`` (no NSP), whose head runs only on
+  the masked positions.  HF: ``BertForMaskedLM`` with ``labels`` = -100 everywhere except the masked
+  positions (the HF way; its head projects every position onto the vocabulary).
+* ``clm``: GPT-2 causal LM.  ptmkit: ``Backbone`` (pre-LN, causal) + ``CausalLM``.  HF: ``GPT2LMHeadModel``
+  with ``labels = input_ids``.
+
+Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
+the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
+backward + optimizer step; tokens/s counts input tokens (batch x seq_len).
+
+Speed: all four models live in this process and are timed in interleaved rounds (each round
+runs every model for ``--steps`` steps, in rotating order), so drifts in machine load hit all
+of them alike; the reported figure is the median over rounds.
+
+Memory: each (framework, workload) runs in a fresh subprocess.  After building the model,
+optimizer and batches and one warm-up step (which allocates gradients and AdamW state), the
+process resets its resident-set high-water mark (``/proc/self/clear_refs``, value 5) and runs
+``--mem-steps`` more steps; the figure is ``VmHWM - VmRSS`` at the reset, i.e. the peak extra
+memory a training step needs (activations, logits, temporaries) on top of the steady state.  The
+steady-state RSS (weights + gradients + optimizer state) is reported too.  Where the reset is
+not permitted, the peak is taken since process start (``ru_maxrss``) minus the RSS after imports.
+
+Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
+``mlm_speedup``, ``clm_speedup`` (ptmkit tokens/s / HF tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``
+(ptmkit peak / HF peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
+TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+FRAMEWORKS = ("ptmkit", "hf")
+WORKLOADS = ("mlm", "clm")
+
+
+def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
+    """``n`` batches as ``{"ptmkit": batch dict, "hf": kwargs}`` with identical content."""
+    from ptmkit.models import TransformerConfig
+    from ptmkit.objectives.mlm import MaskedLM, MLMConfig
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ids = rng.integers(5, VOCAB, size=(batch_size, seq_len)).astype(np.int64)
+        if workload == "mlm":
+            ids[:, 0], ids[:, -1] = TOKENIZER.cls_id, TOKENIZER.sep_id
+            attention = np.ones_like(ids)
+            cfg = TransformerConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=1, num_heads=HEADS,
+                                    intermediate_size=FFN, max_position=POSITIONS)
+            masker = MaskedLM(MLMConfig(nsp=False), cfg, TOKENIZER)
+            positions, labels = masker.mask_tokens(ids, attention, rng)
+            dense = np.full_like(ids, -100)
+            used = labels != -100
+            dense[np.nonzero(used)[0], positions[used]] = labels[used]
+            t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+            ours = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(np.zeros_like(ids)),
+                    "mlm_positions": t(positions), "mlm_labels": t(labels)}
+            hf = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(np.zeros_like(ids)),
+                  "labels": t(dense)}
+        else:
+            stream = torch.from_numpy(rng.integers(5, VOCAB, size=(batch_size, seq_len + 1)).astype(np.int64))
+            ours = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, 1:].contiguous()}
+            hf = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, :-1].contiguous()}
+        out.append({"ptmkit": ours, "hf": hf})
+    return out
+
+
+def build_model(framework: str, workload: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if framework == "ptmkit":
+        from ptmkit.models import Backbone, TransformerConfig
+        from ptmkit.objectives.base import PretrainModel
+        from ptmkit.objectives.clm import CausalLM, CLMConfig
+        from ptmkit.objectives.mlm import MaskedLM, MLMConfig
+
+        common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN,
+                      max_position=POSITIONS, dropout=DROPOUT, attention_dropout=DROPOUT)
+        if workload == "mlm":
+            # BertForMaskedLM has no pooler; neither does this model.
+            cfg = TransformerConfig(**common, pooler=False)
+            return PretrainModel(Backbone(cfg), MaskedLM(MLMConfig(nsp=False), cfg, TOKENIZER))
+        cfg = TransformerConfig(**common, type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
+                                causal=True, embedding_norm=False, pooler=False, scaled_residual_init=True)
+        return PretrainModel(Backbone(cfg), CausalLM(CLMConfig(), cfg, TOKENIZER))
+    import transformers
+
+    if workload == "mlm":
+        cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                                      num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=POSITIONS,
+                                      hidden_dropout_prob=DROPOUT, attention_probs_dropout_prob=DROPOUT)
+        cfg._attn_implementation = "sdpa"
+        return transformers.BertForMaskedLM(cfg)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=FFN,
+                                  n_positions=POSITIONS, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)
+    cfg._attn_implementation = "sdpa"
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+class Runner:
+    """One model + optimizer + its batches; ``step()`` is one training step."""
+
+    def __init__(self, framework: str, workload: str, batches: list[dict]) -> None:
+        self.framework = framework
+        self.model = build_model(framework, workload).train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.batches = [b[framework] for b in batches]
+        self.i = 0
+
+    def step(self) -> float:
+        batch = self.batches[self.i % len(self.batches)]
+        self.i += 1
+        self.opt.zero_grad(set_to_none=True)
+        if self.framework == "ptmkit":
+            loss = self.model(batch).loss
+        else:
+            loss = self.model(**batch).loss
+        loss.backward()
+        self.opt.step()
+        return float(loss)
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def memory_worker(framework: str, workload: str, batch_size: int, seq_len: int, steps: int, threads: int) -> dict:
+    """Runs in a fresh process: peak extra RSS of training steps (see the module docstring)."""
+    import resource
+
+    torch.set_num_threads(threads)
+    if framework == "hf":
+        import transformers  # noqa: F401  (import cost is not training memory)
+    base_import = _rss_kib("VmRSS")
+    runner = Runner(framework, workload, make_batches(workload, batch_size, seq_len, 2))
+    runner.step()  # allocates gradients and optimizer state
+    steady = _rss_kib("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        method, base = "clear_refs", steady
+    except OSError:
+        method, base = "ru_maxrss", base_import
+    for _ in range(steps):
+        runner.step()
+    peak = _rss_kib("VmHWM") if method == "clear_refs" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"peak_mb": (peak - base) / 1024, "steady_mb": (steady - base_import) / 1024, "method": method}
+
+
+def measure_memory(args: argparse.Namespace) -> dict:
+    out = {}
+    for workload in WORKLOADS:
+        for framework in FRAMEWORKS:
+            cmd = [sys.executable, os.path.abspath(__file__), "--memory-worker", f"{framework}:{workload}",
+                   "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
+                   "--mem-steps", str(args.mem_steps), "--threads", str(args.threads)]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise RuntimeError(f"memory worker {framework}:{workload} failed:\n{res.stderr[-3000:]}")
+            out[f"{framework}_{workload}"] = json.loads(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def measure_speed(args: argparse.Namespace) -> dict:
+    from tqdm import tqdm
+
+    runners = {}
+    for workload in WORKLOADS:
+        batches = make_batches(workload, args.batch_size, args.seq_len, 4)
+        for framework in FRAMEWORKS:
+            runners[(framework, workload)] = Runner(framework, workload, batches)
+    keys = list(runners)
+    for key in keys:  # warm-up: first-call allocations, kernel selection
+        for _ in range(args.warmup):
+            runners[key].step()
+    times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
+    tokens = args.batch_size * args.seq_len
+    for r in tqdm(range(args.rounds), desc="rounds", file=sys.stderr):
+        order = keys[r % len(keys):] + keys[: r % len(keys)]  # rotate who goes first
+        for key in order:
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                runners[key].step()
+            times[key].append((time.perf_counter() - t0) / args.steps)
+    return {f"{f}_{w}": {"tok_s": tokens / statistics.median(times[(f, w)]),
+                         "step_s": statistics.median(times[(f, w)]),
+                         "step_s_all": [round(t, 4) for t in times[(f, w)]]} for (f, w) in keys}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer rounds and steps (about a minute)")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--mem-steps", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.memory_worker:
+        framework, workload = args.memory_worker.split(":")
+        print(json.dumps(memory_worker(framework, workload, args.batch_size, args.seq_len, args.mem_steps, args.threads)))
+        return
+    if args.quick:
+        args.rounds, args.steps, args.warmup, args.mem_steps = 3, 2, 1, 2
+    torch.set_num_threads(args.threads)
+
+    import transformers
+
+    speed = measure_speed(args)
+    memory = measure_memory(args)
+    result: dict = {
+        "config": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "ffn": FFN, "vocab": VOCAB,
+                   "seq_len": args.seq_len, "batch_size": args.batch_size, "threads": args.threads, "dtype": "fp32",
+                   "rounds": args.rounds, "steps_per_round": args.steps, "torch": torch.__version__,
+                   "transformers": transformers.__version__, "memory_method": memory["ptmkit_mlm"]["method"]},
+    }
+    for workload in WORKLOADS:
+        ours, theirs = speed[f"ptmkit_{workload}"], speed[f"hf_{workload}"]
+        m_ours, m_theirs = memory[f"ptmkit_{workload}"], memory[f"hf_{workload}"]
+        result[workload] = {
+            "ptmkit_tok_s": round(ours["tok_s"], 1), "hf_tok_s": round(theirs["tok_s"], 1),
+            "ptmkit_step_s": ours["step_s_all"], "hf_step_s": theirs["step_s_all"],
+            "ptmkit_peak_mb": round(m_ours["peak_mb"], 1), "hf_peak_mb": round(m_theirs["peak_mb"], 1),
+            "ptmkit_steady_mb": round(m_ours["steady_mb"], 1), "hf_steady_mb": round(m_theirs["steady_mb"], 1),
+        }
+        result[f"{workload}_speedup"] = round(ours["tok_s"] / theirs["tok_s"], 3)
+        result[f"{workload}_mem_ratio"] = round(m_ours["peak_mb"] / m_theirs["peak_mb"], 3)
+    for workload in WORKLOADS:
+        r = result[workload]
+        print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s, HF {r['hf_tok_s']:.0f} tok/s "
+              f"(x{result[workload + '_speedup']}); peak step memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
+              f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

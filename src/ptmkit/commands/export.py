@@ -1,0 +1,53 @@
+"""``ptm export``: write a ptmkit run or checkpoint as an HF transformers model directory."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "export a run or checkpoint to an HF transformers directory (BERT, GPT-2)"
+
+DESCRIPTION = """\
+Export a pre-trained ptmkit model to an HF transformers directory (config.json,
+model.safetensors and the tokenizer files) that `from_pretrained` loads.
+
+RUN_OR_CKPT is a run directory (its latest checkpoint is used) or a checkpoint directory.
+
+formats (default: inferred from the model):
+  bert      BertModel: the encoder and its pooler (post-LN, bidirectional models)
+  bert-mlm  with the MLM head (BertForMaskedLM), and the NSP head when the model has one
+            (BertForPreTraining); the default for models trained with the mlm objective
+  gpt2      GPT2LMHeadModel (pre-LN causal models, the clm objective); the LM head is tied
+
+HF_DIR must not exist or be empty: nothing is overwritten.
+"""
+
+EPILOG = """\
+examples:
+  ptm export runs/tiny -o hf/tiny                          BERT with its MLM (+NSP) heads
+  ptm export runs/tiny/checkpoints/step-0002000 -o hf/enc --format bert
+  ptm export runs/gpt -o hf/gpt                            GPT-2
+then in Python: transformers.BertForMaskedLM.from_pretrained("hf/tiny")
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from ptmkit.interop import FORMATS
+
+    p = subparsers.add_parser(
+        "export", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("source", metavar="RUN_OR_CKPT", help="run directory or checkpoint directory")
+    p.add_argument("--out", "-o", required=True, metavar="HF_DIR", help="output directory (new or empty)")
+    p.add_argument("--format", "-f", choices=FORMATS, default=None, help="HF model family (default: inferred)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.interop import export_hf, infer_format
+    from ptmkit.train.checkpoint import load_pretrained
+
+    pretrained = load_pretrained(args.source)
+    fmt = args.format or infer_format(pretrained)
+    out = export_hf(pretrained, args.out, fmt)
+    print(f"exported {pretrained.path} as {fmt} to {out}")
+    return 0

@@ -1,0 +1,137 @@
+"""``ptm finetune``: fine-tune a pre-trained model for sequence classification and evaluate it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
+
+DESCRIPTION = """\
+Fine-tune a pre-trained Transformer for sentence (or sentence-pair) classification, select the
+epoch with the best dev score, and report its test score.
+
+RUN_OR_CKPT is a pre-training run directory (its latest checkpoint) or a checkpoint directory.
+The task is either built in (--task mr: movie-review polarity, fetched on first use) or given as
+three files --train/--dev/--test in JSONL, CSV or TSV (by extension, else sniffed), with the
+columns named by --text-column, --pair-column (sentence pairs) and --label-column.  The label
+vocabulary comes from the training file.
+
+--random-init trains the same architecture and tokenizer from a fresh initialisation (the
+baseline without pre-training); --init both runs the two side by side.  Every (init, seed) run
+writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json aggregates them.
+
+Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch_size, warmup
+(fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
+mean), select (accuracy | macro_f1 | f1 | loss).
+"""
+
+EPILOG = """\
+examples:
+  ptm finetune runs/tiny --task mr -o out/mr
+  ptm finetune runs/tiny --task mr --init both --seeds 1 2 3 --train-size 500 -o out/mr500 lr=1e-4 epochs=10
+  ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
+  ptm finetune runs/tiny --train t.jsonl --dev d.jsonl --test e.jsonl --text-column premise \\
+      --pair-column hypothesis -o out/nli
+"""
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """Accepts ``KEY=VALUE`` positionals before and after the options."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "finetune", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("model", metavar="RUN_OR_CKPT", help="pre-training run directory or checkpoint directory")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. lr=5e-5 epochs=5")
+    p.add_argument("--task", help="built-in task (mr)")
+    p.add_argument("--train", metavar="FILE", help="training file (JSONL/CSV/TSV)")
+    p.add_argument("--dev", metavar="FILE", help="dev file, used to select the epoch")
+    p.add_argument("--test", metavar="FILE", help="test file, scored with the selected model")
+    p.add_argument("--text-column", default="text", help="column of the (first) text (default: text)")
+    p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
+    p.add_argument("--label-column", default="label", help="column of the label (default: label)")
+    init = p.add_mutually_exclusive_group()
+    init.add_argument("--init", choices=("pretrained", "random", "both"), default="pretrained",
+                      help="start from the pre-trained weights, a fresh initialisation, or run both")
+    init.add_argument("--random-init", dest="init", action="store_const", const="random",
+                      help="same as --init random (the baseline without pre-training)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="S", help="one run per seed (default: 0)")
+    p.add_argument("--train-size", type=int, default=None, metavar="N",
+                   help="use a fixed random subset of N training examples")
+    p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.__class__ = _IntermixedParser
+    p.set_defaults(func=run)
+
+
+def parse_overrides(overrides: list[str]):
+    """``lr=1e-4 epochs=3`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`."""
+    from ptmkit.config import apply_overrides, from_dict, to_dict
+    from ptmkit.tasks.finetune import FinetuneConfig
+
+    items = [o if o.partition("=")[0].startswith("finetune.") else f"finetune.{o}" for o in overrides]
+    raw = apply_overrides({"finetune": to_dict(FinetuneConfig())}, items)
+    return from_dict(FinetuneConfig, raw["finetune"], "finetune")
+
+
+def load_data(args: argparse.Namespace):
+    from ptmkit.data.tasks import load_files, load_task
+    from ptmkit.errors import PtmError
+
+    files = (args.train, args.dev, args.test)
+    if args.task and any(files):
+        raise PtmError("give either --task or --train/--dev/--test, not both")
+    if args.task:
+        return load_task(args.task)
+    if not all(files):
+        missing = [n for n, f in zip(("--train", "--dev", "--test"), files) if not f]
+        raise PtmError(f"no task given: use --task mr, or give all of --train --dev --test (missing {', '.join(missing)})")
+    return load_files(*files, text_column=args.text_column, text_pair_column=args.pair_column, label_column=args.label_column)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.tasks.finetune import (
+        format_table,
+        load_model,
+        prepare_out_dir,
+        run_seeds,
+        summarize,
+    )
+
+    cfg = parse_overrides(list(args.overrides))
+    data = load_data(args)
+    if args.train_size:
+        data = data.with_train_size(args.train_size)
+    out = prepare_out_dir(args.out)
+    pretrained = load_model(args.model)  # fail on a bad checkpoint before any training
+    inits = ["pretrained", "random"] if args.init == "both" else [args.init]
+    print(
+        f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
+        f"{data.num_labels} labels ({', '.join(map(str, data.label_names))}); inits {', '.join(inits)}; "
+        f"seeds {' '.join(map(str, args.seeds))}",
+        flush=True,
+    )
+    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet)
+    summary = summarize(results)
+    table = format_table(summary)
+    (out / "summary.json").write_text(
+        json.dumps({"model": str(Path(args.model)), "task": data.name, "summary": summary, "runs": results}, indent=2) + "\n"
+    )
+    print(table)
+    print(f"results: {out / 'summary.json'}")
+    return 0

@@ -1,0 +1,108 @@
+"""``ptm pretrain``: pre-train a Transformer from a preset on your corpus."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "pre-train a Transformer (BERT, GPT-2, ...) from a preset"
+
+DESCRIPTION = """\
+Pre-train a Transformer from a preset on your own corpus.
+
+PRESET is a bundled preset name (bert-tiny, bert-mini, bert-small, bert-base, gpt2-tiny,
+gpt2-small, ...) or the path of a YAML file with the sections model, objective, tokenizer, train.
+
+DATA is either a corpus prepared by `ptm prepare` (a directory with tokens.bin, meta.json and
+tokenizer.json) or one or more text files (one sentence per line, a blank line between documents):
+then a tokenizer is trained as the preset's `tokenizer` section says and the text is prepared
+into RUN_DIR/data.  model.vocab_size is taken from the tokenizer.
+
+Settings are changed with SECTION.KEY=VALUE overrides (an unknown key is an error that names the
+nearest valid one).  Useful train keys: batch_size (global, per optimizer step), grad_accum,
+seq_len, lr, warmup_steps, max_steps, schedule (linear | cosine | constant | slanted_triangular |
+inverse_sqrt), weight_decay, clip_norm, eval_every, save_every, keep_checkpoints, log_every,
+seed, precision (fp32 | bf16 on CUDA), device (auto | cpu | cuda).
+
+RUN_DIR receives config.json (the resolved config), metrics.jsonl (one JSON object per log or
+evaluation), loss.png and checkpoints/step-NNNNNNN/ (config.json, model.safetensors,
+tokenizer.json, trainer_state.pt) with checkpoints/latest naming the newest.  A killed run
+continues exactly where its last checkpoint left it with --resume.
+
+Several processes (data parallel): torchrun --nproc_per_node N -m ptmkit.cli pretrain ...
+(batch_size stays the global batch; gloo on CPU, NCCL on GPUs).
+"""
+
+EPILOG = """\
+examples:
+  ptm pretrain bert-tiny --data ptb.train.txt -o runs/tiny train.max_steps=2000
+  ptm pretrain bert-tiny --data corpus_dir --eval-data valid.txt -o runs/tiny \\
+      model.hidden_size=64 train.batch_size=32 train.lr=5e-4
+  ptm pretrain gpt2-tiny --data corpus_dir -o runs/gpt train.schedule=cosine train.warmup_steps=100
+  ptm pretrain my_preset.yaml --data corpus_dir -o runs/mine
+  ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume      continue after a kill
+  ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume train.max_steps=5000   train longer
+"""
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """Accepts ``KEY=VALUE`` positionals before and after the options
+    (plain argparse stops filling positionals at the first option)."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "pretrain",
+        help=HELP,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
+    p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
+    p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
+                   "(default: hold out train.eval_fraction of the training examples)")
+    p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
+    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="discard RUN_DIR's checkpoints and logs and start over")
+    p.__class__ = _IntermixedParser
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.errors import PtmError
+    from ptmkit.pretraining import pretrain
+
+    if args.resume and args.overwrite:
+        raise PtmError("--resume and --overwrite exclude each other")
+    overrides = list(args.overrides)
+    # `--data a.txt train.lr=1e-3`: argparse hands the override to --data; give it back.
+    data = _split(args.data, overrides)
+    eval_data = _split(args.eval_data, overrides) if args.eval_data else None
+    if not data:
+        raise PtmError("--data needs a prepared corpus directory or text file(s)")
+    pretrain(args.preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite)
+    return 0
+
+
+def _split(items: list[str], overrides: list[str]) -> str | list[str]:
+    from pathlib import Path
+
+    paths = []
+    for item in items:
+        if "=" in item and not Path(item).exists():
+            overrides.append(item)
+        else:
+            paths.append(item)
+    return paths[0] if len(paths) == 1 else paths

@@ -1,0 +1,306 @@
+"""Streaming, multi-process corpus preparation: text files -> :class:`~ptmkit.data.corpus.Corpus`.
+
+The reader cuts each file into blocks of about ``chunk_bytes`` ending at a newline, so memory is
+bounded by the number of blocks in flight (``2 * workers``), never by the corpus size.  Workers
+decode (strict UTF-8), split lines and run the Rust batch encoder; the parent appends their ids
+and offsets to files in the order the blocks were read, so the result does not depend on
+``workers``.  Everything is written to a temporary directory renamed into place at the end:
+a failure (bad bytes, empty corpus, Ctrl-C) leaves nothing behind and never touches an existing
+corpus.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ptmkit.data.corpus import DOCUMENTS, FORMAT_VERSION, META, SENTENCES, TOKENIZER, TOKENS, Corpus, token_dtype
+from ptmkit.data.sources.base import sha256
+from ptmkit.errors import PtmError
+from ptmkit.tokenization import Tokenizer
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """A block of whole lines of one file: ``data`` starts at byte ``offset``, line ``line`` (1-based)."""
+
+    path: str
+    offset: int
+    line: int
+    data: bytes
+    end_of_file: bool
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A chunk's result: ids [n_ids] uint32, lengths [n_sentences] (all > 0), doc_breaks, counts."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    doc_breaks: np.ndarray  # sentences of this chunk before each blank line (non-decreasing)
+    n_bytes: int
+    n_empty: int  # non-blank lines that encoded to no token (skipped)
+    end_of_file: bool
+
+
+# ---------------------------------------------------------------------------- workers
+_TOKENIZER: Tokenizer | None = None
+
+
+def _init_worker(tokenizer_json: str) -> None:
+    global _TOKENIZER
+    # Each worker is one process; the Rust encoder's own thread pool would oversubscribe the cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from ptmkit.tokenization import kinds
+
+    hf = HFTokenizer.from_str(tokenizer_json)
+    kind, lowercase = kinds.detect_kind(json.loads(tokenizer_json))
+    _TOKENIZER = Tokenizer(hf, kind or "wordpiece", lowercase)
+
+
+def _decode(chunk: _Chunk) -> str:
+    data = chunk.data
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = chunk.line + data.count(b"\n", 0, nul)
+        raise PtmError(
+            f"{chunk.path}: NUL byte at byte {chunk.offset + nul} (line {line}); this looks like a binary file, "
+            "not UTF-8 text"
+        )
+    if chunk.offset == 0 and data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        skipped = len(chunk.data) - len(data)
+        line = chunk.line + data.count(b"\n", 0, exc.start)
+        raise PtmError(
+            f"{chunk.path}: invalid UTF-8 at byte {chunk.offset + skipped + exc.start} (line {line}): {exc.reason}; "
+            "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None
+
+
+def _encode_chunk(chunk: _Chunk) -> _Encoded:
+    """Decode, split into lines and encode one chunk (runs in a worker)."""
+    assert _TOKENIZER is not None
+    text = _decode(chunk)
+    lines = [line.strip() for line in text.split("\n")] if text else []
+    if text.endswith("\n"):
+        lines.pop()  # the text after the last newline is not a line
+    blank = np.fromiter((not line for line in lines), dtype=bool, count=len(lines))
+    ids_per_line = _TOKENIZER.encode_batch([line for line in lines if line])
+    lengths = np.fromiter((len(x) for x in ids_per_line), dtype=np.int64, count=len(ids_per_line))
+    ids = np.fromiter(itertools.chain.from_iterable(ids_per_line), dtype=np.uint32, count=int(lengths.sum()))
+    # Sentence index of each line among the kept (non-blank, non-empty) sentences.
+    kept = np.zeros(len(lines), dtype=np.int64)
+    kept[~blank] = lengths > 0
+    before = np.cumsum(kept) - kept
+    return _Encoded(
+        ids=ids,
+        lengths=lengths[lengths > 0],
+        doc_breaks=before[blank],
+        n_bytes=len(chunk.data),
+        n_empty=int((lengths == 0).sum()),
+        end_of_file=chunk.end_of_file,
+    )
+
+
+# ---------------------------------------------------------------------------- reader
+def _chunks(files: Sequence[Path], chunk_bytes: int) -> Iterator[_Chunk]:
+    """Blocks of whole lines, ``chunk_bytes`` or a little more (a long line is never cut)."""
+    for path in files:
+        offset, line = 0, 1
+        with open(path, "rb") as f:
+            carry = b""
+            while True:
+                block = f.read(chunk_bytes)
+                if not block:
+                    break
+                data = carry + block
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = data
+                    continue
+                head, carry = data[: cut + 1], data[cut + 1 :]
+                yield _Chunk(str(path), offset, line, head, False)
+                offset += len(head)
+                line += head.count(b"\n")
+            yield _Chunk(str(path), offset, line, carry, True)
+
+
+# ---------------------------------------------------------------------------- writer
+class _Writer:
+    """Appends ids and offsets to files in the order chunks arrive."""
+
+    def __init__(self, root: Path, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.tokens = open(root / TOKENS, "wb")
+        self.sent_raw = open(root / (SENTENCES + ".raw"), "wb")
+        self.doc_raw = open(root / (DOCUMENTS + ".raw"), "wb")
+        self.n_tokens = self.n_sentences = self.n_documents = self.n_empty = 0
+        self.last_break = 0  # sentence index where the current document starts
+        np.zeros(1, np.int64).tofile(self.sent_raw)
+        np.zeros(1, np.int64).tofile(self.doc_raw)
+
+    def add(self, enc: _Encoded) -> None:
+        enc.ids.astype(self.dtype, copy=False).tofile(self.tokens)
+        (np.cumsum(enc.lengths) + self.n_tokens).tofile(self.sent_raw)
+        breaks = enc.doc_breaks + self.n_sentences
+        self.n_tokens += int(enc.lengths.sum())
+        self.n_sentences += int(enc.lengths.size)
+        self.n_empty += enc.n_empty
+        if enc.end_of_file:  # a new file starts a new document
+            breaks = np.append(breaks, self.n_sentences)
+        # Several blank lines in a row (or a blank line at a file's end) make no empty document.
+        breaks = np.unique(breaks[breaks > self.last_break])
+        if breaks.size:
+            breaks.tofile(self.doc_raw)
+            self.n_documents += int(breaks.size)
+            self.last_break = int(breaks[-1])
+
+    def close(self, root: Path) -> None:
+        if self.n_sentences > self.last_break:
+            np.array([self.n_sentences], np.int64).tofile(self.doc_raw)
+            self.n_documents += 1
+            self.last_break = self.n_sentences
+        for f in (self.tokens, self.sent_raw, self.doc_raw):
+            f.close()
+        _raw_to_npy(root / (SENTENCES + ".raw"), root / SENTENCES, self.n_sentences + 1)
+        _raw_to_npy(root / (DOCUMENTS + ".raw"), root / DOCUMENTS, self.n_documents + 1)
+
+    def abort(self) -> None:
+        for f in (self.tokens, self.sent_raw, self.doc_raw):
+            f.close()
+
+
+def _raw_to_npy(raw: Path, npy: Path, n: int) -> None:
+    """Prefix a raw little-endian int64 file with an ``.npy`` header (streamed copy)."""
+    with open(npy, "wb") as out, open(raw, "rb") as src:
+        np.lib.format.write_array_header_1_0(out, {"descr": "<i8", "fortran_order": False, "shape": (n,)})
+        shutil.copyfileobj(src, out, 1 << 22)
+    raw.unlink()
+
+
+# ---------------------------------------------------------------------------- entry point
+def prepare(
+    files: Sequence[str | os.PathLike[str]],
+    tokenizer: Tokenizer | str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    workers: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Corpus:
+    """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
+
+    One line is one sentence; a blank line or the end of a file ends a document; lines that
+    encode to no token are skipped.  ``workers`` defaults to the number of CPU cores.
+    """
+    paths = [Path(f) for f in files]
+    if not paths:
+        raise PtmError("no input files given")
+    for p in paths:
+        if not p.is_file():
+            raise PtmError(f"input file not found: {p}")
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    out = Path(out_dir)
+    if out.exists():
+        if not out.is_dir():
+            raise PtmError(f"output path {out} exists and is not a directory")
+        if any(out.iterdir()) and not overwrite:
+            raise PtmError(f"output directory {out} is not empty; choose another or pass --overwrite")
+    if chunk_bytes < 1:
+        raise PtmError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    total_bytes = sum(p.stat().st_size for p in paths)
+    n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
+    workers = max(1, min(workers or os.cpu_count() or 1, n_blocks))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    writer: _Writer | None = None
+    try:
+        tok_file = tok.save(tmp / TOKENIZER)
+        dtype = token_dtype(tok.vocab_size)
+        writer = _Writer(tmp, dtype)
+        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+        with bar:
+            for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers):
+                writer.add(enc)
+                bar.update(enc.n_bytes)
+        writer.close(tmp)
+        if writer.n_tokens == 0:
+            raise PtmError(f"no tokens in {', '.join(map(str, paths))}: the corpus is empty")
+        meta = {
+            "format": FORMAT_VERSION,
+            "dtype": dtype.name,
+            "n_tokens": writer.n_tokens,
+            "n_sentences": writer.n_sentences,
+            "n_documents": writer.n_documents,
+            "skipped_empty_lines": writer.n_empty,
+            "vocab_size": tok.vocab_size,
+            "tokenizer_kind": tok.kind,
+            "tokenizer_sha256": sha256(tok_file),
+            "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
+        }
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        _replace_dir(tmp, out)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Corpus.open(out)
+
+
+def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, workers: int) -> Iterator[_Encoded]:
+    """Encoded chunks in input order; at most ``2 * workers`` chunks in flight."""
+    global _TOKENIZER
+    if workers <= 1:
+        _TOKENIZER = tok  # in-process: the Rust encoder parallelises each batch itself
+        try:
+            yield from map(_encode_chunk, chunks)
+        finally:
+            _TOKENIZER = None
+        return
+    # "spawn": forking a process whose Rust thread pool is running is unsafe.
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(tok.to_json(),)) as pool:
+        pending: collections.deque = collections.deque()
+        for chunk in chunks:
+            pending.append(pool.apply_async(_encode_chunk, (chunk,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move ``tmp`` to ``out``; an existing ``out`` is removed only after the move succeeded."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

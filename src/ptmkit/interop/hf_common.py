@@ -1,0 +1,181 @@
+"""Helpers shared by the HF transformers key maps (``hf_bert``, ``hf_gpt2``).
+
+A key map turns the state dict of a ptmkit ``PretrainModel`` (keys ``backbone.*`` and
+``objective.*``) into the state dict of an HF model and back.  These helpers hold what every
+family needs: activation names, reading an HF model's weights together with the set of keys
+its files really contained, and writing an output directory atomically without ever
+overwriting an existing one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ptmkit.errors import PtmError
+
+log = logging.getLogger(__name__)
+
+# ptmkit activation name -> HF ``hidden_act`` / ``activation_function``.
+ACT_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+# HF names that compute exactly one of ptmkit's activations.
+ACT_FROM_HF = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
+
+
+def activation_from_hf(name: Any, family: str) -> str:
+    if not isinstance(name, str) or name not in ACT_FROM_HF:
+        raise PtmError(
+            f"the {family} checkpoint uses activation {name!r}, which ptmkit does not implement; "
+            f"supported: {', '.join(sorted(ACT_FROM_HF))}"
+        )
+    return ACT_FROM_HF[name]
+
+
+def split_prefix(state_dict: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The entries of ``state_dict`` under ``prefix`` with the prefix removed."""
+    return {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence HF's load reports and progress bars (missing keys are checked here)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str, torch.Tensor]]:
+    """Load ``model_cls`` from ``hf_dir`` in float32 and return ``(model, present)``.
+
+    ``present`` is the model's state dict restricted to the keys the checkpoint actually held:
+    a head missing from the files (e.g. a ``BertModel`` directory loaded as
+    ``BertForPreTraining``) is randomly initialised by HF and must not be imported.
+    """
+    hf_dir = Path(hf_dir)
+    if not (hf_dir / "config.json").is_file():
+        raise PtmError(f"{hf_dir} is not an HF transformers model directory (no config.json)")
+    try:
+        with quiet_transformers():
+            model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        raise PtmError(f"cannot load the HF model in {hf_dir}: {exc}") from exc
+    if info.get("mismatched_keys"):
+        raise PtmError(f"the weights in {hf_dir} do not match their config.json: {info['mismatched_keys'][:3]}")
+    missing = set(info.get("missing_keys", ()))
+    present = {k: v for k, v in model.state_dict().items() if k not in missing}
+    model.eval()
+    return model, present
+
+
+def check_tied(decoder: torch.Tensor | None, embeddings: torch.Tensor, what: str) -> None:
+    """ptmkit ties output projections to the word embeddings; refuse untied checkpoints."""
+    if decoder is not None and not torch.equal(decoder, embeddings):
+        raise PtmError(
+            f"the checkpoint's {what} is not tied to the word embeddings; ptmkit ties them, "
+            f"so importing would change the model's predictions"
+        )
+
+
+@contextlib.contextmanager
+def staged_output(out_dir: str | Path) -> Iterator[Path]:
+    """Yield a scratch directory that becomes ``out_dir`` only when the block succeeds.
+
+    An existing non-empty ``out_dir`` is refused (nothing is overwritten); on error the
+    scratch directory is removed and ``out_dir`` is left as it was.
+    """
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PtmError(f"{out} already exists and is not empty; choose a new output directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
+    try:
+        yield tmp
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def checkpoint_config(model_cfg: Any, objective: dict[str, Any], tokenizer: Any, source: str) -> dict[str, Any]:
+    """The resolved config a ptmkit checkpoint stores for an imported model."""
+    from ptmkit.config import to_dict
+    from ptmkit.train.config import TrainConfig
+
+    config: dict[str, Any] = {"model": to_dict(model_cfg), "objective": dict(objective)}
+    if tokenizer is not None:
+        config["tokenizer"] = {
+            "kind": tokenizer.kind,
+            "vocab_size": int(tokenizer.vocab_size),
+            "lowercase": bool(tokenizer.lowercase),
+        }
+    config["train"] = to_dict(TrainConfig())
+    config["imported_from"] = source
+    return config
+
+
+def assemble(model_cfg: Any, objective: dict[str, Any], state: dict[str, torch.Tensor], tokenizer: Any, source: str) -> Any:
+    """Build a ``Pretrained`` (eval mode) from an imported config and ``PretrainModel`` state dict.
+
+    Every backbone tensor must be in ``state``; objective heads the source did not have keep
+    their fresh initialisation (logged), so the result is a complete, saveable model.
+    """
+    from ptmkit.objectives.base import PretrainModel
+    from ptmkit.train.checkpoint import Pretrained, build_model
+
+    if tokenizer is None:
+        raise PtmError(f"{source} has no tokenizer files (tokenizer.json or vocab.txt); ptmkit needs one to build the model")
+    config = checkpoint_config(model_cfg, objective, tokenizer, source)
+    backbone, obj = build_model(config, tokenizer)
+    model = PretrainModel(backbone, obj)
+    result = model.load_state_dict(state, strict=False)
+    if result.unexpected_keys:
+        raise PtmError(f"imported weights that the ptmkit model has no place for: {result.unexpected_keys[:4]}")
+    missing_backbone = [k for k in result.missing_keys if k.startswith("backbone.")]
+    if missing_backbone:
+        raise PtmError(f"the imported checkpoint lacks backbone weights: {missing_backbone[:4]}")
+    if result.missing_keys:
+        heads = sorted({k.split(".")[1] for k in result.missing_keys})
+        log.info("%s has no %s; those heads are freshly initialised", source, ", ".join(heads))
+    model.eval()
+    return Pretrained(config, tokenizer, backbone, obj, None, model)
+
+
+def load_tokenizer(hf_dir: Path) -> Any:
+    """ptmkit ``Tokenizer`` of an HF model directory (its ``tokenizer.json``, else a WordPiece
+    tokenizer from ``vocab.txt`` honouring ``do_lower_case``); ``None`` when there is neither."""
+    from ptmkit.tokenization import Tokenizer
+
+    if not ((hf_dir / "tokenizer.json").is_file() or (hf_dir / "vocab.txt").is_file()):
+        log.warning("%s has no tokenizer.json or vocab.txt; importing the model without a tokenizer", hf_dir)
+        return None
+    try:
+        return Tokenizer.load(hf_dir)
+    except PtmError as exc:
+        raise PtmError(f"cannot use the tokenizer in {hf_dir}: {exc}") from exc

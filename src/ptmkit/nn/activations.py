@@ -1,0 +1,31 @@
+"""Activation functions by name (``TransformerConfig.activation``)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ptmkit.errors import PtmError, suggest
+
+
+def _gelu(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x)  # exact: x * Phi(x), as BERT
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")  # GPT-2's "gelu_new"
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "relu": F.relu,
+}
+
+
+def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    if name not in ACTIVATIONS:
+        raise PtmError(f"unknown activation {name!r}{suggest(name, ACTIVATIONS)}; known: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]

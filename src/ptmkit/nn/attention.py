@@ -1,0 +1,41 @@
+"""Multi-head self-attention over ``torch.nn.functional.scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """Scaled dot-product attention with ``heads`` heads (Vaswani et al. 2017).
+
+    Parameters: ``qkv.weight [3H, H]`` and ``qkv.bias [3H]`` (query, key and value projections
+    stacked in that order, one matmul for all three), ``out.weight [H, H]``, ``out.bias [H]``.
+    The mask is data: ``forward`` takes whatever :func:`ptmkit.nn.masks.build_attention_mask`
+    produced, so bidirectional, causal, padded and custom (prefix, seq2seq) attention all run
+    through the same code.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.attention_dropout = attention_dropout
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``."""
+        B, T, H = x.shape
+        # [B, T, 3, heads, d] -> [3, B, heads, T, d]
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            is_causal=is_causal and mask is None,
+        )
+        return self.out(y.transpose(1, 2).reshape(B, T, H))

@@ -1,0 +1,90 @@
+"""The pre-training objective interface and the model the trainer trains.
+
+An :class:`Objective` owns everything specific to one pre-training task: how examples are cut
+from the corpus (``example_spans``), how a batch is built (``collate``: masking, sentence pairs,
+labels; all randomness from the given generator), its output heads and its loss (``forward``).
+The trainer only sees :class:`PretrainModel`, whose ``forward(batch)`` returns a ``StepOutput``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptmkit.errors import PtmError
+from ptmkit.models.config import TransformerConfig
+from ptmkit.models.transformer import Backbone
+from ptmkit.train.step import StepOutput
+
+__all__ = ["CorpusLike", "Objective", "PretrainModel", "StepOutput", "TokenizerLike"]
+
+
+class CorpusLike(Protocol):
+    """What objectives read from a corpus (``ptmkit.data.corpus.Corpus`` provides it).
+
+    tokens: 1-D integer array (usually a memory map); sentences: int64 token offsets
+    ``[n_sentences + 1]``; documents: int64 sentence offsets ``[n_documents + 1]``.
+    """
+
+    tokens: np.ndarray
+    sentences: np.ndarray
+    documents: np.ndarray
+
+
+class TokenizerLike(Protocol):
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+
+class Objective(nn.Module):
+    """Base class of pre-training objectives; subclasses register with ``@register("objective", name)``.
+
+    ``config_class`` is the frozen dataclass built from the preset's ``objective`` section.
+    """
+
+    config_class: ClassVar[type]
+
+    def __init__(self, cfg: Any, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.model_cfg = model_cfg
+        vocab = int(tokenizer.vocab_size)
+        if vocab > model_cfg.vocab_size:
+            raise PtmError(
+                f"the tokenizer has {vocab} tokens but the model's vocab_size is {model_cfg.vocab_size} "
+                f"(vocab mismatch): set model.vocab_size >= {vocab}"
+            )
+        self.vocab_size = vocab
+        self.pad_id = int(tokenizer.pad_id)
+
+    # -- data -------------------------------------------------------------------------------
+    def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
+        """Token spans ``int64 [N, 2]`` (start, end), one per training example, computed once."""
+        raise NotImplementedError
+
+    def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """Build a batch from ``spans [B, 2]``; every tensor has the example dimension first."""
+        raise NotImplementedError
+
+    # -- model ------------------------------------------------------------------------------
+    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+        raise NotImplementedError
+
+
+class PretrainModel(nn.Module):
+    """``Backbone`` + ``Objective``; state-dict keys start with ``backbone.`` and ``objective.``."""
+
+    def __init__(self, backbone: Backbone, objective: Objective) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.objective = objective
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
+        return self.objective(self.backbone, batch)

@@ -1,0 +1,100 @@
+"""Causal (left-to-right) language modelling: GPT (Radford et al. 2018) and GPT-2.
+
+The corpus is read as one stream in which every sentence is followed by a separator token
+(the tokenizer's ``eos_id`` if it has one, else ``sep_id``) and cut into contiguous blocks:
+example ``i`` covers stream positions ``[i T, i T + T + 1)``; its first ``T`` tokens are the
+input and its last ``T`` the targets, so every stream token is predicted exactly once an epoch.
+Spans are in stream coordinates (token offsets plus the number of separators before them).
+
+The LM head is the word-embedding matrix (tied, no parameters of its own); the loss is the mean
+next-token cross-entropy (``exp(clm_loss)`` is the perplexity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ptmkit.errors import PtmError
+from ptmkit.models.config import TransformerConfig
+from ptmkit.models.transformer import Backbone
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.registry import register
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class CLMConfig:
+    separator: bool = True  # insert the separator token after every sentence
+
+
+@register("objective", "clm")
+class CausalLM(Objective):
+    """Next-token prediction.  Batch keys: ``input_ids [B, T]``, ``labels [B, T]``
+    (``labels[:, t]`` is the token after ``input_ids[:, t]``; -100 = not predicted)."""
+
+    config_class = CLMConfig
+
+    def __init__(self, cfg: CLMConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, model_cfg, tokenizer)
+        eos = getattr(tokenizer, "eos_id", None)
+        self.eos_id = int(eos if eos is not None else tokenizer.sep_id)
+        if not model_cfg.causal:
+            raise PtmError("the clm objective needs a causal model (set model.causal=true)")
+        self._stream_cache: tuple[int, np.ndarray] | None = None
+
+    def _stream_starts(self, corpus: CorpusLike) -> np.ndarray:
+        """Stream position where each sentence starts, ``int64 [n_sentences + 1]`` (cached)."""
+        sent = corpus.sentences
+        if self._stream_cache is None or self._stream_cache[0] != id(sent):
+            sep = 1 if self.cfg.separator else 0
+            starts = np.asarray(sent, dtype=np.int64) - int(sent[0]) + sep * np.arange(len(sent), dtype=np.int64)
+            self._stream_cache = (id(sent), starts)
+        return self._stream_cache[1]
+
+    def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
+        if seq_len > self.model_cfg.max_position:
+            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
+        total = int(self._stream_starts(corpus)[-1])
+        n = (total - 1) // seq_len
+        if n < 1:
+            raise PtmError(
+                f"the corpus has {total} tokens (with separators), too few for one CLM example of "
+                f"seq_len={seq_len} (needs {seq_len + 1}); use a smaller seq_len or more text"
+            )
+        start = np.arange(n, dtype=np.int64) * seq_len
+        return np.stack([start, start + seq_len + 1], axis=1)
+
+    def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        starts = self._stream_starts(corpus)
+        sent = np.asarray(corpus.sentences, dtype=np.int64)
+        L = int((spans[:, 1] - spans[:, 0]).max())
+        v = spans[:, :1] + np.arange(L)[None, :]  # stream positions [B, L]
+        inside = v < spans[:, 1:]
+        k = np.clip(np.searchsorted(starts, v, side="right") - 1, 0, len(sent) - 2)  # sentence of each position
+        offset = v - starts[k]
+        in_sentence = offset < sent[k + 1] - sent[k]
+        src = np.clip(sent[k] + offset, 0, len(corpus.tokens) - 1)
+        seq = np.where(in_sentence, np.asarray(corpus.tokens[src], dtype=np.int64), self.eos_id)
+        seq = np.where(inside, seq, self.pad_id)
+        labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE)
+        batch = {"input_ids": torch.from_numpy(np.ascontiguousarray(seq[:, :-1])), "labels": torch.from_numpy(labels)}
+        if not inside[:, :-1].all():  # only shorter (final) blocks need padding
+            batch["attention_mask"] = torch.from_numpy(inside[:, :-1].astype(np.int64))
+        return batch
+
+    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+        attention_mask = batch.get("attention_mask")
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
+        h = out.last_hidden_state
+        logits = F.linear(h, backbone.embeddings.word_embeddings.weight)  # [B, T, V], tied decoder
+        labels = batch["labels"]
+        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        n_pred = int((labels != IGNORE).sum()) if attention_mask is not None else labels.numel()
+        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        return StepOutput(loss=loss, metrics={"clm_loss": loss.detach()}, n_tokens=n_tokens, n_predictions=n_pred)

@@ -1,0 +1,283 @@
+"""Masked language modelling (BERT, Devlin et al. 2019), with optional next sentence prediction.
+
+Masking (dynamic: new in every collate, as RoBERTa): in each example ``round(mask_prob * n)`` of
+its ``n`` maskable positions (not [CLS], [SEP], [MASK] or padding) are chosen uniformly; of those
+80% become [MASK], 10% a random non-special token, 10% stay unchanged, and all are predicted.
+
+The MLM head runs only on the chosen positions: the batch carries their indices
+(``mlm_positions [B, P]``) and labels (``mlm_labels [B, P]``, -100 for unused slots), the
+forward gathers those hidden states and only then applies dense + activation + LayerNorm and the
+decoder tied to the word embeddings.  For a small model the ``H x V`` vocabulary projection
+dominates the cost, so predicting 15% of the positions instead of all of them is the main saving.
+
+With ``nsp=True`` an example is ``[CLS] A [SEP] B [SEP]`` (segments 0 / 1) where A and B are runs
+of consecutive sentences; B is A's true continuation half the time (label 0, ``IsNext``, as in
+HF transformers) and otherwise comes from another document (label 1) — from a distant position
+when the corpus has a single document.  With ``nsp=False`` an example is ``[CLS] S [SEP]`` where S
+packs full sentences (RoBERTa's DOC-SENTENCES).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ptmkit.errors import PtmError
+from ptmkit.models.config import TransformerConfig
+from ptmkit.models.transformer import Backbone
+from ptmkit.nn.activations import get_activation
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.spans import pack_sentences
+from ptmkit.registry import register
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class MLMConfig:
+    mask_prob: float = 0.15
+    mask_token_ratio: float = 0.8  # of the chosen positions: share replaced by [MASK]
+    random_token_ratio: float = 0.1  # share replaced by a random token; the rest is kept
+    nsp: bool = True
+    max_predictions: int | None = None  # per example; None = ceil(mask_prob * seq_len)
+
+    def __post_init__(self) -> None:
+        for name in ("mask_prob", "mask_token_ratio", "random_token_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                object.__setattr__(self, name, float(value))
+        if not 0.0 < self.mask_prob < 1.0:
+            raise PtmError(f"objective.mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.mask_token_ratio < 0 or self.random_token_ratio < 0 or self.mask_token_ratio + self.random_token_ratio > 1:
+            raise PtmError(
+                "objective.mask_token_ratio and objective.random_token_ratio must be >= 0 and sum to <= 1 "
+                f"(got {self.mask_token_ratio} and {self.random_token_ratio})"
+            )
+        if self.max_predictions is not None and self.max_predictions < 1:
+            raise PtmError(f"objective.max_predictions must be >= 1 or null, got {self.max_predictions}")
+
+
+class MLMHead(nn.Module):
+    """``h [N, H] -> logits [N, V]``: dense + activation + LayerNorm, then the decoder tied to the
+    word embeddings plus its own bias.  Parameters: ``dense.*``, ``norm.*``, ``bias [V]``."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.act = get_activation(cfg.activation)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        with torch.no_grad():
+            self.dense.weight.normal_(0.0, cfg.init_std)
+            self.dense.bias.zero_()
+
+    def forward(self, h: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(self.act(self.dense(h))), decoder_weight, self.bias)
+
+
+@register("objective", "mlm")
+class MaskedLM(Objective):
+    """BERT's masked LM (+ NSP).  Batch keys: ``input_ids``, ``attention_mask``,
+    ``token_type_ids`` (when the model has segments), ``mlm_positions [B, P]``,
+    ``mlm_labels [B, P]``, and ``nsp_labels [B]`` with NSP."""
+
+    config_class = MLMConfig
+
+    def __init__(self, cfg: MLMConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, model_cfg, tokenizer)
+        self.cls_id = int(tokenizer.cls_id)
+        self.sep_id = int(tokenizer.sep_id)
+        self.mask_id = int(tokenizer.mask_id)
+        self.unk_id = int(tokenizer.unk_id)
+        # Positions holding these are never chosen for prediction.
+        self._unmaskable = np.array(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id}), dtype=np.int64)
+        # Random replacements come from the ordinary vocabulary only.
+        specials = {self.pad_id, self.cls_id, self.sep_id, self.mask_id, self.unk_id}
+        specials |= {int(i) for i in getattr(tokenizer, "special_ids", ()) or ()}
+        self._random_pool = np.setdiff1d(np.arange(self.vocab_size, dtype=np.int64), np.array(sorted(specials)))
+        if len(self._random_pool) == 0:
+            raise PtmError("the tokenizer has no ordinary tokens to use as random MLM replacements")
+        if cfg.nsp and model_cfg.type_vocab_size < 2:
+            raise PtmError(
+                f"next sentence prediction needs segment embeddings (model.type_vocab_size >= 2, got "
+                f"{model_cfg.type_vocab_size}); set objective.nsp=false or model.type_vocab_size=2"
+            )
+        self.mlm_head = MLMHead(model_cfg)
+        self.nsp_head = nn.Linear(model_cfg.hidden_size, 2) if cfg.nsp else None
+        if self.nsp_head is not None:
+            with torch.no_grad():
+                self.nsp_head.weight.normal_(0.0, model_cfg.init_std)
+                self.nsp_head.bias.zero_()
+
+    # -- data -------------------------------------------------------------------------------
+    def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
+        """NSP: runs of whole sentences of one document, <= ``seq_len - 3`` tokens (room for
+        [CLS] A [SEP] B [SEP]) and >= 2 tokens (A and B each get one); otherwise <= ``seq_len - 2``."""
+        budget = seq_len - (3 if self.cfg.nsp else 2)
+        if budget < 2:
+            raise PtmError(f"seq_len={seq_len} is too short for MLM (need at least {(5 if self.cfg.nsp else 4)})")
+        spans = pack_sentences(corpus.sentences, corpus.documents, budget, min_len=2 if self.cfg.nsp else 1)
+        if len(spans) == 0:
+            raise PtmError("the corpus has no usable text for MLM examples (is it empty?)")
+        return spans
+
+    def _nsp_segments(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """Choose (A, B) token ranges for each span.  Returns ``a0, a1, b0, b1, label`` ``[B]``."""
+        sent = np.asarray(corpus.sentences, dtype=np.int64)
+        docs = np.asarray(corpus.documents, dtype=np.int64)
+        n_sent = len(sent) - 1
+        total = int(sent[-1])
+        st, en = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
+        n = len(st)
+
+        # A ends at a sentence boundary inside the span, or mid-sentence if there is none.
+        lo = np.searchsorted(sent, st, side="right")
+        hi = np.searchsorted(sent, en, side="left")
+        n_inner = hi - lo
+        u = rng.random(n)
+        inner = sent[np.minimum(lo + (u * n_inner).astype(np.int64), n_sent)]
+        mid = st + 1 + (u * (en - st - 1)).astype(np.int64)
+        cut = np.where(n_inner > 0, inner, mid)
+        is_next = rng.random(n) < 0.5
+        target = en - cut  # random B gets the length the true B would have
+
+        doc_tok = sent[docs]  # token offset of each document start, [n_docs + 1]
+        doc_len = np.diff(doc_tok)
+        nonempty = np.flatnonzero(doc_len > 0)
+        u_doc, u_sent = rng.random(n), rng.random(n)
+        if len(nonempty) > 1:
+            # Another (non-empty) document, then a random sentence start inside it.
+            own = np.searchsorted(doc_tok, st, side="right") - 1
+            own_rank = np.searchsorted(nonempty, own)
+            pick = (u_doc * (len(nonempty) - 1)).astype(np.int64)
+            other = nonempty[pick + (pick >= own_rank)]
+            s = docs[other] + (u_sent * (docs[other + 1] - docs[other])).astype(np.int64)
+            d_end = doc_tok[other + 1]
+            rb0 = np.minimum(sent[s], d_end - 1)
+        else:
+            # One document: a sentence away from the span by at least the span's own length.
+            s_first = np.searchsorted(sent, st, side="right") - 1
+            s_last = np.searchsorted(sent, en, side="left")
+            gap = np.maximum(s_last - s_first, 1)
+            ex_lo = np.maximum(s_first - gap, 0)
+            ex_hi = np.minimum(s_last + gap, n_sent)
+            free = n_sent - (ex_hi - ex_lo)
+            ok = free > 0
+            r = (u_sent * np.maximum(free, 1)).astype(np.int64)
+            r = np.where(r >= ex_lo, r + (ex_hi - ex_lo), r)
+            # Tiny corpora with no distant sentence: any position outside the span.
+            outside = total - (en - st)
+            pos = (u_doc * np.maximum(outside, 1)).astype(np.int64)
+            pos = np.where(pos >= st, pos + (en - st), pos)
+            rb0 = np.where(ok, sent[np.minimum(r, n_sent - 1)], np.minimum(pos, total - 1))
+            d_end = np.full(n, total, dtype=np.int64)
+        rb1 = np.minimum(rb0 + target, d_end)
+        b0 = np.where(is_next, cut, rb0)
+        b1 = np.where(is_next, en, rb1)
+        return st, cut, b0, b1, (~is_next).astype(np.int64)
+
+    def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        tokens = corpus.tokens
+        n = len(spans)
+        batch: dict[str, torch.Tensor] = {}
+        if self.cfg.nsp:
+            a0, a1, b0, b1, nsp_labels = self._nsp_segments(corpus, spans, rng)
+            la, lb = a1 - a0, b1 - b0
+            T = int((la + lb).max()) + 3
+            j = np.arange(T)[None, :]
+            in_a = (j >= 1) & (j <= la[:, None])
+            b_first = la[:, None] + 2
+            in_b = (j >= b_first) & (j < b_first + lb[:, None])
+            src = np.where(in_a, a0[:, None] + j - 1, b0[:, None] + j - b_first)
+            ids = np.where(in_a | in_b, np.asarray(tokens[np.clip(src, 0, len(tokens) - 1)], dtype=np.int64), self.pad_id)
+            ids[:, 0] = self.cls_id
+            ids[np.arange(n), la + 1] = self.sep_id
+            ids[np.arange(n), la + lb + 2] = self.sep_id
+            length = la + lb + 3
+            segment = ((j >= b_first) & (j < length[:, None])).astype(np.int64)
+            batch["nsp_labels"] = torch.from_numpy(nsp_labels)
+        else:
+            st, en = spans[:, 0], spans[:, 1]
+            ls = en - st
+            T = int(ls.max()) + 2
+            j = np.arange(T)[None, :]
+            inside = (j >= 1) & (j <= ls[:, None])
+            src = np.clip(st[:, None] + j - 1, 0, len(tokens) - 1)
+            ids = np.where(inside, np.asarray(tokens[src], dtype=np.int64), self.pad_id)
+            ids[:, 0] = self.cls_id
+            ids[np.arange(n), ls + 1] = self.sep_id
+            length = ls + 2
+            segment = np.zeros_like(ids)
+        attention = (j < length[:, None]).astype(np.int64)
+        positions, labels = self.mask_tokens(ids, attention, rng)
+        batch["input_ids"] = torch.from_numpy(ids)
+        batch["attention_mask"] = torch.from_numpy(attention)
+        if self.model_cfg.type_vocab_size > 0:
+            batch["token_type_ids"] = torch.from_numpy(segment)
+        batch["mlm_positions"] = torch.from_numpy(positions)
+        batch["mlm_labels"] = torch.from_numpy(labels)
+        return batch
+
+    def mask_tokens(self, ids: np.ndarray, attention: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Choose and corrupt the positions to predict, in place on ``ids [B, T]``.
+
+        Returns ``positions [B, P]`` (0 in unused slots) and ``labels [B, P]`` (the original
+        token, or -100 in unused slots).
+        """
+        cfg = self.cfg
+        B, T = ids.shape
+        candidate = (attention > 0) & ~np.isin(ids, self._unmaskable)
+        n_cand = candidate.sum(axis=1)
+        P = cfg.max_predictions or max(1, math.ceil(cfg.mask_prob * T))
+        k = np.where(n_cand > 0, np.maximum(1, np.rint(n_cand * cfg.mask_prob)), 0).astype(np.int64)
+        k = np.minimum(k, min(P, T))
+        P = min(P, T)
+        # A uniformly random subset of k candidates per row: sort random keys, non-candidates last.
+        keys = rng.random((B, T))
+        keys[~candidate] = 2.0
+        positions = np.argsort(keys, axis=1)[:, :P]
+        used = np.arange(P)[None, :] < k[:, None]
+        rows = np.arange(B)[:, None]
+        labels = np.where(used, ids[rows, positions], IGNORE).astype(np.int64)
+
+        u = rng.random((B, P))
+        to_mask = used & (u < cfg.mask_token_ratio)
+        to_random = used & (u >= cfg.mask_token_ratio) & (u < cfg.mask_token_ratio + cfg.random_token_ratio)
+        random_ids = self._random_pool[rng.integers(0, len(self._random_pool), size=(B, P))]
+        new = np.where(to_mask, self.mask_id, np.where(to_random, random_ids, labels))
+        r, c = np.nonzero(used)
+        ids[r, positions[r, c]] = new[r, c]
+        positions = np.where(used, positions, 0).astype(np.int64)
+        return positions, labels
+
+    # -- model ------------------------------------------------------------------------------
+    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+        attention_mask = batch.get("attention_mask")
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
+        labels = batch["mlm_labels"]
+        used = labels != IGNORE
+        rows, slots = used.nonzero(as_tuple=True)
+        target = labels[rows, slots]
+        h = out.last_hidden_state[rows, batch["mlm_positions"][rows, slots]]  # [N, H]: only chosen positions
+        logits = self.mlm_head(h, backbone.embeddings.word_embeddings.weight)  # [N, V]
+        mlm_loss = F.cross_entropy(logits.float(), target)
+        metrics = {
+            "mlm_loss": mlm_loss.detach(),
+            "mlm_acc": (logits.detach().argmax(-1) == target).float().mean(),
+        }
+        loss = mlm_loss
+        if self.nsp_head is not None and "nsp_labels" in batch:
+            pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+            nsp_logits = self.nsp_head(pooled)
+            nsp_loss = F.cross_entropy(nsp_logits.float(), batch["nsp_labels"])
+            metrics["nsp_loss"] = nsp_loss.detach()
+            metrics["nsp_acc"] = (nsp_logits.detach().argmax(-1) == batch["nsp_labels"]).float().mean()
+            loss = loss + nsp_loss
+        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=int(target.numel()))

@@ -1,0 +1,294 @@
+"""Pre-train a Transformer from a preset on the user's corpus (the API behind ``ptm pretrain``).
+
+``pretrain("bert-tiny", "corpus.txt", "runs/tiny", ["train.max_steps=200"])`` resolves the
+preset with the overrides, trains a tokenizer and prepares the corpus when given raw text (or
+opens a prepared corpus directory), builds ``Backbone`` + the objective, and runs the
+:class:`~ptmkit.train.trainer.Trainer`.  The run directory receives ``config.json`` (the fully
+resolved config), ``metrics.jsonl``, ``loss.png`` and ``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ptmkit import registry
+from ptmkit.config import apply_overrides, from_dict, to_dict
+from ptmkit.errors import PtmError
+from ptmkit.train import checkpoint as ckpt
+from ptmkit.train import distributed as dist
+from ptmkit.train.config import TrainConfig
+from ptmkit.train.trainer import LOSS_PLOT, METRICS_FILE, Callback, Trainer, seed_everything
+
+log = logging.getLogger(__name__)
+
+RUN_CONFIG = "config.json"
+DATA_DIR, EVAL_DATA_DIR = "data", "eval_data"
+# Settings that may change when a run is resumed without changing its result step for step.
+RESUMABLE_CHANGES = {
+    "max_steps", "eval_every", "eval_batches", "save_every", "keep_checkpoints", "log_every",
+    "num_threads", "device", "nan_guard",
+}
+
+DataArg = str | Path | Sequence[str | Path]
+
+
+def load_config(preset_or_config: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """A preset name, a YAML path or an already nested dict -> a fresh nested dict."""
+    if isinstance(preset_or_config, dict):
+        return copy.deepcopy(preset_or_config)
+    from ptmkit.presets import load_preset
+
+    return load_preset(str(preset_or_config))
+
+
+def _as_paths(data: DataArg) -> list[Path]:
+    items = [data] if isinstance(data, (str, Path)) else list(data)
+    if not items:
+        raise PtmError("no training data given: pass a prepared corpus directory or text file(s)")
+    return [Path(p) for p in items]
+
+
+def _is_corpus(path: Path) -> bool:
+    return path.is_dir() and (path / "meta.json").is_file()
+
+
+def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Path, info: dist.DistInfo, reuse: bool):
+    """``(corpus, tokenizer)``: a prepared corpus as is, or raw text -> tokenizer + corpus in RUN_DIR/data
+    (kept and reused when resuming, so the resumed run sees the same token ids)."""
+    from ptmkit.data.corpus import Corpus
+    from ptmkit.data.prepare import prepare
+    from ptmkit.tokenization import Tokenizer
+
+    paths = _as_paths(data)
+    if len(paths) == 1 and _is_corpus(paths[0]):
+        corpus = Corpus.open(paths[0])
+        return corpus, corpus.load_tokenizer()
+    for p in paths:
+        if p.is_dir():
+            raise PtmError(f"{p} is a directory but not a prepared corpus (no meta.json); run `ptm prepare` or give text files")
+        if not p.is_file():
+            raise PtmError(f"training data not found: {p}")
+    out = run_dir / DATA_DIR
+    if info.is_main and not (reuse and _is_corpus(out)):
+        section = dict(tok_section)
+        kind = section.pop("kind", "wordpiece")
+        vocab_size = section.pop("vocab_size", 30522)
+        try:
+            tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, **section)
+        except TypeError as exc:
+            raise PtmError(f"invalid tokenizer section {tok_section}: {exc}") from exc
+        prepare(paths, tok, out, overwrite=True)
+    dist.barrier()
+    corpus = Corpus.open(out)
+    return corpus, corpus.load_tokenizer()
+
+
+def _open_eval_data(data: DataArg, tokenizer: Any, run_dir: Path, info: dist.DistInfo, reuse: bool):
+    from ptmkit.data.corpus import Corpus
+    from ptmkit.data.prepare import prepare
+
+    paths = _as_paths(data)
+    if len(paths) == 1 and _is_corpus(paths[0]):
+        corpus = Corpus.open(paths[0])
+        if corpus.load_tokenizer().to_json() != tokenizer.to_json():
+            raise PtmError(f"the eval corpus {paths[0]} was prepared with a different tokenizer than the training data")
+        return corpus
+    for p in paths:
+        if not p.is_file():
+            raise PtmError(f"eval data not found: {p} (give a prepared corpus directory or text file(s))")
+    out = run_dir / EVAL_DATA_DIR
+    if info.is_main and not (reuse and _is_corpus(out)):
+        prepare(paths, tokenizer, out, overwrite=True)
+    dist.barrier()
+    return Corpus.open(out)
+
+
+def _pinned(overrides: Iterable[str], key: str) -> bool:
+    return any(o.partition("=")[0].strip() == key for o in overrides)
+
+
+def resolve(raw: dict[str, Any], tokenizer: Any, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Build every section's config; return the fully resolved, JSON-ready config dict.
+
+    ``model.vocab_size`` follows the tokenizer unless pinned by an override, which must then be
+    at least the tokenizer's size.
+    """
+    from ptmkit.models.config import TransformerConfig
+
+    raw = copy.deepcopy(raw)
+    for section in ("model", "objective", "train"):
+        if not isinstance(raw.get(section), dict):
+            raise PtmError(f"the config has no {section!r} section")
+    vocab = int(tokenizer.vocab_size)
+    if _pinned(overrides, "model.vocab_size"):
+        if int(raw["model"]["vocab_size"]) < vocab:
+            raise PtmError(
+                f"model.vocab_size={raw['model']['vocab_size']} is smaller than the tokenizer's {vocab} tokens "
+                f"(vocab mismatch); drop the override or set model.vocab_size >= {vocab}"
+            )
+    else:
+        raw["model"]["vocab_size"] = vocab
+    model_cfg = from_dict(TransformerConfig, raw["model"], "model")
+    train_cfg = from_dict(TrainConfig, raw["train"], "train")
+    if train_cfg.seq_len > model_cfg.max_position:
+        raise PtmError(
+            f"train.seq_len={train_cfg.seq_len} exceeds model.max_position={model_cfg.max_position}; "
+            f"lower train.seq_len or raise model.max_position"
+        )
+    section = dict(raw["objective"])
+    name = section.pop("name", None)
+    if not name:
+        raise PtmError("the objective section needs a 'name' (e.g. mlm, clm)")
+    cls = registry.get("objective", name)
+    obj_cfg = from_dict(cls.config_class, section, "objective")
+    resolved = {
+        "model": to_dict(model_cfg),
+        "objective": {"name": name, **to_dict(obj_cfg)},
+        "tokenizer": dict(raw.get("tokenizer") or {}),
+        "train": to_dict(train_cfg),
+    }
+    return json.loads(json.dumps(resolved))  # tuples -> lists: the form config.json stores
+
+
+def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
+    """Raise unless ``new`` continues ``stored`` exactly (only logging/length settings may change)."""
+    diffs = []
+    for section in sorted(set(stored) | set(new)):
+        a, b = stored.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if section == "train" and key in RESUMABLE_CHANGES:
+                continue
+            if a.get(key) != b.get(key):
+                diffs.append(f"{section}.{key}: {a.get(key)!r} in the run, {b.get(key)!r} now")
+    if diffs:
+        raise PtmError(
+            "cannot resume: the config differs from the stored run's config (" + "; ".join(diffs) + "); "
+            "resume with the same preset and overrides, or start a new run directory"
+        )
+
+
+def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise PtmError(f"{run_dir} exists and is not a directory")
+    has_checkpoints = bool(ckpt.checkpoint_steps(run_dir))
+    if has_checkpoints and not resume and not overwrite:
+        raise PtmError(
+            f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
+            f"--overwrite to start it over, or choose another output directory"
+        )
+    dist.barrier()  # every rank has looked before anything is removed
+    if overwrite and not resume and info.is_main:
+        for name in (ckpt.CHECKPOINTS, DATA_DIR, EVAL_DATA_DIR):
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+        for name in (METRICS_FILE, LOSS_PLOT, RUN_CONFIG):
+            (run_dir / name).unlink(missing_ok=True)
+    if info.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+
+
+def count_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def pretrain(
+    preset_or_config: str | Path | dict[str, Any],
+    data: DataArg,
+    out_dir: str | Path,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+    eval_data: DataArg | None = None,
+    overwrite: bool = False,
+    callbacks: Iterable[Callback] = (),
+    verbose: bool = True,
+) -> Path:
+    """Pre-train and return the run directory (see the module docstring).
+
+    data / eval_data: a prepared corpus directory, or text file(s) (one sentence per line, a blank
+    line between documents). Without eval_data, ``train.eval_fraction`` of the examples is held out.
+    """
+    run_dir = Path(out_dir)
+    overrides = list(overrides)
+    raw = apply_overrides(load_config(preset_or_config), overrides)
+    device = str((raw.get("train") or {}).get("device", "auto"))
+    started = not dist.is_distributed()
+    info = dist.init_distributed(device)
+    try:
+        return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
+    finally:
+        if started:
+            dist.cleanup()
+
+
+def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info) -> Path:
+    from ptmkit.data.batches import PretrainBatches, split_spans
+    from ptmkit.objectives.base import PretrainModel
+
+    from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
+    _prepare_run_dir(run_dir, resume, overwrite, info)
+    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume)
+    config = resolve(raw, tokenizer, overrides)
+    stored_file = run_dir / RUN_CONFIG
+    if resume and ckpt.checkpoint_steps(run_dir):
+        latest = ckpt.latest_checkpoint(run_dir)
+        stored = json.loads(stored_file.read_text()) if stored_file.is_file() else ckpt.read_config(latest)
+        check_compatible(stored, config)
+    train_cfg = from_dict(TrainConfig, config["train"], "train")
+
+    seed_everything(train_cfg.seed)  # identical initial weights for a given seed
+    backbone, objective = ckpt.build_model(config, tokenizer)
+    model = PretrainModel(backbone, objective)
+
+    seq_len = train_cfg.seq_len
+    spans = objective.example_spans(corpus, seq_len)
+    if eval_data is not None:
+        eval_corpus = _open_eval_data(eval_data, tokenizer, run_dir, info, resume)
+        train_spans, eval_spans = spans, objective.example_spans(eval_corpus, seq_len)
+    elif train_cfg.eval_fraction > 0:
+        eval_corpus = corpus
+        train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)
+    else:
+        eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
+    if len(train_spans) < train_cfg.batch_size:
+        raise PtmError(
+            f"the corpus gives {len(train_spans)} training examples of <= {seq_len} tokens, fewer than "
+            f"train.batch_size={train_cfg.batch_size}; use more text or a smaller batch"
+        )
+    common = dict(seq_len=seq_len, batch_size=train_cfg.batch_size, seed=train_cfg.seed, rank=info.rank, world_size=info.world_size)
+    batches = PretrainBatches(corpus, objective, train_spans, **common)
+    eval_source = PretrainBatches(eval_corpus, objective, eval_spans, **common) if len(eval_spans) else None
+
+    if info.is_main:
+        ckpt.atomic_write_text(stored_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    trainer = Trainer(model, batches, train_cfg, run_dir, eval_source, {"config": config, "tokenizer": tokenizer}, callbacks)
+    if verbose and info.is_main:
+        n_params = count_parameters(model)
+        n_emb = backbone.embeddings.word_embeddings.weight.numel()
+        tokens_per_step = train_cfg.batch_size * seq_len
+        epochs = train_cfg.max_steps / max(1, batches.steps_per_epoch)
+        print(
+            f"pretrain {config['objective']['name']}: {n_params / 1e6:.2f}M parameters "
+            f"({(n_params - n_emb) / 1e6:.2f}M without word embeddings), vocab {config['model']['vocab_size']}\n"
+            f"  data: {corpus.n_tokens:,} tokens, {len(train_spans):,} train / {len(eval_spans):,} eval examples "
+            f"of <= {seq_len} tokens\n"
+            f"  steps: {train_cfg.max_steps:,} x batch {train_cfg.batch_size} (<= {tokens_per_step:,} tokens/step, "
+            f"{epochs:.2f} epochs), {info.world_size} process(es) on {trainer.device}\n"
+            f"  run directory: {run_dir}",
+            flush=True,
+        )
+    result = trainer.fit(resume=resume)
+    if verbose and info.is_main:
+        parts = [f"step {result['step']}"]
+        if "train_loss" in result:
+            parts.append(f"train loss {result['train_loss']:.4f}")
+        for k in sorted(result):
+            if k.startswith("eval_"):
+                parts.append(f"{k.replace('_', ' ')} {result[k]:.4f}")
+        print("final: " + ", ".join(parts), flush=True)
+        print(f"checkpoint: {ckpt.latest_checkpoint(run_dir)}", flush=True)
+    return run_dir

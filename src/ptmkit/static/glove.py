@@ -1,0 +1,179 @@
+"""GloVe: global vectors for word representation (Pennington, Socher & Manning 2014).
+
+Objective over the non-zero co-occurrences ``X_ij`` (counted with 1/d weighting over a
+symmetric window, see :mod:`ptmkit.static.cooccurrence`)::
+
+    J = sum_ij  1/2 * f(X_ij) * (w_i . w~_j + b_i + b~_j - log X_ij)^2
+    f(x) = min(1, (x / x_max)^alpha),   x_max = 100, alpha = 0.75
+
+(the factor 1/2 is the reference implementation's; it only rescales the learning rate).
+Optimiser: AdaGrad, initial learning rate 0.05, accumulators initialised to 1 (as the reference
+``glove.c``, which keeps the first steps small), parameters initialised uniformly in
+``[-0.5/D, 0.5/D]``.  Every epoch visits the entries in a fresh random order (a permutation
+seeded by ``(seed, epoch)``); the order is cut into one slice per thread and the slices run in
+parallel without locks (Hogwild, Recht et al. 2011).  The exported vectors are ``W + W~``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numba
+import numpy as np
+from numba import prange
+
+from ptmkit.errors import PtmError
+from ptmkit.static.cooccurrence import Cooccurrence, count_cooccurrence
+
+
+@dataclass(frozen=True)
+class GloVeConfig:
+    dim: int = 100
+    window: int = 10
+    min_count: int = 5
+    max_vocab: int | None = None
+    lowercase: bool = False
+    x_max: float = 100.0
+    alpha: float = 0.75
+    lr: float = 0.05
+    epochs: int = 25
+    memory_mb: float = 1024.0  # budget of the co-occurrence counting
+    threads: int | None = None  # None: all of numba's threads
+    seed: int = 0
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _glove_epoch(I, J, logX, fX, order, W, Wc, b, bc, gW, gWc, gb, gbc, lr, n_chunks):
+    """One AdaGrad pass over ``order`` (int64 [n] entry indices), Hogwild over ``n_chunks`` slices.
+
+    I, J: int32 [nnz]; logX, fX: float [nnz] (log X_ij and the weight f(X_ij));
+    W, Wc: [V, D] word and context vectors; b, bc: [V] biases; g*: AdaGrad accumulators of the
+    same shapes.  Updated in place.  Returns the objective summed over the visited entries
+    (each term evaluated just before its own update).
+    """
+    n = order.shape[0]
+    D = W.shape[1]
+    losses = np.zeros(n_chunks)
+    for c in prange(n_chunks):
+        lo = c * n // n_chunks
+        hi = (c + 1) * n // n_chunks
+        acc = 0.0
+        for t in range(lo, hi):
+            e = order[t]
+            i = I[e]
+            j = J[e]
+            diff = b[i] + bc[j] - logX[e]
+            for k in range(D):
+                diff += W[i, k] * Wc[j, k]
+            fdiff = fX[e] * diff  # d J_e / d (w_i . w~_j + b_i + b~_j)
+            acc += 0.5 * fdiff * diff
+            for k in range(D):
+                g_i = fdiff * Wc[j, k]
+                g_j = fdiff * W[i, k]
+                gW[i, k] += g_i * g_i
+                gWc[j, k] += g_j * g_j
+                W[i, k] -= lr * g_i / math.sqrt(gW[i, k])
+                Wc[j, k] -= lr * g_j / math.sqrt(gWc[j, k])
+            gb[i] += fdiff * fdiff
+            gbc[j] += fdiff * fdiff
+            b[i] -= lr * fdiff / math.sqrt(gb[i])
+            bc[j] -= lr * fdiff / math.sqrt(gbc[j])
+        losses[c] = acc
+    return losses.sum()
+
+
+class GloVeModel:
+    """Parameters and AdaGrad state of GloVe for a vocabulary of ``V`` words.
+
+    W, Wc: [V, D]; b, bc: [V]; gW, gWc, gb, gbc: AdaGrad accumulators (initialised to 1).
+    """
+
+    def __init__(self, vocab_size: int, dim: int, seed: int = 0, dtype: type = np.float32):
+        rng = np.random.default_rng(seed)
+        self.W = ((rng.random((vocab_size, dim)) - 0.5) / dim).astype(dtype)
+        self.Wc = ((rng.random((vocab_size, dim)) - 0.5) / dim).astype(dtype)
+        self.b = ((rng.random(vocab_size) - 0.5) / dim).astype(dtype)
+        self.bc = ((rng.random(vocab_size) - 0.5) / dim).astype(dtype)
+        self.gW = np.ones_like(self.W)
+        self.gWc = np.ones_like(self.Wc)
+        self.gb = np.ones_like(self.b)
+        self.gbc = np.ones_like(self.bc)
+
+    def epoch(self, I, J, logX, fX, order: np.ndarray, lr: float, n_chunks: int) -> float:
+        """One Hogwild AdaGrad pass over ``order``; returns the mean objective per entry."""
+        total = _glove_epoch(I, J, logX, fX, order, self.W, self.Wc, self.b, self.bc,
+                             self.gW, self.gWc, self.gb, self.gbc, lr, n_chunks)
+        return float(total) / max(1, order.shape[0])
+
+    def vectors(self) -> np.ndarray:
+        """Word vectors ``W + W~`` as float32 [V, D]."""
+        return (self.W + self.Wc).astype(np.float32)
+
+
+def weighting(x: np.ndarray, x_max: float, alpha: float) -> np.ndarray:
+    """f(x) = min(1, (x/x_max)^alpha)."""
+    return np.minimum(1.0, (np.asarray(x, dtype=np.float64) / x_max) ** alpha)
+
+
+def fit_cooccurrence(cooc: Cooccurrence, cfg: GloVeConfig, progress: bool = True) -> tuple[GloVeModel, dict]:
+    """Train GloVe on a counted co-occurrence matrix; returns the model and training stats.
+
+    stats: ``losses`` (mean objective per entry of each epoch), ``train_seconds``,
+    ``train_entries_per_s``, ``train_words_per_s`` (corpus tokens x epochs / second).
+    """
+    if cooc.nnz == 0:
+        raise PtmError("the co-occurrence matrix is empty: the corpus has no sentence with two in-vocabulary words")
+    if cfg.threads:
+        numba.set_num_threads(min(cfg.threads, numba.config.NUMBA_NUM_THREADS))
+    n_chunks = numba.get_num_threads()
+    rec = cooc.records
+    I = np.ascontiguousarray(rec["i"])
+    J = np.ascontiguousarray(rec["j"])
+    x = np.asarray(rec["x"], dtype=np.float64)
+    logX = np.log(x).astype(np.float32)
+    fX = weighting(x, cfg.x_max, cfg.alpha).astype(np.float32)
+    del x
+    model = GloVeModel(cooc.vocab_size, cfg.dim, cfg.seed)
+    losses = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.epochs, unit="epoch", desc="GloVe")
+    t0 = time.perf_counter()
+    for epoch in range(cfg.epochs):
+        order = np.random.default_rng((cfg.seed, epoch)).permutation(cooc.nnz)
+        losses.append(model.epoch(I, J, logX, fX, order, cfg.lr, n_chunks))
+        if bar is not None:
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            bar.update()
+    if bar is not None:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    stats = {
+        "losses": losses,
+        "train_seconds": seconds,
+        "train_entries_per_s": cooc.nnz * cfg.epochs / max(seconds, 1e-9),
+        "train_words_per_s": cooc.stats.get("tokens", 0) * cfg.epochs / max(seconds, 1e-9),
+    }
+    return model, stats
+
+
+def train_glove(data: object, cfg: GloVeConfig = GloVeConfig(), progress: bool = True, out_dir=None):
+    """Train GloVe on ``data`` (text file(s), one sentence per line, or tokenised sentences).
+
+    Returns ``(WordVectors, stats)``; stats holds the counting and the training throughput
+    separately (``count_words_per_s``, ``train_words_per_s``) and the per-epoch losses.
+    ``out_dir`` receives the co-occurrence runs when counting exceeds ``cfg.memory_mb``.
+    """
+    from ptmkit.static.vectors import WordVectors
+    from ptmkit.static.vocab import load_corpus
+
+    vocab, corpus = load_corpus(data, min_count=cfg.min_count, max_vocab=cfg.max_vocab, lowercase=cfg.lowercase)
+    cooc = count_cooccurrence(corpus.ids, corpus.sentences, len(vocab), window=cfg.window,
+                              weighting="harmonic", memory_mb=cfg.memory_mb, out_dir=out_dir, progress=progress)
+    model, stats = fit_cooccurrence(cooc, cfg, progress)
+    stats = {**cooc.stats, **stats, "vocab_size": len(vocab), "config": asdict(cfg)}
+    return WordVectors(list(vocab.words), model.vectors(), counts=vocab.counts), stats

@@ -1,0 +1,178 @@
+"""Compiled kernels of fastText (Bojanowski et al. 2017): subword hashing and Hogwild training.
+
+A word's input representation is the mean of the rows of ``emb`` listed for it in a CSR table
+(``sub_ptr`` int64 [V+1], ``sub_idx`` int32): its own row (``< V``) and the rows ``V + h % bucket``
+of its character n-grams, with h the 32-bit FNV-1a hash fastText uses.  Skip-gram: the centre word's
+representation predicts each context word (negative sampling on ``syn1neg`` [V, D]); CBOW: the mean
+over all rows of the context words predicts the centre word.  The gradient w.r.t. that mean is added
+to every row, as fastText does.  In Skip-gram the input gradient of one centre word is accumulated over
+its window and applied once (the centre's representation is computed once per window, not per pair).
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from ptmkit.static.kernels_w2v import lcg, ns_update, seed_state, subsample
+
+_FNV_OFFSET = np.uint64(2166136261)
+_FNV_PRIME = np.uint64(16777619)
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+@nb.njit(cache=True)
+def fnv1a(buf: np.ndarray, start: int, end: int) -> np.uint64:
+    """fastText's hash of ``buf[start:end]`` (UTF-8 bytes), bytes sign-extended as C ``int8_t``."""
+    h = _FNV_OFFSET
+    for k in range(start, end):
+        b = np.uint64(buf[k])
+        if b >= np.uint64(128):
+            b = b | np.uint64(0xFFFFFF00)  # int8_t(c) -> uint32_t keeps the sign bits
+        h = ((h ^ b) * _FNV_PRIME) & _MASK32
+    return h
+
+
+@nb.njit(cache=True)
+def _ngram_rows(buf, start, end, minn, maxn, bucket, offset, out, n):
+    """Append rows ``offset + hash % bucket`` of the n-grams (minn..maxn characters) of buf[start:end]."""
+    for i in range(start, end):
+        if (buf[i] & 0xC0) == 0x80:  # a UTF-8 continuation byte does not start a character
+            continue
+        j = i
+        chars = 1
+        while j < end and chars <= maxn:
+            j += 1
+            while j < end and (buf[j] & 0xC0) == 0x80:
+                j += 1
+            if chars >= minn and not (chars == 1 and (i == start or j == end)):
+                if out.shape[0] > 0:
+                    out[n] = offset + np.int64(fnv1a(buf, i, j) % np.uint64(bucket))
+                n += 1
+            chars += 1
+    return n
+
+
+@nb.njit(cache=True)
+def subword_csr(buf, starts, with_word, minn, maxn, bucket, n_words):
+    """CSR (ptr int64 [W+1], idx int32) of rows per word; word w's bytes are buf[starts[w]:starts[w+1]].
+
+    ``with_word``: list the word's own row ``w`` first (vocabulary words); n-gram rows start at ``n_words``.
+    """
+    w_count = starts.shape[0] - 1
+    ptr = np.zeros(w_count + 1, dtype=np.int64)
+    empty = np.empty(0, dtype=np.int32)
+    for w in range(w_count):
+        n = 1 if with_word else 0
+        if maxn >= minn and bucket > 0:
+            n = _ngram_rows(buf, starts[w], starts[w + 1], minn, maxn, bucket, n_words, empty, n)
+        ptr[w + 1] = ptr[w] + n
+    idx = np.empty(ptr[-1], dtype=np.int32)
+    for w in range(w_count):
+        n = 0
+        view = idx[ptr[w] : ptr[w + 1]]
+        if with_word:
+            view[0] = w
+            n = 1
+        if maxn >= minn and bucket > 0:
+            _ngram_rows(buf, starts[w], starts[w + 1], minn, maxn, bucket, n_words, view, n)
+    return ptr, idx
+
+
+@nb.njit(parallel=True, cache=True)
+def mean_rows(emb, ptr, idx):
+    """float32 [W, D]: mean of ``emb`` rows ``idx[ptr[w]:ptr[w+1]]`` for each word (zeros if none)."""
+    w_count = ptr.shape[0] - 1
+    dim = emb.shape[1]
+    out = np.zeros((w_count, dim), dtype=np.float32)
+    for w in nb.prange(w_count):
+        n = ptr[w + 1] - ptr[w]
+        if n == 0:
+            continue
+        for r in range(ptr[w], ptr[w + 1]):
+            for k in range(dim):
+                out[w, k] += emb[idx[r], k]
+        inv = np.float32(1.0 / n)
+        for k in range(dim):
+            out[w, k] *= inv
+    return out
+
+
+@nb.njit(inline="always")
+def _add_rows_mean(emb, ptr, idx, w, hidden):
+    for r in range(ptr[w], ptr[w + 1]):
+        row = idx[r]
+        for k in range(hidden.shape[0]):
+            hidden[k] += emb[row, k]
+    return ptr[w + 1] - ptr[w]
+
+
+@nb.njit(inline="always")
+def _apply_rows(emb, ptr, idx, w, work):
+    for r in range(ptr[w], ptr[w + 1]):
+        row = idx[r]
+        for k in range(work.shape[0]):
+            emb[row, k] += work[k]
+
+
+@nb.njit(parallel=True, nogil=True, fastmath=True, cache=True)
+def train_ft_chunks(
+    emb, syn1neg, sub_ptr, sub_idx,
+    ids, sentences, chunk_starts, first_chunk, last_chunk,
+    keep_prob, cum_table, exp_tab,
+    sg, negative, window,
+    alpha0, min_alpha, words_before, words_all,
+    seed, epoch, trained,
+):  # fmt: skip
+    """Train chunks ``first_chunk..last_chunk-1``; arguments as :func:`kernels_w2v.train_w2v_chunks`."""
+    dim = emb.shape[1]
+    n_chunks = last_chunk - first_chunk
+    for ci in nb.prange(n_chunks):
+        c = first_chunk + ci
+        state = seed_state(seed, epoch, c)
+        s0, s1 = chunk_starts[c], chunk_starts[c + 1]
+        longest = 0
+        for s in range(s0, s1):
+            longest = max(longest, sentences[s + 1] - sentences[s])
+        buf = np.empty(longest, dtype=np.int32)
+        work = np.empty(dim, dtype=np.float32)
+        hidden = np.empty(dim, dtype=np.float32)
+        kept = 0
+        for s in range(s0, s1):
+            progress = (words_before + sentences[s]) / words_all
+            alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
+            n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
+            kept += n
+            for i in range(n):
+                state = lcg(state)
+                b = int(state % np.uint64(window))
+                start = max(0, i - window + b)
+                end = min(n, i + window + 1 - b)
+                for k in range(dim):
+                    hidden[k] = 0.0
+                    work[k] = 0.0
+                if sg:
+                    w = buf[i]
+                    rows = _add_rows_mean(emb, sub_ptr, sub_idx, w, hidden)
+                    inv = np.float32(1.0 / rows)
+                    for k in range(dim):
+                        hidden[k] *= inv
+                    for j in range(start, end):
+                        if j != i:
+                            state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                    _apply_rows(emb, sub_ptr, sub_idx, w, work)
+                else:
+                    rows = 0
+                    for j in range(start, end):
+                        if j != i:
+                            rows += _add_rows_mean(emb, sub_ptr, sub_idx, buf[j], hidden)
+                    if rows == 0:
+                        continue
+                    inv = np.float32(1.0 / rows)
+                    for k in range(dim):
+                        hidden[k] *= inv
+                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                    for j in range(start, end):
+                        if j != i:
+                            _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
+        trained[c] = kept

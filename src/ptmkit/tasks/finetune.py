@@ -1,0 +1,361 @@
+"""Fine-tuning a Transformer backbone for sequence classification (Devlin et al. 2019, §4).
+
+``finetune`` trains ``SequenceClassifier(backbone)`` with AdamW (no decay on norms and biases),
+linear warmup and decay, evaluates on dev after every epoch and keeps the best epoch's weights
+(in memory), then scores the test split with them.  ``init="random"`` gives the baseline
+without pre-training: the same architecture, config and tokenizer, freshly initialised.
+
+Outputs in ``out_dir``: ``results.json`` (config, per-epoch history, dev and test metrics) and
+``predictions.jsonl`` (one test example per line: text, label, prediction, probabilities).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ptmkit.config import to_dict
+from ptmkit.data.tasks import TaskData, TaskSplit
+from ptmkit.errors import PtmError
+from ptmkit.tasks.classification import POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
+from ptmkit.tasks.metrics import classification_metrics
+
+log = logging.getLogger(__name__)
+
+INITS = ("pretrained", "random")
+SELECT = ("accuracy", "macro_f1", "f1", "loss")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning settings.
+
+    lr: peak AdamW learning rate (BERT used 2e-5..5e-5 for base models; small models and
+        randomly initialised ones like more, ~1e-4).
+    warmup: fraction of the optimizer steps with a linear LR warmup (then linear decay to 0).
+    max_seq_len: tokens per example including the special tokens (truncated beyond).
+    dropout: before the classifier; ``None`` keeps the backbone's dropout rate.
+    pooling: ``auto`` (``cls`` for BERT, ``last`` for GPT), ``cls``, ``last`` or ``mean``.
+    select: dev metric that picks the epoch whose weights are kept (``loss`` is minimised).
+    """
+
+    epochs: int = 10
+    lr: float = 1e-4
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    max_seq_len: int = 128
+    clip_norm: float = 1.0
+    dropout: float | None = None
+    pooling: str = "auto"
+    select: str = "accuracy"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PtmError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    object.__setattr__(self, name, float(value))
+                except ValueError:
+                    raise PtmError(f"{name} must be a number, got {value!r}") from None
+        if self.lr <= 0:
+            raise PtmError(f"lr must be positive, got {self.lr}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise PtmError(f"warmup is a fraction of the steps in [0, 1), got {self.warmup}")
+        if self.weight_decay < 0 or self.clip_norm < 0:
+            raise PtmError("weight_decay and clip_norm must be >= 0")
+        if self.dropout is not None and not 0.0 <= float(self.dropout) < 1.0:
+            raise PtmError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.pooling not in POOLINGS:
+            raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
+        if self.select not in SELECT:
+            raise PtmError(f"select must be one of {', '.join(SELECT)}, got {self.select!r}")
+
+
+# ------------------------------------------------------------------------------------- the model
+
+
+def load_model(model: Any):
+    """A :class:`ptmkit.train.checkpoint.Pretrained` from a run/checkpoint path (or itself)."""
+    if model is None:
+        raise PtmError("no model given: pass a pre-training run or checkpoint directory")
+    if isinstance(model, (str, os.PathLike)):
+        from ptmkit.train.checkpoint import load_pretrained
+
+        return load_pretrained(model)
+    return model
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Plain token ids (no special tokens) for each text."""
+    return [list(ids) for ids in tokenizer.encode_batch(texts)]
+
+
+def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool) -> EncodedInputs:
+    pairs = token_ids(tokenizer, split.text_pairs) if split.text_pairs is not None else None
+    return encode_inputs(token_ids(tokenizer, split.texts), pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
+
+
+def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init: str, seed: int) -> SequenceClassifier:
+    """The classifier on a copy of the pre-trained backbone, or on a fresh one (``init="random"``)."""
+    if init not in INITS:
+        raise PtmError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    torch.manual_seed(seed)  # the new head (and a random backbone) depend only on the seed
+    if init == "pretrained":
+        backbone = copy.deepcopy(pretrained.backbone)
+    else:
+        backbone = type(pretrained.backbone)(pretrained.backbone.config)
+    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout)
+
+
+# ------------------------------------------------------------------------------------ evaluation
+
+
+@torch.no_grad()
+def predict(
+    model: SequenceClassifier, inputs: EncodedInputs, pad_id: int, batch_size: int, with_token_types: bool
+) -> np.ndarray:
+    """Class probabilities ``[N, K]`` (float64), in the order of ``inputs``.
+
+    Examples are batched by length (sorted), which keeps padding, and CPU time, low.
+    """
+    model.eval()
+    order = np.argsort(inputs.lengths, kind="stable")
+    probs = np.zeros((len(inputs), model.num_labels), dtype=np.float64)
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        batch = collate(inputs, index, pad_id, with_token_types=with_token_types)
+        probs[index] = torch.softmax(model.logits(batch).double(), dim=-1).numpy()
+    return probs
+
+
+def score(probs: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:
+    """Metrics of the arg-max predictions plus the mean cross-entropy ``loss``."""
+    out = classification_metrics(labels, probs.argmax(axis=1), num_labels)
+    out["loss"] = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean())
+    return out
+
+
+def _better(metric: str, new: float, best: float | None) -> bool:
+    if best is None:
+        return True
+    return new < best if metric == "loss" else new > best
+
+
+# -------------------------------------------------------------------------------------- outputs
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def prepare_out_dir(out_dir: str | Path, overwrite: bool = False) -> Path:
+    """Create ``out_dir``; an existing non-empty one is an error unless ``overwrite``."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PtmError(f"output path {out} exists and is not a directory")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise PtmError(f"output directory {out} is not empty; choose a new -o directory (nothing was overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
+    lines = []
+    for i, text in enumerate(split.texts):
+        row: dict[str, Any] = {"text": text}
+        if split.text_pairs is not None:
+            row["text_pair"] = split.text_pairs[i]
+        row["label"] = label_names[int(split.labels[i])]
+        row["prediction"] = label_names[int(probs[i].argmax())]
+        row["probabilities"] = {str(name): round(float(p), 6) for name, p in zip(label_names, probs[i])}
+        lines.append(json.dumps(row, ensure_ascii=False))
+    _atomic_write(path, "\n".join(lines) + "\n")
+
+
+# -------------------------------------------------------------------------------------- training
+
+
+def finetune(
+    model: Any,
+    task_data: TaskData,
+    out_dir: str | Path | None,
+    cfg: FinetuneConfig = FinetuneConfig(),
+    init: str = "pretrained",
+    seed: int = 0,
+    overwrite: bool = False,
+    progress: bool = True,
+    desc: str | None = None,
+) -> dict[str, Any]:
+    """Fine-tune ``model`` (a run/checkpoint path or a loaded ``Pretrained``) on ``task_data``.
+
+    Returns the result dict also written to ``out_dir/results.json`` (``out_dir=None`` writes
+    nothing): ``dev``/``test`` metrics of the selected epoch, ``best_epoch``, per-epoch ``history``.
+    """
+    started = time.time()
+    pretrained = load_model(model)
+    out = prepare_out_dir(out_dir, overwrite) if out_dir is not None else None
+    tokenizer = pretrained.tokenizer
+    mcfg = pretrained.backbone.config
+    if cfg.max_seq_len > mcfg.max_position:
+        raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={mcfg.max_position}")
+    with_types = mcfg.type_vocab_size >= (2 if task_data.is_pair else 1)
+
+    encoded = {s: encode_split(task_data.split(s), tokenizer, cfg.max_seq_len, mcfg.causal) for s in ("train", "dev", "test")}
+    train_labels = task_data.train.labels
+    clf = build_classifier(pretrained, task_data.num_labels, cfg, init, seed)
+
+    from ptmkit.train.optim import param_groups
+
+    groups = param_groups(clf, cfg.weight_decay, cfg.lr)
+    for g in groups:
+        g.pop("names", None)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    steps_per_epoch = math.ceil(len(task_data.train) / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    warmup = int(round(cfg.warmup * total))
+
+    def lr_factor(s: int) -> float:  # linear warmup, then linear decay to 0 (BERT)
+        if s < warmup:
+            return (s + 1) / warmup
+        return max(0.0, (total - s) / max(1, total - warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    rng = np.random.default_rng(seed)
+    history: list[dict[str, Any]] = []
+    best_state: dict[str, torch.Tensor] | None = None
+    best_value: float | None = None
+    best_epoch = 0
+    bar = tqdm(total=total, desc=desc or f"fine-tune {init} seed={seed}", unit="step", disable=not progress, leave=False)
+    for epoch in range(1, cfg.epochs + 1):
+        clf.train()
+        order = rng.permutation(len(task_data.train))
+        losses = []
+        for start in range(0, len(order), cfg.batch_size):
+            batch = collate(encoded["train"], order[start : start + cfg.batch_size], tokenizer.pad_id, train_labels, with_types)
+            loss = clf(batch).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(clf.parameters(), cfg.clip_norm)
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}")
+        dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
+        dev = score(dev_probs, task_data.dev.labels, task_data.num_labels)
+        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"dev_{k}": v for k, v in dev.items()}})
+        if _better(cfg.select, dev[cfg.select], best_value):
+            best_value, best_epoch = dev[cfg.select], epoch
+            best_state = {k: v.detach().clone() for k, v in clf.state_dict().items()}
+        bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}", dev_acc=f"{dev['accuracy']:.3f}")
+        log.debug("epoch %d train_loss %.4f dev %s", epoch, np.mean(losses), dev)
+    bar.close()
+
+    assert best_state is not None
+    clf.load_state_dict(best_state)
+    dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
+    test_probs = predict(clf, encoded["test"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
+    result: dict[str, Any] = {
+        "task": task_data.name,
+        "init": init,
+        "seed": seed,
+        "model": str(model) if isinstance(model, (str, os.PathLike)) else None,
+        "labels": [str(x) for x in task_data.label_names],
+        "sizes": {s: len(task_data.split(s)) for s in ("train", "dev", "test")},
+        "best_epoch": best_epoch,
+        "dev": score(dev_probs, task_data.dev.labels, task_data.num_labels),
+        "test": score(test_probs, task_data.test.labels, task_data.num_labels),
+        "history": history,
+        "config": to_dict(cfg),
+        "num_parameters": sum(p.numel() for p in clf.parameters()),
+        "time_s": round(time.time() - started, 2),
+    }
+    if out is not None:
+        write_predictions(out / "predictions.jsonl", task_data.test, task_data.label_names, test_probs)
+        _atomic_write(out / "results.json", json.dumps(result, indent=2) + "\n")
+    return result
+
+
+# ---------------------------------------------------------------------------- several seeds / inits
+
+
+def run_seeds(
+    model: Any,
+    task_data: TaskData,
+    out_dir: str | Path | None,
+    cfg: FinetuneConfig,
+    inits: list[str],
+    seeds: list[int],
+    overwrite: bool = False,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """``finetune`` for every (init, seed); run ``i`` writes into ``out_dir/{init}-seed{seed}``."""
+    pretrained = load_model(model)
+    results = []
+    n = len(inits) * len(seeds)
+    for seed in seeds:  # seeds outermost: a partial run still compares the inits on equal seeds
+        for init in inits:
+            sub = Path(out_dir) / f"{init}-seed{seed}" if out_dir is not None else None
+            desc = f"[{len(results) + 1}/{n}] {init} seed={seed}"
+            r = finetune(pretrained, task_data, sub, cfg, init=init, seed=seed, overwrite=overwrite, progress=progress, desc=desc)
+            if isinstance(model, (str, os.PathLike)):
+                r["model"] = str(model)
+            log.info("%s: dev acc %.4f (epoch %d), test acc %.4f", desc, r["dev"]["accuracy"], r["best_epoch"], r["test"]["accuracy"])
+            results.append(r)
+    return results
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per init: mean and sample sd over seeds of each test metric, plus the per-seed values."""
+    out: dict[str, dict[str, Any]] = {}
+    for init in dict.fromkeys(r["init"] for r in results):
+        rows = [r for r in results if r["init"] == init]
+        entry: dict[str, Any] = {"seeds": [r["seed"] for r in rows], "n": len(rows)}
+        for split in ("test", "dev"):
+            for metric in rows[0][split]:
+                values = np.array([r[split][metric] for r in rows], dtype=np.float64)
+                entry[f"{split}_{metric}"] = {
+                    "mean": float(values.mean()),
+                    "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                    "values": values.tolist(),
+                }
+        entry["best_epochs"] = [r["best_epoch"] for r in rows]
+        out[init] = entry
+    return out
+
+
+def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> str:
+    """A plain-text table: condition | test accuracy mean ± sd | F1 | per-seed accuracies."""
+    labels = labels or {}
+    f1_key = "test_f1" if all("test_f1" in e for e in summary.values()) else "test_macro_f1"
+    head = ["condition", "test accuracy (mean ± sd)", "F1" if f1_key == "test_f1" else "macro-F1", "per-seed accuracy"]
+    rows = []
+    for init, e in summary.items():
+        acc, f1 = e["test_accuracy"], e[f1_key]
+        per_seed = "  ".join(f"s{s}:{v:.3f}" for s, v in zip(e["seeds"], acc["values"]))
+        rows.append([labels.get(init, init), f"{acc['mean']:.4f} ± {acc['sd']:.4f}", f"{f1['mean']:.4f} ± {f1['sd']:.4f}", per_seed])
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
+    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(head), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows])

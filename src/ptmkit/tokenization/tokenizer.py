@@ -1,0 +1,266 @@
+"""``Tokenizer``: a thin layer over HF ``tokenizers`` shared by every model in ptmkit.
+
+All kinds (see :mod:`ptmkit.tokenization.kinds`) expose the same special tokens
+``[PAD] [UNK] [CLS] [SEP] [MASK]``, so masked and causal LM objectives work over any of them.
+The file format is plain ``tokenizer.json``; ptmkit's kind is recovered from its structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models
+
+from ptmkit.errors import PtmError, suggest
+from ptmkit.tokenization import kinds as K
+
+
+def _is_cjk(ch: str) -> bool:
+    """CJK ideographs (the ranges BERT's tokenizer isolates)."""
+    cp = ord(ch)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+class Tokenizer:
+    """A trained tokenizer of one ``kind``: ``wordpiece``, ``bpe``, ``unigram``, ``char`` or ``word``."""
+
+    def __init__(self, hf: HFTokenizer, kind: str, lowercase: bool) -> None:
+        self._tok = hf
+        # Files written by other tools may carry padding/truncation settings; ptmkit pads and
+        # truncates itself, so both are switched off.
+        self._tok.no_padding()
+        self._tok.no_truncation()
+        self.kind = kind
+        self.lowercase = lowercase
+        missing = [t for t in K.SPECIAL_TOKENS if self._tok.token_to_id(t) is None]
+        if missing:
+            raise PtmError(
+                f"tokenizer lacks the special tokens {', '.join(missing)}; "
+                "train it with `ptm tokenizer train` (which reserves them) or add them to the vocabulary"
+            )
+        if self._tok.post_processor is None:
+            K.add_post_processor(self._tok)
+        self.pad_id: int = self._tok.token_to_id(K.PAD)
+        self.unk_id: int = self._tok.token_to_id(K.UNK)
+        self.cls_id: int = self._tok.token_to_id(K.CLS)
+        self.sep_id: int = self._tok.token_to_id(K.SEP)
+        self.mask_id: int = self._tok.token_to_id(K.MASK)
+        self.special_ids: frozenset[int] = frozenset(
+            {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+        )
+        self._char_tables: tuple[np.ndarray, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def train(
+        cls,
+        files: Sequence[str | os.PathLike[str]],
+        kind: str,
+        vocab_size: int,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        show_progress: bool = False,
+    ) -> "Tokenizer":
+        """Train a tokenizer of ``kind`` on text ``files`` (read by the Rust trainer, streaming)."""
+        check_kind(kind)
+        if vocab_size < len(K.SPECIAL_TOKENS) + 1:
+            raise PtmError(f"vocab_size must exceed the {len(K.SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+        paths = [str(f) for f in files]
+        if not paths:
+            raise PtmError("no training files given")
+        for p in paths:
+            if not Path(p).is_file():
+                raise PtmError(f"training file not found: {p}")
+        if all(Path(p).stat().st_size == 0 for p in paths):
+            raise PtmError(f"training files are empty: {', '.join(paths)}")
+        tok = K.build(kind, lowercase)
+        try:
+            tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
+        except Exception as exc:  # the Rust trainer reports bad bytes as a generic exception
+            raise PtmError(f"cannot train a {kind} tokenizer on {', '.join(paths)}: {exc}") from exc
+        K.add_post_processor(tok)
+        return cls(tok, kind, lowercase)
+
+    @classmethod
+    def from_wordpiece_vocab(cls, vocab_txt: str | os.PathLike[str], lowercase: bool = True) -> "Tokenizer":
+        """A BERT tokenizer from a ``vocab.txt`` (one token per line, id = line number)."""
+        path = Path(vocab_txt)
+        if not path.is_file():
+            raise PtmError(f"vocabulary file not found: {path}")
+        vocab: dict[str, int] = {}
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                token = line.rstrip("\n").rstrip("\r")
+                vocab.setdefault(token, i)
+        missing = [t for t in K.SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise PtmError(f"{path} lacks the special tokens {', '.join(missing)}; it is not a BERT vocabulary")
+        tok = K.build("wordpiece", lowercase)
+        tok.model = models.WordPiece(vocab, unk_token=K.UNK, continuing_subword_prefix="##", max_input_chars_per_word=100)
+        tok.add_special_tokens(list(K.SPECIAL_TOKENS))
+        K.add_post_processor(tok)
+        return cls(tok, "wordpiece", lowercase)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Tokenizer":
+        """Load a ``tokenizer.json`` (or a directory holding ``tokenizer.json`` or a BERT ``vocab.txt``)."""
+        p = Path(path)
+        if p.is_dir():
+            if (p / "tokenizer.json").is_file():
+                p = p / "tokenizer.json"
+            elif (p / "vocab.txt").is_file():
+                return cls.from_wordpiece_vocab(p / "vocab.txt", lowercase=_hf_lowercase(p))
+            else:
+                raise PtmError(f"{p} holds neither tokenizer.json nor vocab.txt")
+        if not p.is_file():
+            raise PtmError(f"tokenizer file not found: {p}")
+        text = p.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+            hf = HFTokenizer.from_str(text)
+        except Exception as exc:
+            raise PtmError(f"{p} is not a valid tokenizer.json ({exc}); was it truncated?") from exc
+        kind, lowercase = K.detect_kind(data)
+        if kind is None:
+            raise PtmError(f"{p}: unsupported tokenizer model {data.get('model', {}).get('type')!r}")
+        return cls(hf, kind, lowercase)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``tokenizer.json`` (``path`` may be a directory); written to a temp file, then renamed."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / "tokenizer.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(self._tok.to_str(pretty=True), encoding="utf-8")
+        os.replace(tmp, p)
+        return p
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text`` (``[CLS] text [SEP]`` with ``add_special_tokens``)."""
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+        """Token ids of many texts, encoded in parallel by the Rust batch encoder."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+
+    def encode_pair(self, a: str, b: str) -> tuple[list[int], list[int]]:
+        """``[CLS] a [SEP] b [SEP]`` ids and token type ids (0 for a's part, 1 for b's)."""
+        enc = self._tok.encode(a, b, add_special_tokens=True)
+        return enc.ids, enc.type_ids
+
+    def tokenize(self, text: str) -> list[str]:
+        """Token strings of ``text`` (no special tokens)."""
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def word_ids(self, text: str) -> list[int | None]:
+        """For each token of ``encode(text)``, the index of the word it belongs to.
+
+        Words are the pre-tokenizer's units (for ``char``: whitespace-separated runs, each CJK
+        character and each space a word of its own).  Used for whole-word masking.
+        """
+        enc = self._tok.encode(text, add_special_tokens=False)
+        if self.kind != "char":
+            return list(enc.word_ids)
+        ids = np.asarray(enc.ids, dtype=np.int64)
+        if ids.size == 0:
+            return []
+        is_space, is_cjk = self._char_tables_()
+        sp, cj = is_space[ids], is_cjk[ids]
+        edge = sp | cj
+        start = np.ones(ids.size, dtype=bool)
+        start[1:] = edge[1:] | edge[:-1]
+        return (np.cumsum(start) - 1).tolist()
+
+    def _char_tables_(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._char_tables is None:
+            n = self.vocab_size
+            is_space = np.zeros(n, dtype=bool)
+            is_cjk = np.zeros(n, dtype=bool)
+            for token, i in self._tok.get_vocab(with_added_tokens=True).items():
+                is_space[i] = token == K.SPACE
+                is_cjk[i] = len(token) == 1 and _is_cjk(token)
+            self._char_tables = (is_space, is_cjk)
+        return self._char_tables
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids`` (the kind's decoder restores spaces / joins subwords)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    # ------------------------------------------------------------------ vocabulary
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (largest id + 1), added tokens included."""
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self._tok.id_to_token(int(i))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    @property
+    def backend(self) -> HFTokenizer:
+        """The underlying ``tokenizers.Tokenizer``."""
+        return self._tok
+
+    def to_json(self) -> str:
+        return self._tok.to_str()
+
+    def sha256(self) -> str:
+        """Digest of the serialised tokenizer (what a corpus records to detect a mismatch)."""
+        return hashlib.sha256(self._tok.to_str(pretty=True).encode("utf-8")).hexdigest()
+
+    def to_transformers(self) -> Any:
+        """A ``transformers.PreTrainedTokenizerFast`` with the special tokens set (for HF export)."""
+        try:
+            from transformers import PreTrainedTokenizerFast
+        except ImportError as exc:  # optional dependency
+            raise PtmError("HF export needs transformers: pip install 'ptmkit[interop]'") from exc
+        copy = HFTokenizer.from_str(self._tok.to_str())
+        return PreTrainedTokenizerFast(
+            tokenizer_object=copy,
+            unk_token=K.UNK,
+            pad_token=K.PAD,
+            cls_token=K.CLS,
+            sep_token=K.SEP,
+            mask_token=K.MASK,
+            do_lower_case=self.lowercase,
+        )
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+
+
+def check_kind(kind: str) -> None:
+    if kind not in K.KINDS:
+        raise PtmError(f"unknown tokenizer kind {kind!r}{suggest(kind, K.KINDS)}; kinds: {', '.join(K.KINDS)}")
+
+
+def _hf_lowercase(model_dir: Path) -> bool:
+    """``do_lower_case`` from an HF ``tokenizer_config.json`` (BERT default: True)."""
+    cfg = model_dir / "tokenizer_config.json"
+    if cfg.is_file():
+        try:
+            return bool(json.loads(cfg.read_text(encoding="utf-8")).get("do_lower_case", True))
+        except json.JSONDecodeError:
+            pass
+    return True

@@ -1,0 +1,393 @@
+"""Checkpoint directories: written atomically, validated on load.
+
+Layout::
+
+    RUN_DIR/checkpoints/step-0000200/   config.json  model.safetensors  tokenizer.json  trainer_state.pt
+    RUN_DIR/checkpoints/latest          text file naming the newest complete checkpoint
+
+A checkpoint is first written into ``checkpoints/.tmp-XXXX`` (every file fsync'ed), then renamed
+to its final name, and only then is ``latest`` replaced (temp file + ``os.replace``).  A process
+killed at any moment therefore leaves the previous checkpoint complete and ``latest`` pointing at
+it; leftover ``.tmp-*`` directories are ignored by readers and removed by the next save.
+
+Tied weights (the MLM/LM decoder shares the word embeddings) are stored once:
+``safetensors.torch.save_model`` drops the aliases and ``load_model`` restores them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from ptmkit.errors import PtmError
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+CONFIG_FILE = "config.json"
+MODEL_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+STATE_FILE = "trainer_state.pt"
+TMP_PREFIX = ".tmp-"
+_STEP_RE = re.compile(r"^step-(\d+)$")
+
+Extra = Callable[[Path], None] | dict[str, Any] | None
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:07d}"
+
+
+# -- low-level atomic writing ---------------------------------------------------------------
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or directory to disk (directories: so a rename is durable)."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success it replaces ``final`` in one rename.
+
+    On an exception the temporary directory is removed and ``final`` is untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=final.parent))
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                _fsync(f)
+        _fsync(tmp)
+        old = None
+        if final.exists():
+            # Move the old copy aside first: rename onto a non-empty directory is not allowed.
+            old = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + "old-", dir=final.parent))
+            os.rename(final, old / final.name)
+        os.rename(tmp, final)
+        _fsync(final.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file in the same directory + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync(path.parent)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- writing pieces -------------------------------------------------------------------------
+
+
+def write_config(directory: Path, config: dict[str, Any]) -> None:
+    (Path(directory) / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def write_tokenizer(directory: Path, tokenizer: Any) -> None:
+    """Save a tokenizer object (``.save(path)``) or copy a ``tokenizer.json`` file; ``None`` skips."""
+    if tokenizer is None:
+        return
+    target = Path(directory) / TOKENIZER_FILE
+    if isinstance(tokenizer, (str, os.PathLike)):
+        shutil.copyfile(tokenizer, target)
+    else:
+        tokenizer.save(target)
+
+
+def write_extra(directory: Path, extra: Extra) -> None:
+    """``extra`` is a callable writing into ``directory`` or a dict with ``config`` and ``tokenizer``."""
+    if extra is None:
+        return
+    if callable(extra):
+        extra(Path(directory))
+        return
+    if "config" in extra and extra["config"] is not None:
+        write_config(directory, extra["config"])
+    write_tokenizer(directory, extra.get("tokenizer"))
+
+
+def write_model(directory: Path, model: nn.Module) -> None:
+    from safetensors.torch import save_model
+
+    from ptmkit.train.distributed import unwrap
+
+    save_model(unwrap(model), str(Path(directory) / MODEL_FILE))
+
+
+# -- run directories ------------------------------------------------------------------------
+
+
+def checkpoint_steps(run_dir: Path) -> list[tuple[int, Path]]:
+    """Completed checkpoints of a run, oldest first (temporary directories are ignored)."""
+    ckdir = Path(run_dir) / CHECKPOINTS
+    if not ckdir.is_dir():
+        return []
+    out = []
+    for p in ckdir.iterdir():
+        m = _STEP_RE.match(p.name)
+        if m and p.is_dir():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint named by ``checkpoints/latest`` (else the highest-numbered one), or ``None``."""
+    ckdir = Path(run_dir) / CHECKPOINTS
+    pointer = ckdir / LATEST
+    if pointer.is_file():
+        name = pointer.read_text(encoding="utf-8").strip()
+        if _STEP_RE.match(name) and (ckdir / name).is_dir():
+            return ckdir / name
+    steps = checkpoint_steps(run_dir)
+    return steps[-1][1] if steps else None
+
+
+def clean_stale(run_dir: Path) -> None:
+    """Remove temporary directories/files left by a process killed while saving."""
+    ckdir = Path(run_dir) / CHECKPOINTS
+    if not ckdir.is_dir():
+        return
+    for p in ckdir.iterdir():
+        if p.name.startswith(TMP_PREFIX):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest checkpoints (never the one ``latest`` names)."""
+    current = latest_checkpoint(run_dir)
+    steps = checkpoint_steps(run_dir)
+    for _, path in steps[: max(0, len(steps) - keep)]:
+        if current is None or path.resolve() != current.resolve():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    trainer_state: dict[str, Any] | None = None,
+    extra: Extra = None,
+    keep: int = 2,
+) -> Path:
+    """Write ``RUN_DIR/checkpoints/step-NNNNNNN`` atomically, point ``latest`` at it, prune old ones."""
+    run_dir = Path(run_dir)
+    ckdir = run_dir / CHECKPOINTS
+    ckdir.mkdir(parents=True, exist_ok=True)
+    clean_stale(run_dir)
+    final = ckdir / step_name(step)
+    with atomic_dir(final) as tmp:
+        write_extra(tmp, extra)
+        write_model(tmp, model)
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / STATE_FILE)
+    atomic_write_text(ckdir / LATEST, final.name + "\n")
+    prune(run_dir, keep)
+    return final
+
+
+# -- reading and validation -----------------------------------------------------------------
+
+
+def resolve_checkpoint(path: Path | str) -> Path:
+    """A checkpoint directory from a checkpoint directory or a run directory (its latest)."""
+    path = Path(path)
+    if not path.exists():
+        raise PtmError(f"{path} does not exist: give a run directory or a checkpoint directory")
+    if (path / MODEL_FILE).exists() or (path / CONFIG_FILE).exists() and not (path / CHECKPOINTS).is_dir():
+        return path
+    if (path / CHECKPOINTS).is_dir():
+        ck = latest_checkpoint(path)
+        if ck is None:
+            raise PtmError(f"run directory {path} has no checkpoint yet (nothing under {path / CHECKPOINTS})")
+        return ck
+    raise PtmError(
+        f"{path} is neither a checkpoint directory (with {MODEL_FILE}) nor a run directory (with {CHECKPOINTS}/)"
+    )
+
+
+def check_safetensors(path: Path) -> dict[str, Any]:
+    """Parse a safetensors header and check the file is complete; return the header."""
+    path = Path(path)
+    if not path.is_file():
+        raise PtmError(f"checkpoint file {path} is missing")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ValueError("shorter than the 8-byte header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > size - 8:
+                raise ValueError(f"header length {n} exceeds the file size {size}")
+            header = json.loads(f.read(n))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise PtmError(f"{path} is not a valid safetensors file ({exc}); the checkpoint is corrupt or truncated") from exc
+    if size != 8 + n + end:
+        raise PtmError(
+            f"{path} is truncated or corrupt: {size} bytes on disk, {8 + n + end} expected; "
+            f"use an earlier checkpoint of the run"
+        )
+    return header
+
+
+def validate_checkpoint(ck: Path, need_state: bool = False) -> None:
+    """Raise :class:`PtmError` unless ``ck`` holds a complete checkpoint."""
+    ck = Path(ck)
+    required = [CONFIG_FILE, MODEL_FILE] + ([STATE_FILE] if need_state else [])
+    for name in required:
+        f = ck / name
+        if not f.is_file() or f.stat().st_size == 0:
+            raise PtmError(f"checkpoint {ck} is incomplete: {name} is missing or empty")
+    check_safetensors(ck / MODEL_FILE)
+    read_config(ck)
+
+
+def read_config(ck: Path) -> dict[str, Any]:
+    f = Path(ck) / CONFIG_FILE
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise PtmError(f"checkpoint {ck} has no {CONFIG_FILE}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PtmError(f"{f} is not valid JSON ({exc}); the checkpoint is corrupt") from exc
+
+
+def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
+    """Load ``model.safetensors`` of checkpoint ``ck`` into ``model`` (tied weights restored)."""
+    from safetensors.torch import load_model
+
+    from ptmkit.train.distributed import unwrap
+
+    f = Path(ck) / MODEL_FILE
+    check_safetensors(f)
+    try:
+        load_model(unwrap(model), str(f), strict=strict)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
+
+
+def load_trainer_state(ck: Path) -> dict[str, Any]:
+    f = Path(ck) / STATE_FILE
+    if not f.is_file() or f.stat().st_size == 0:
+        raise PtmError(f"checkpoint {ck} has no training state ({STATE_FILE}); it cannot be resumed")
+    try:
+        # Our own file: it holds numpy/python RNG states, which the weights-only loader rejects.
+        return torch.load(f, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many kinds for a damaged pickle/zip
+        raise PtmError(f"{f} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is corrupt or truncated") from exc
+
+
+# -- pretrained models ----------------------------------------------------------------------
+
+
+@dataclass
+class Pretrained:
+    """A loaded pre-trained model: its resolved config, tokenizer, backbone and objective (heads)."""
+
+    config: dict[str, Any]
+    tokenizer: Any
+    backbone: nn.Module
+    objective: nn.Module
+    path: Path | None = None
+    _model: nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> nn.Module:
+        """The ``PretrainModel`` (backbone + objective) sharing these modules."""
+        if self._model is None:
+            from ptmkit.objectives.base import PretrainModel
+
+            self._model = PretrainModel(self.backbone, self.objective)
+        return self._model
+
+
+def save_pretrained(directory: Path | str, config: dict[str, Any], model: nn.Module, tokenizer: Any) -> Path:
+    """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically."""
+    directory = Path(directory)
+    with atomic_dir(directory) as tmp:
+        write_config(tmp, config)
+        write_model(tmp, model)
+        write_tokenizer(tmp, tokenizer)
+    return directory
+
+
+def build_model(config: dict[str, Any], tokenizer: Any) -> tuple[nn.Module, nn.Module]:
+    """``(backbone, objective)`` freshly initialised from a resolved config."""
+    from ptmkit import registry
+    from ptmkit.config import from_dict
+    from ptmkit.models.config import TransformerConfig
+    from ptmkit.models.transformer import Backbone
+
+    if "model" not in config or "objective" not in config:
+        raise PtmError("the config has no 'model' or 'objective' section; is this a ptmkit checkpoint?")
+    model_cfg = from_dict(TransformerConfig, config["model"], "model")
+    section = dict(config["objective"])
+    name = section.pop("name", None)
+    if not name:
+        raise PtmError("the config's 'objective' section has no 'name'")
+    cls = registry.get("objective", name)
+    obj_cfg = from_dict(cls.config_class, section, "objective")
+    backbone = Backbone(model_cfg)
+    objective = cls(obj_cfg, model_cfg, tokenizer)
+    return backbone, objective
+
+
+def load_pretrained(path: Path | str, device: str | torch.device = "cpu") -> Pretrained:
+    """Load a run directory (its latest checkpoint) or a checkpoint directory, in eval mode."""
+    from ptmkit.objectives.base import PretrainModel
+    from ptmkit.tokenization import Tokenizer
+
+    ck = resolve_checkpoint(path)
+    validate_checkpoint(ck)
+    config = read_config(ck)
+    tok_file = ck / TOKENIZER_FILE
+    if not tok_file.is_file():
+        raise PtmError(f"checkpoint {ck} has no {TOKENIZER_FILE}")
+    tokenizer = Tokenizer.load(tok_file)
+    backbone, objective = build_model(config, tokenizer)
+    model = PretrainModel(backbone, objective)
+    load_model_weights(model, ck)
+    model.to(device).eval()
+    return Pretrained(config, tokenizer, backbone, objective, ck, model)

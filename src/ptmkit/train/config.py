@@ -1,0 +1,104 @@
+"""``TrainConfig``: every knob of the training loop (the preset's ``train`` section)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ptmkit.errors import PtmError, suggest
+
+SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training-loop settings.
+
+    batch_size: examples per optimizer step, summed over all ranks and micro-batches.
+    grad_accum: micro-batches per optimizer step (each rank's rows are split into this many).
+    seq_len: tokens per example (at most ``model.max_position``).
+    schedule: ``linear`` (warmup + linear decay, BERT), ``cosine``, ``constant``,
+        ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer).
+    layer_decay: layer-wise LR decay (ELECTRA): layer ``i`` of ``L`` gets ``lr * layer_decay**(L - i)``,
+        embeddings ``lr * layer_decay**(L + 1)``; 1.0 disables it.
+    eval_every / save_every / log_every: in optimizer steps; 0 disables (eval and save still run at the end).
+    eval_batches: at most this many evaluation batches per evaluation.
+    eval_fraction: share of the training examples held out for evaluation when no eval data is given.
+    keep_checkpoints: number of most recent checkpoints kept (older ones are deleted).
+    precision: ``fp32`` or ``bf16`` (autocast; CUDA only, ignored with a warning on CPU).
+    device: ``auto`` (CUDA if available), ``cpu``, ``cuda`` or ``cuda:N``.
+    num_threads: CPU threads for torch (0 keeps torch's default).
+    nan_guard: a step with a non-finite loss or gradient is skipped with a warning; after this many
+        consecutive skipped steps training stops with an error (0 disables the guard).
+    """
+
+    batch_size: int = 32
+    grad_accum: int = 1
+    seq_len: int = 128
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    max_steps: int = 1000
+    schedule: str = "linear"
+    stlr_cut_frac: float = 0.1
+    stlr_ratio: float = 32.0
+    min_lr_ratio: float = 0.0
+    layer_decay: float = 1.0
+    clip_norm: float = 1.0
+    eval_every: int = 0
+    eval_batches: int = 50
+    eval_fraction: float = 0.05
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    seed: int = 0
+    precision: str = "fp32"
+    device: str = "auto"
+    num_threads: int = 0
+    nan_guard: int = 5
+
+    def __post_init__(self) -> None:
+        def positive(name: str) -> None:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PtmError(f"train.{name} must be a positive integer, got {value!r}")
+
+        def non_negative(name: str) -> None:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise PtmError(f"train.{name} must be an integer >= 0, got {value!r}")
+
+        for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "keep_checkpoints", "eval_batches"):
+            positive(name)
+        for name in ("warmup_steps", "eval_every", "save_every", "log_every", "num_threads", "nan_guard", "seed"):
+            non_negative(name)
+        for name in ("lr", "eps", "weight_decay", "clip_norm", "min_lr_ratio", "layer_decay", "stlr_cut_frac", "stlr_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise PtmError(f"train.{name} must be a number, got {value!r}")
+        if self.lr <= 0 or self.eps <= 0:
+            raise PtmError(f"train.lr and train.eps must be positive (got lr={self.lr}, eps={self.eps})")
+        if self.weight_decay < 0 or self.clip_norm < 0:
+            raise PtmError("train.weight_decay and train.clip_norm must be >= 0 (clip_norm=0 disables clipping)")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise PtmError(f"train.min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise PtmError(f"train.layer_decay must be in (0, 1], got {self.layer_decay}")
+        if not 0.0 < self.stlr_cut_frac < 1.0 or self.stlr_ratio < 1.0:
+            raise PtmError("train.stlr_cut_frac must be in (0, 1) and train.stlr_ratio >= 1")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise PtmError(f"train.eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        if len(self.betas) != 2 or not all(0.0 <= float(b) < 1.0 for b in self.betas):
+            raise PtmError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
+        if self.schedule not in SCHEDULES:
+            raise PtmError(f"train.schedule={self.schedule!r} is not one of {SCHEDULES}{suggest(str(self.schedule), SCHEDULES)}")
+        if self.precision not in PRECISIONS:
+            raise PtmError(f"train.precision={self.precision!r} is not one of {PRECISIONS}{suggest(str(self.precision), PRECISIONS)}")
+        if self.batch_size % self.grad_accum:
+            raise PtmError(
+                f"train.batch_size={self.batch_size} is not divisible by train.grad_accum={self.grad_accum}"
+            )
+        if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
+            raise PtmError(f"train.device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")

@@ -1,0 +1,490 @@
+"""The training loop: one explicit loop for every model whose ``forward(batch) -> StepOutput``.
+
+Per optimizer step ``g`` (0-based): the batch is ``train_batches(g // steps_per_epoch,
+g % steps_per_epoch)`` (a pure function, so resuming jumps to the exact data position);
+this rank's rows are split into ``grad_accum`` micro-batches, each loss is scaled by
+``1 / grad_accum`` and back-propagated (under DDP gradients are all-reduced only on the last
+micro-batch), then gradients are clipped, AdamW steps and the LR schedule advances.
+
+Logged losses are token-weighted: each micro-batch loss is weighted by its ``n_predictions``
+and the sums are all-reduced over ranks, so a DDP run logs the same loss as one process
+seeing the whole global batch.  (The *gradient* is the mean of the per-rank means, as in
+every DDP implementation; when ranks hold different numbers of predicted positions this
+differs slightly from the global mean, so DDP and single-process loss curves agree to a
+small tolerance rather than exactly.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ptmkit.config import to_dict
+from ptmkit.errors import PtmError
+from ptmkit.train import checkpoint as ckpt
+from ptmkit.train import distributed as dist
+from ptmkit.train.config import TrainConfig
+from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
+from ptmkit.train.step import BatchSource, StepOutput
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+LOSS_PLOT = "loss.png"
+
+Callback = Callable[["Trainer", int], None]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def split_batch(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
+    """Split every tensor along dim 0 into ``parts`` micro-batches (other values are shared)."""
+    if parts == 1:
+        return [batch]
+    rows = next((v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim > 0), None)
+    if rows is None or rows < parts:
+        raise PtmError(f"a batch of {rows} rows cannot be split into train.grad_accum={parts} micro-batches")
+    pieces = {k: torch.tensor_split(v, parts, dim=0) for k, v in batch.items() if isinstance(v, torch.Tensor) and v.ndim > 0}
+    return [{k: (pieces[k][i] if k in pieces else v) for k, v in batch.items()} for i in range(parts)]
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+
+
+class Window:
+    """Running sums of one logging window (token-weighted loss and metrics, tokens, grad norms)."""
+
+    def __init__(self) -> None:
+        self.loss = 0.0
+        self.weight = 0.0
+        self.metrics: dict[str, float] = {}
+        self.tokens = 0.0
+        self.steps = 0
+        self.skipped = 0
+        self.grad_norm = 0.0
+
+    def add(self, out: StepOutput, loss: float) -> None:
+        w = float(out.n_predictions) if out.n_predictions and out.n_predictions > 0 else 1.0
+        self.loss += loss * w
+        self.weight += w
+        for k, v in out.metrics.items():
+            self.metrics[k] = self.metrics.get(k, 0.0) + float(v.detach()) * w
+        self.tokens += float(out.n_tokens)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def reduce(self, device: torch.device) -> None:
+        """Sum the window over ranks (every rank must call this)."""
+        if not dist.is_distributed():
+            return
+        keys = sorted(self.metrics)
+        t = torch.tensor([self.loss, self.weight, self.tokens, *[self.metrics[k] for k in keys]], dtype=torch.float64)
+        dist.all_reduce_sum(t.to(device) if device.type == "cuda" else t)
+        t = t.cpu()
+        self.loss, self.weight, self.tokens = float(t[0]), float(t[1]), float(t[2])
+        self.metrics = {k: float(t[3 + i]) for i, k in enumerate(keys)}
+
+
+class Trainer:
+    """Train ``model`` on ``train_batches`` as ``cfg`` says; write logs and checkpoints to ``run_dir``.
+
+    model: an ``nn.Module`` with ``forward(batch) -> StepOutput``.
+    train_batches: a :class:`~ptmkit.train.step.BatchSource` (this rank's rows of each global batch).
+    eval_batches: a source whose ``eval_batches()`` yields evaluation batches (``None``: no evaluation).
+    checkpoint_extra: ``callable(dir)`` or ``{"config": dict, "tokenizer": Tokenizer}``, written into
+        each checkpoint next to the weights.
+    callbacks: ``callback(trainer, step)`` called after every optimizer step (after logging, eval, save).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_batches: BatchSource,
+        cfg: TrainConfig,
+        run_dir: Path | str | None = None,
+        eval_batches: BatchSource | None = None,
+        checkpoint_extra: ckpt.Extra = None,
+        callbacks: Iterable[Callback] = (),
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.train_batches = train_batches
+        self.eval_source = eval_batches
+        self.checkpoint_extra = checkpoint_extra
+        self.callbacks = list(callbacks)
+        self.dist = dist.init_distributed(cfg.device)
+        self.device = dist.resolve_device(cfg.device, self.dist)
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        if cfg.batch_size % (self.dist.world_size * cfg.grad_accum):
+            raise PtmError(
+                f"train.batch_size={cfg.batch_size} must be divisible by world_size x grad_accum = "
+                f"{self.dist.world_size} x {cfg.grad_accum}"
+            )
+        if int(getattr(train_batches, "steps_per_epoch", 0)) <= 0:
+            raise PtmError("the training data yields no batch: it has fewer examples than train.batch_size")
+        self.model = model.to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg)
+        self.scheduler = build_scheduler(self.optimizer, cfg)
+        self.ddp_model = self.model  # replaced by the DDP wrapper in fit()
+        self.step = 0
+        self.window = Window()
+        self.nan_streak = 0
+        self.elapsed = 0.0
+        self.last_train: dict[str, Any] = {}
+        self.last_eval: dict[str, Any] = {}
+        if cfg.precision == "bf16" and self.device.type != "cuda":
+            log.warning("train.precision=bf16 needs CUDA; training in fp32 on %s", self.device)
+
+    # -- helpers ----------------------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        return self.dist.is_main
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.cfg.precision == "bf16" and self.device.type == "cuda":
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self.run_dir is None or not self.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _lr(self) -> float:
+        return max(g["lr"] for g in self.optimizer.param_groups)
+
+    # -- one optimizer step -----------------------------------------------------------------
+    def train_step(self) -> None:
+        """Run optimizer step number ``self.step + 1`` on global batch ``self.step``."""
+        cfg = self.cfg
+        spe = int(self.train_batches.steps_per_epoch)
+        batch = self.train_batches(self.step // spe, self.step % spe)
+        micro = split_batch(batch, cfg.grad_accum)
+        finite = True
+        loss_sum = 0.0
+        outs = []
+        for i, mb in enumerate(micro):
+            mb = to_device(mb, self.device)
+            sync = i == len(micro) - 1
+            ctx = self.ddp_model.no_sync() if (not sync and self.ddp_model is not self.model) else contextlib.nullcontext()
+            with ctx:
+                with self._autocast():
+                    out = self.ddp_model(mb)
+                (out.loss.float() / cfg.grad_accum).backward()
+            value = float(out.loss.detach())
+            finite = finite and math.isfinite(value)
+            outs.append((out, value))
+            loss_sum += value
+        max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        finite = finite and math.isfinite(grad_norm)
+        if dist.is_distributed():  # every rank must take the same decision
+            flag = torch.tensor([0.0 if finite else 1.0], device=self.device if self.device.type == "cuda" else "cpu")
+            finite = float(dist.all_reduce_sum(flag)) == 0.0
+        lr = self._lr()
+        if finite or cfg.nan_guard == 0:
+            self.optimizer.step()
+            self.nan_streak = 0
+            for out, value in outs:
+                self.window.add(out, value)
+            self.window.grad_norm += grad_norm
+            self.window.steps += 1
+        else:
+            self.nan_streak += 1
+            self.window.skipped += 1
+            log.warning(
+                "step %d: non-finite loss or gradient (loss %.4g, grad norm %.4g); step skipped (%d in a row)",
+                self.step + 1, loss_sum / len(micro), grad_norm, self.nan_streak,
+            )
+            if self.nan_streak >= cfg.nan_guard:
+                raise PtmError(
+                    f"training diverged: {self.nan_streak} consecutive steps had a non-finite loss or gradient "
+                    f"(at step {self.step + 1}); lower train.lr, raise train.warmup_steps or set train.clip_norm"
+                )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        self._step_lr = lr
+
+    # -- logging ----------------------------------------------------------------------------
+    def flush_log(self, window_start: float) -> dict[str, Any] | None:
+        """Average the window over steps and ranks, write it, start a new window (all ranks call)."""
+        w = self.window
+        w.reduce(self.device)
+        now = time.perf_counter()
+        if w.steps == 0 and w.skipped == 0:
+            return None
+        record: dict[str, Any] = {"step": self.step, "split": "train"}
+        spe = int(self.train_batches.steps_per_epoch)
+        record["epoch"] = round(self.step / spe, 4)
+        if w.weight > 0:
+            record["loss"] = w.loss / w.weight
+            for k in sorted(w.metrics):
+                record[k] = w.metrics[k] / w.weight
+        record["lr"] = getattr(self, "_step_lr", self._lr())
+        record["grad_norm"] = w.grad_norm / max(1, w.steps)
+        record["tokens_per_s"] = w.tokens / max(1e-9, now - window_start)
+        record["elapsed"] = self.elapsed + now - self._t0
+        if w.skipped:
+            record["skipped"] = w.skipped
+        self._write(record)
+        self.last_train = record
+        self.window = Window()
+        return record
+
+    # -- evaluation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, Any]:
+        """Token-weighted mean loss (and ``ppl = exp(loss)``) over at most ``cfg.eval_batches`` batches."""
+        if self.eval_source is None:
+            return {}
+        model = self.model
+        was_training = model.training
+        model.eval()
+        w = Window()
+        try:
+            for i, batch in enumerate(self.eval_source.eval_batches()):
+                if i >= self.cfg.eval_batches:
+                    break
+                with self._autocast():
+                    out = model(to_device(batch, self.device))
+                w.add(out, float(out.loss.detach().float()))
+        finally:
+            model.train(was_training)
+        # Each rank may hold different (or the same) eval rows; a weighted mean of sums is right either way.
+        w.reduce(self.device)
+        if w.weight == 0:
+            return {}
+        loss = w.loss / w.weight
+        record: dict[str, Any] = {"step": self.step, "split": "eval", "loss": loss, "ppl": _exp(loss)}
+        for k in sorted(w.metrics):
+            record[k] = w.metrics[k] / w.weight
+            if k.endswith("_loss"):
+                record[k[: -len("_loss")] + "_ppl"] = _exp(record[k])
+        self._write(record)
+        self.last_eval = record
+        return record
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def _extra(self) -> ckpt.Extra:
+        if self.checkpoint_extra is not None:
+            return self.checkpoint_extra
+        return {"config": {"train": to_dict(self.cfg)}}
+
+    def save(self) -> Path | None:
+        """Checkpoint the current step (collective under DDP; rank 0 writes)."""
+        if self.run_dir is None:
+            return None
+        self.window.reduce(self.device)
+        if not self.is_main:
+            self.window = Window() if dist.is_distributed() else self.window
+        rngs = dist.all_gather_object(rng_state())
+        path = None
+        if self.is_main:
+            state = {
+                "step": self.step,
+                "epoch": self.step // int(self.train_batches.steps_per_epoch),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng": rngs,
+                "window": self.window.state_dict(),
+                "nan_streak": self.nan_streak,
+                "elapsed": self.elapsed + time.perf_counter() - self._t0,
+                "world_size": self.dist.world_size,
+                "train_config": to_dict(self.cfg),
+            }
+            path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, self._extra(), self.cfg.keep_checkpoints)
+        dist.barrier()
+        return path
+
+    def load(self, ck: Path) -> None:
+        """Restore model, optimizer, scheduler, RNG states, step and log window from ``ck``."""
+        ckpt.validate_checkpoint(ck, need_state=True)
+        ckpt.load_model_weights(self.model, ck)
+        state = ckpt.load_trainer_state(ck)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise PtmError(f"the optimizer state in {ck} does not fit this model/config: {exc}") from exc
+        # The schedule follows the current config (e.g. a raised max_steps); identical otherwise.
+        schedule = build_schedule(self.cfg)
+        self.scheduler.lr_lambdas = [schedule for _ in self.optimizer.param_groups]
+        for g, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            g["lr"] = base * schedule(self.scheduler.last_epoch)
+        self.step = int(state["step"])
+        self.nan_streak = int(state.get("nan_streak", 0))
+        self.elapsed = float(state.get("elapsed", 0.0))
+        self.window = Window()
+        if self.is_main:
+            self.window.load_state_dict(state.get("window", {}))
+        rngs = state["rng"]
+        set_rng_state(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
+        if len(rngs) != self.dist.world_size:
+            log.warning("resuming a %d-process run with %d processes: dropout RNG streams differ", len(rngs), self.dist.world_size)
+        if self.is_main and self.run_dir is not None:
+            _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """Train to ``cfg.max_steps``; return the last train log and final eval (``eval_*`` keys)."""
+        cfg = self.cfg
+        self._t0 = time.perf_counter()
+        if self.run_dir is not None and self.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            ckpt.clean_stale(self.run_dir)
+        dist.barrier()
+        ck = ckpt.latest_checkpoint(self.run_dir) if (resume and self.run_dir is not None) else None
+        if ck is not None:
+            self.load(ck)
+            if self.is_main:
+                log.info("resumed from %s (step %d)", ck, self.step)
+        else:
+            if resume:
+                log.warning("no checkpoint in %s; starting from scratch", self.run_dir)
+            elif self.is_main and self.run_dir is not None and (self.run_dir / METRICS_FILE).exists():
+                (self.run_dir / METRICS_FILE).unlink()
+            seed_everything(cfg.seed + self.dist.rank)
+        self.ddp_model = dist.wrap(self.model, self.device)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        start = self.step
+        bar = _progress(cfg.max_steps, start, disable=not self.is_main)
+        window_start = time.perf_counter()
+        try:
+            while self.step < cfg.max_steps:
+                self.train_step()
+                step = self.step
+                if cfg.log_every and step % cfg.log_every == 0:
+                    rec = self.flush_log(window_start)
+                    window_start = time.perf_counter()
+                    if rec is not None and "loss" in rec:
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
+                bar.update(1)
+                if step < cfg.max_steps:
+                    if cfg.eval_every and step % cfg.eval_every == 0:
+                        self.evaluate()
+                    if cfg.save_every and step % cfg.save_every == 0:
+                        self.save()
+                for cb in self.callbacks:
+                    cb(self, step)
+            if self.window.steps or self.window.skipped:
+                self.flush_log(window_start)
+            if self.step > start or self.run_dir is None or not (self.run_dir / METRICS_FILE).exists():
+                final_eval = self.evaluate()
+            else:  # resumed a finished run: report its final evaluation instead of repeating it
+                done = read_metrics(self.run_dir / METRICS_FILE, "eval")
+                final_eval = done[-1] if done else self.evaluate()
+            if self.step > start or ckpt.latest_checkpoint(self.run_dir or Path("/nonexistent")) is None:
+                self.save()
+        finally:
+            bar.close()
+            self.ddp_model = self.model
+        if self.is_main and self.run_dir is not None:
+            plot_losses(self.run_dir / METRICS_FILE, self.run_dir / LOSS_PLOT)
+        result: dict[str, Any] = {"step": self.step}
+        if "loss" in self.last_train:
+            result["train_loss"] = self.last_train["loss"]
+        for k, v in (final_eval or {}).items():
+            if k not in ("step", "split"):
+                result[f"eval_{k}"] = v
+        return result
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if x < 700 else float("inf")
+
+
+def _progress(total: int, initial: int, disable: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=disable, unit="step", dynamic_ncols=True, desc="train")
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop log lines written after checkpoint ``step`` (by the run that was interrupted)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:  # a line cut by the kill
+            continue
+    ckpt.atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+def read_metrics(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Records of a ``metrics.jsonl`` file (optionally only ``split`` ``train`` or ``eval``)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if split is None or rec.get("split") == split:
+                out.append(rec)
+    return out
+
+
+def plot_losses(metrics: Path, out: Path) -> Path | None:
+    """Plot train and eval loss against the step into ``out`` (PNG)."""
+    if not Path(metrics).exists():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [r for r in read_metrics(metrics, "train") if "loss" in r]
+    evals = [r for r in read_metrics(metrics, "eval") if "loss" in r]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if train:
+        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
+    if evals:
+        ax.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="eval")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return Path(out)
