@@ -174,3 +174,18 @@ def test_import_refuses_untied_and_unsupported() -> None:
     hf.config.scale_attn_by_inverse_layer_idx = True
     with pytest.raises(PtmError, match="inverse_layer_idx"):
         import_gpt2(hf)
+
+
+def test_load_needs_a_tokenizer_with_ptmkit_specials(tmp_path) -> None:
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import models
+
+    from ptmkit.interop.hf_gpt2 import load_hf_gpt2
+
+    hf_tiny().save_pretrained(tmp_path / "hf")
+    with pytest.raises(PtmError, match="no tokenizer"):
+        load_hf_gpt2(tmp_path / "hf")
+    # GPT-2's own vocabulary has <|endoftext|> but none of [PAD] [UNK] [CLS] [SEP] [MASK].
+    RawTokenizer(models.BPE({"<|endoftext|>": 0, "a": 1, "b": 2}, [])).save(str(tmp_path / "hf" / "tokenizer.json"))
+    with pytest.raises(PtmError, match="special tokens"):
+        load_hf_gpt2(tmp_path / "hf")

@@ -44,7 +44,9 @@ def infer_format(pretrained: Any) -> str:
 def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -> Path:
     """Write ``pretrained`` (a ``Pretrained``, or a run / checkpoint directory) as an HF directory."""
     from ptmkit.interop import hf_bert, hf_gpt2
+    from ptmkit.interop.hf_common import require_transformers
 
+    require_transformers()
     if isinstance(pretrained, (str, Path)):
         from ptmkit.train.checkpoint import load_pretrained
 
@@ -81,7 +83,9 @@ def hf_model_type(hf_dir: str | Path) -> str:
 def load_hf(hf_dir: str | Path) -> Any:
     """Import an HF BERT or GPT-2 directory as a ``Pretrained`` (eval mode)."""
     from ptmkit.interop import hf_bert, hf_gpt2
+    from ptmkit.interop.hf_common import require_transformers
 
+    require_transformers()
     if hf_model_type(hf_dir) == "bert":
         return hf_bert.load_hf_bert(hf_dir)
     return hf_gpt2.load_hf_gpt2(hf_dir)

@@ -35,6 +35,14 @@ ACT_FROM_HF = {
 }
 
 
+def require_transformers() -> None:
+    """Raise :class:`PtmError` with the install command when HF transformers is missing."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise PtmError("exchanging models with HF transformers needs it installed: pip install 'ptmkit[interop]'") from exc
+
+
 def activation_from_hf(name: Any, family: str) -> str:
     if not isinstance(name, str) or name not in ACT_FROM_HF:
         raise PtmError(

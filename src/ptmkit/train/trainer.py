@@ -114,8 +114,7 @@ class Window:
             return
         keys = sorted(self.metrics)
         t = torch.tensor([self.loss, self.weight, self.tokens, *[self.metrics[k] for k in keys]], dtype=torch.float64)
-        dist.all_reduce_sum(t.to(device) if device.type == "cuda" else t)
-        t = t.cpu()
+        t = dist.all_reduce_sum(t.to(device) if device.type == "cuda" else t).cpu()  # NCCL reduces CUDA tensors
         self.loss, self.weight, self.tokens = float(t[0]), float(t[1]), float(t[2])
         self.metrics = {k: float(t[3 + i]) for i, k in enumerate(keys)}
 
