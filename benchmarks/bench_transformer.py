@@ -16,13 +16,15 @@ Speed: all four models live in this process and are timed in interleaved rounds 
 runs every model for ``--steps`` steps, in rotating order), so drifts in machine load hit all
 of them alike; the reported figure is the median over rounds.
 
-Memory: each (framework, workload) runs in a fresh subprocess.  After building the model,
-optimizer and batches and one warm-up step (which allocates gradients and AdamW state), the
-process resets its resident-set high-water mark (``/proc/self/clear_refs``, value 5) and runs
-``--mem-steps`` more steps; the figure is ``VmHWM - VmRSS`` at the reset, i.e. the peak extra
-memory a training step needs (activations, logits, temporaries) on top of the steady state.  The
-steady-state RSS (weights + gradients + optimizer state) is reported too.  Where the reset is
-not permitted, the peak is taken since process start (``ru_maxrss``) minus the RSS after imports.
+Memory: each (framework, workload) runs in a fresh process with glibc's mmap threshold fixed at
+64 KiB (``MALLOC_MMAP_THRESHOLD_``), so every tensor buffer is its own mapping, unmapped when
+freed, and the resident set size follows the live tensors rather than the allocator's cache.
+After the imports and the batches, the process notes its RSS; it then builds the model and
+optimizer and trains ``1 + --mem-steps`` steps.  ``peak_mb`` = peak RSS (``VmHWM``) minus that
+baseline: weights + gradients + AdamW state + the step's activations and temporaries, the memory a
+training run needs.  ``steady_mb`` is the RSS after the first step minus the baseline, and
+``step_extra_mb`` the peak over the later steps above that steady state (the high-water mark is
+reset through ``/proc/self/clear_refs``).
 
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
 ``mlm_speedup``, ``clm_speedup`` (ptmkit tokens/s / HF tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``
@@ -144,36 +146,43 @@ def _rss_kib(field: str) -> int:
 
 
 def memory_worker(framework: str, workload: str, batch_size: int, seq_len: int, steps: int, threads: int) -> dict:
-    """Runs in a fresh process: peak extra RSS of training steps (see the module docstring)."""
-    import resource
-
+    """Runs in a fresh process: peak RSS of training (see the module docstring), in MiB."""
     torch.set_num_threads(threads)
     if framework == "hf":
         import transformers  # noqa: F401  (import cost is not training memory)
-    base_import = _rss_kib("VmRSS")
-    runner = Runner(framework, workload, make_batches(workload, batch_size, seq_len, 2))
+    batches = make_batches(workload, batch_size, seq_len, 2)
+    base = _rss_kib("VmRSS")
+    runner = Runner(framework, workload, batches)
     runner.step()  # allocates gradients and optimizer state
     steady = _rss_kib("VmRSS")
+    first_peak = _rss_kib("VmHWM")
     try:
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        method, base = "clear_refs", steady
+            f.write("5")  # reset VmHWM to the current RSS
+        reset = True
     except OSError:
-        method, base = "ru_maxrss", base_import
+        reset = False
     for _ in range(steps):
         runner.step()
-    peak = _rss_kib("VmHWM") if method == "clear_refs" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_mb": (peak - base) / 1024, "steady_mb": (steady - base_import) / 1024, "method": method}
+    peak = max(first_peak, _rss_kib("VmHWM"))
+    return {
+        "peak_mb": (peak - base) / 1024,
+        "steady_mb": (steady - base) / 1024,
+        "step_extra_mb": (_rss_kib("VmHWM") - steady) / 1024 if reset else None,
+    }
 
 
 def measure_memory(args: argparse.Namespace) -> dict:
+    # Fixed mmap threshold: every tensor buffer over 64 KiB gets its own mapping, returned to the
+    # system when freed, so RSS follows the live tensors instead of glibc's cached heap.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     out = {}
     for workload in WORKLOADS:
         for framework in FRAMEWORKS:
             cmd = [sys.executable, os.path.abspath(__file__), "--memory-worker", f"{framework}:{workload}",
                    "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
                    "--mem-steps", str(args.mem_steps), "--threads", str(args.threads)]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
             if res.returncode != 0:
                 raise RuntimeError(f"memory worker {framework}:{workload} failed:\n{res.stderr[-3000:]}")
             out[f"{framework}_{workload}"] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -209,10 +218,10 @@ def measure_speed(args: argparse.Namespace) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds and steps (about a minute)")
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per model per round")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--mem-steps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=2, help="timed steps per model per round")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--mem-steps", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
@@ -223,7 +232,7 @@ def main() -> None:
         print(json.dumps(memory_worker(framework, workload, args.batch_size, args.seq_len, args.mem_steps, args.threads)))
         return
     if args.quick:
-        args.rounds, args.steps, args.warmup, args.mem_steps = 3, 2, 1, 2
+        args.rounds, args.steps, args.warmup, args.mem_steps = 3, 1, 1, 1
     torch.set_num_threads(args.threads)
 
     import transformers
@@ -234,7 +243,7 @@ def main() -> None:
         "config": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "ffn": FFN, "vocab": VOCAB,
                    "seq_len": args.seq_len, "batch_size": args.batch_size, "threads": args.threads, "dtype": "fp32",
                    "rounds": args.rounds, "steps_per_round": args.steps, "torch": torch.__version__,
-                   "transformers": transformers.__version__, "memory_method": memory["ptmkit_mlm"]["method"]},
+                   "transformers": transformers.__version__},
     }
     for workload in WORKLOADS:
         ours, theirs = speed[f"ptmkit_{workload}"], speed[f"hf_{workload}"]
@@ -244,13 +253,14 @@ def main() -> None:
             "ptmkit_step_s": ours["step_s_all"], "hf_step_s": theirs["step_s_all"],
             "ptmkit_peak_mb": round(m_ours["peak_mb"], 1), "hf_peak_mb": round(m_theirs["peak_mb"], 1),
             "ptmkit_steady_mb": round(m_ours["steady_mb"], 1), "hf_steady_mb": round(m_theirs["steady_mb"], 1),
+            "ptmkit_step_extra_mb": m_ours["step_extra_mb"], "hf_step_extra_mb": m_theirs["step_extra_mb"],
         }
         result[f"{workload}_speedup"] = round(ours["tok_s"] / theirs["tok_s"], 3)
         result[f"{workload}_mem_ratio"] = round(m_ours["peak_mb"] / m_theirs["peak_mb"], 3)
     for workload in WORKLOADS:
         r = result[workload]
         print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s, HF {r['hf_tok_s']:.0f} tok/s "
-              f"(x{result[workload + '_speedup']}); peak step memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
+              f"(x{result[workload + '_speedup']}); peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
               f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")
     print(json.dumps(result))
 

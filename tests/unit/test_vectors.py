@@ -171,3 +171,28 @@ def test_normed_is_cached_and_unit():
     n = wv.normed
     assert n is wv.normed
     np.testing.assert_allclose(np.linalg.norm(n, axis=1), 1.0, rtol=1e-5)
+
+
+def test_cli_vectors(tmp_path, capsys):
+    from ptmkit.cli import main
+
+    words = ["man", "woman", "king", "queen", "apple", "car"]
+    rng = np.random.default_rng(1)
+    base = {w: rng.standard_normal(16) for w in ["man", "king", "apple", "car"]}
+    gender = rng.standard_normal(16)
+    base["woman"], base["queen"] = base["man"] + gender, base["king"] + gender
+    path = tmp_path / "v.txt"
+    WordVectors(words, np.stack([base[w] for w in words])).save(path, format="word2vec")
+    assert main(["vectors", "analogy", str(path), "man", "king", "woman"]) == 0
+    assert "man : king :: woman : queen" in capsys.readouterr().out
+    assert main(["vectors", "neighbors", str(path), "king", "-n", "2"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+    assert main(["vectors", "similarity", str(path), "king", "queen"]) == 0
+    assert abs(float(capsys.readouterr().out) - WordVectors.load(path).similarity("king", "queen")) < 1e-4
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("man\twoman\t8\nking\tqueen\t9\napple\tcar\t1\nman\tzebra\t3\n")
+    assert main(["vectors", "evaluate", str(path), "--pairs", str(pairs), "--json"]) == 0
+    assert '"n_oov": 1' in capsys.readouterr().out
+    assert main(["vectors", "neighbors", str(path), "kingg"]) == 2
+    assert "not in the vocabulary" in capsys.readouterr().err
+    assert main(["vectors", "evaluate", str(path)]) == 2

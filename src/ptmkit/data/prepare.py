@@ -233,6 +233,9 @@ def prepare(
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the corpus gets the usual mode
     writer: _Writer | None = None
     try:
         tok_file = tok.save(tmp / TOKENIZER)
@@ -278,8 +281,9 @@ def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, workers: int) -> Itera
         finally:
             _TOKENIZER = None
         return
-    # "spawn": forking a process whose Rust thread pool is running is unsafe.
-    ctx = mp.get_context("spawn")
+    # "fork" needs no importable __main__ (scripts and notebooks work unguarded); ``tokenizers``
+    # notices the fork and keeps its thread pool off in the children.
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     with ctx.Pool(workers, initializer=_init_worker, initargs=(tok.to_json(),)) as pool:
         pending: collections.deque = collections.deque()
         for chunk in chunks:

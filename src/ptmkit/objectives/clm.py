@@ -7,7 +7,8 @@ input and its last ``T`` the targets, so every stream token is predicted exactly
 Spans are in stream coordinates (token offsets plus the number of separators before them).
 
 The LM head is the word-embedding matrix (tied, no parameters of its own); the loss is the mean
-next-token cross-entropy (``exp(clm_loss)`` is the perplexity).
+next-token cross-entropy (``exp(clm_loss)`` is the perplexity), computed by
+:func:`ptmkit.nn.linear_ce.linear_cross_entropy` so the ``[B, T, V]`` logits are never stored.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ptmkit.errors import PtmError
 from ptmkit.models.config import TransformerConfig
 from ptmkit.models.transformer import Backbone
+from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.registry import register
 
@@ -91,10 +92,11 @@ class CausalLM(Objective):
     def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
-        h = out.last_hidden_state
-        logits = F.linear(h, backbone.embeddings.word_embeddings.weight)  # [B, T, V], tied decoder
         labels = batch["labels"]
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        # Tied decoder + cross-entropy in row chunks: the [B, T, V] logits are never stored.
+        loss = linear_cross_entropy(
+            out.last_hidden_state.flatten(0, 1), backbone.embeddings.word_embeddings.weight, None, labels.flatten()
+        )
         n_pred = int((labels != IGNORE).sum()) if attention_mask is not None else labels.numel()
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return StepOutput(loss=loss, metrics={"clm_loss": loss.detach()}, n_tokens=n_tokens, n_predictions=n_pred)

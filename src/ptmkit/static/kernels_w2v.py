@@ -101,9 +101,10 @@ def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, st
             if t == target:
                 continue
             label = 0.0
+        row = syn1neg[t]
         f = np.float32(0.0)
         for k in range(dim):
-            f += l1[k] * syn1neg[t, k]
+            f += l1[k] * row[k]
         if f > MAX_EXP:
             g = (label - 1.0) * alpha
         elif f < -MAX_EXP:
@@ -111,10 +112,10 @@ def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, st
         else:
             g = (label - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha
         g32 = np.float32(g)
-        for k in range(dim):
-            work[k] += g32 * syn1neg[t, k]
-        for k in range(dim):
-            syn1neg[t, k] += g32 * l1[k]
+        for k in range(dim):  # one pass: read the old row for the input gradient, then update it
+            r = row[k]
+            work[k] += g32 * r
+            row[k] = r + g32 * l1[k]
     return state
 
 
@@ -123,17 +124,17 @@ def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
     """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``."""
     dim = l1.shape[0]
     for j in range(lengths[target]):
-        p = points[target, j]
+        row = syn1[points[target, j]]
         f = np.float32(0.0)
         for k in range(dim):
-            f += l1[k] * syn1[p, k]
+            f += l1[k] * row[k]
         if f <= -MAX_EXP or f >= MAX_EXP:
             continue
         g32 = np.float32((1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
         for k in range(dim):
-            work[k] += g32 * syn1[p, k]
-        for k in range(dim):
-            syn1[p, k] += g32 * l1[k]
+            r = row[k]
+            work[k] += g32 * r
+            row[k] = r + g32 * l1[k]
 
 
 @nb.njit(parallel=True, nogil=True, fastmath=True, cache=True)
@@ -188,7 +189,7 @@ def train_w2v_chunks(
                         if negative > 0:
                             state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state)
                         for k in range(dim):
-                            syn0[w_in, k] += work[k]
+                            l1[k] += work[k]
                 else:
                     for k in range(dim):
                         neu1[k] = 0.0

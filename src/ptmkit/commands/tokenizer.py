@@ -1,0 +1,76 @@
+"""``ptm tokenizer``: train a tokenizer on text files, or encode text with one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "train a tokenizer (wordpiece, bpe, unigram, char, word) or encode text"
+
+DESCRIPTION = """\
+kinds:
+  wordpiece  BERT: lowercase (optional), punctuation and CJK characters split, ## subwords
+  bpe        GPT-2: byte-level BPE, never an unknown token
+  unigram    SentencePiece-style unigram LM over words marked with a leading ▁
+  char       one token per character (CJK included); a space is the token ▁
+  word       whitespace-separated words (static embeddings, NNLM)
+All kinds reserve [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4).
+"""
+
+EPILOG = """\
+examples:
+  ptm tokenizer train ptb/train.txt --kind wordpiece --vocab-size 8000 -o tok.json
+  echo "the cat sat" | ptm tokenizer encode -t tok.json
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("tokenizer", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
+    tr = sub.add_parser("train", help="train a tokenizer on text files")
+    tr.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text, one sentence per line")
+    tr.add_argument("--kind", "-k", default="wordpiece", help="wordpiece | bpe | unigram | char | word (default wordpiece)")
+    tr.add_argument("--vocab-size", type=int, default=8000, metavar="N", help="vocabulary size (default 8000)")
+    tr.add_argument("--min-frequency", type=int, default=2, metavar="N", help="least count of a kept merge/word (default 2)")
+    case = tr.add_mutually_exclusive_group()
+    case.add_argument("--lowercase", dest="lowercase", action="store_true", default=True, help="lowercase text (default)")
+    case.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
+    tr.add_argument("-o", "--output", required=True, metavar="TOKENIZER_JSON", help="where to write tokenizer.json")
+    tr.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    tr.set_defaults(func=run_train)
+    en = sub.add_parser("encode", help="print token ids and tokens of text (arguments or stdin lines)")
+    en.add_argument("-t", "--tokenizer", required=True, metavar="TOKENIZER_JSON")
+    en.add_argument("text", nargs="*", help="texts (default: read lines from stdin)")
+    en.add_argument("--special", action="store_true", help="add [CLS] ... [SEP]")
+    en.set_defaults(func=run_encode)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ptmkit.errors import PtmError
+    from ptmkit.tokenization import Tokenizer
+    from ptmkit.tokenization.tokenizer import check_kind
+
+    check_kind(args.kind)
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise PtmError(f"{out} exists; pass --force to overwrite it")
+    tok = Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
+                          lowercase=args.lowercase, show_progress=sys.stderr.isatty())
+    path = tok.save(out)
+    print(f"{tok} -> {path}")
+    return 0
+
+
+def run_encode(args: argparse.Namespace) -> int:
+    from ptmkit.tokenization import Tokenizer
+
+    tok = Tokenizer.load(args.tokenizer)
+    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=args.special)
+        print(json.dumps({"ids": ids, "tokens": [tok.id_to_token(i) for i in ids]}, ensure_ascii=False))
+    return 0

@@ -1,0 +1,171 @@
+"""GloVe: co-occurrence counting (exact, spilled, bounded memory) and the AdaGrad kernel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from ptmkit.errors import PtmError
+from ptmkit.static.cooccurrence import count_cooccurrence
+from ptmkit.static.glove import GloVeConfig, GloVeModel, _glove_epoch, fit_cooccurrence, train_glove, weighting
+
+
+def brute_force(ids, offsets, V, window, kind):
+    """Dense float64 reference with plain loops."""
+    m = np.zeros((V, V))
+    for s in range(len(offsets) - 1):
+        sent = [int(t) for t in ids[offsets[s]:offsets[s + 1]]]
+        for p, w in enumerate(sent):
+            for d in range(1, window + 1):
+                if p - d < 0:
+                    break
+                c = sent[p - d]
+                inc = {"harmonic": 1.0 / d, "uniform": 1.0, "linear": (window - d + 1) / window}[kind]
+                m[w, c] += inc
+                m[c, w] += inc
+    return m
+
+
+def tiny_corpus(seed=0, n=3000, V=40):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, V, size=n).astype(np.int32)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=60, replace=False))
+    offsets = np.concatenate([[0], cuts, [n]]).astype(np.int64)
+    return ids, offsets, V
+
+
+@pytest.mark.parametrize("kind", ["harmonic", "uniform", "linear"])
+def test_counts_match_brute_force_with_and_without_spilling(kind, tmp_path):
+    ids, offsets, V = tiny_corpus()
+    ref = brute_force(ids, offsets, V, 5, kind)
+    mem = count_cooccurrence(ids, offsets, V, window=5, weighting=kind)
+    spilled = count_cooccurrence(ids, offsets, V, window=5, weighting=kind, memory_mb=0.02, out_dir=tmp_path)
+    assert mem.stats["runs"] == 0 and spilled.stats["runs"] >= 3
+    np.testing.assert_allclose(mem.to_dense(), ref, rtol=1e-12, atol=1e-12)
+    # identical, bit for bit: same pairs, same order, same float64 values
+    assert mem.nnz == spilled.nnz == np.count_nonzero(ref)
+    assert np.array_equal(mem.records, np.asarray(spilled.records))
+    keys = mem.records["i"].astype(np.int64) * V + mem.records["j"]
+    assert np.all(np.diff(keys) > 0)  # sorted, unique
+
+
+def test_window_does_not_cross_sentences():
+    ids = np.array([0, 1, 2, 3], dtype=np.int32)
+    c = count_cooccurrence(ids, np.array([0, 2, 4]), 4, window=3).to_dense()
+    assert c[1, 2] == 0 and c[0, 1] == 1 and c[2, 3] == 1
+
+
+def test_bad_input_raises():
+    ids = np.array([0, 5], dtype=np.int32)
+    with pytest.raises(PtmError, match="word ids"):
+        count_cooccurrence(ids, np.array([0, 2]), 3)
+    with pytest.raises(PtmError, match="offsets"):
+        count_cooccurrence(ids, np.array([0, 1]), 6)
+    with pytest.raises(PtmError, match="weighting"):
+        count_cooccurrence(ids, np.array([0, 2]), 6, weighting="cubic")
+
+
+RSS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, tempfile
+    import numpy as np
+    from ptmkit.static.cooccurrence import count_cooccurrence
+
+    def status(key):
+        for line in open("/proc/self/status"):
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    budget_mb = float(sys.argv[1])
+    rng = np.random.default_rng(0)
+    V = 50000
+    ids = rng.integers(0, V, size=400_000).astype(np.int32)   # ~3.8M distinct pairs
+    offsets = np.arange(0, ids.shape[0] + 1, 50, dtype=np.int64)
+    with tempfile.TemporaryDirectory() as tmp:
+        count_cooccurrence(ids[:1000], offsets[:21], V, window=5, memory_mb=budget_mb, out_dir=tmp + "/warm")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak-RSS counter (VmHWM)
+        base = status("VmRSS")
+        c = count_cooccurrence(ids, offsets, V, window=5, memory_mb=budget_mb, out_dir=tmp + "/run")
+        peak = status("VmHWM")
+        print(json.dumps({"base": base, "peak": peak, "runs": c.stats["runs"], "nnz": c.nnz}))
+    """
+)
+
+
+def test_counting_peak_memory_stays_within_budget():
+    budget_mb = 16
+    proc = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(budget_mb)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 and "clear_refs" in proc.stderr:
+        pytest.skip("this kernel does not allow resetting the peak RSS")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["runs"] >= 4 and r["nnz"] > 3_000_000  # the table (~60 MB of records) exceeds the budget
+    overhead_mb = 12  # read-back blocks, numpy temporaries, allocator slack
+    assert (r["peak"] - r["base"]) / 2**20 <= budget_mb + overhead_mb, r
+
+
+def test_glove_gradient_matches_float64_autograd():
+    rng = np.random.default_rng(1)
+    V, D = 6, 4
+    model = GloVeModel(V, D, seed=3, dtype=np.float64)
+    model.W += rng.normal(0, 0.3, model.W.shape)
+    model.Wc += rng.normal(0, 0.3, model.Wc.shape)
+    I = np.array([0, 2, 0, 5], dtype=np.int32)
+    J = np.array([1, 3, 3, 0], dtype=np.int32)
+    X = np.array([3.0, 150.0, 0.5, 40.0])
+    logX, fX = np.log(X), weighting(X, 100.0, 0.75)
+    lr = 0.05
+    params = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (model.W, model.Wc, model.b, model.bc)]
+    accum = [torch.ones_like(p) for p in params]
+    order = np.arange(4, dtype=np.int64)
+    loss = _glove_epoch(I, J, logX, fX, order, model.W, model.Wc, model.b, model.bc,
+                        model.gW, model.gWc, model.gb, model.gbc, lr, 1)
+    ref_loss = 0.0
+    for e in order:  # sequential AdaGrad on 1/2 f(x) (w.w~ + b + b~ - log x)^2
+        W, Wc, b, bc = params
+        x = torch.tensor(X[e], dtype=torch.float64)
+        f = torch.clamp((x / 100.0) ** 0.75, max=1.0)
+        J_e = 0.5 * f * (W[I[e]] @ Wc[J[e]] + b[I[e]] + bc[J[e]] - torch.log(x)) ** 2
+        grads = torch.autograd.grad(J_e, params)
+        ref_loss += float(J_e.detach())
+        with torch.no_grad():
+            for p, g, a in zip(params, grads, accum):
+                a += g * g
+                p -= lr * g / torch.sqrt(a)
+    assert loss == pytest.approx(ref_loss, rel=1e-12)
+    for got, ref in zip((model.W, model.Wc, model.b, model.bc), params):
+        np.testing.assert_allclose(got, ref.detach().numpy(), rtol=1e-12, atol=1e-14)
+    for got, ref in zip((model.gW, model.gWc, model.gb, model.gbc), accum):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-12)
+
+
+def test_glove_loss_decreases_and_returns_word_vectors(tmp_path):
+    rng = np.random.default_rng(0)
+    # two topics: words 0-9 co-occur with each other, 10-19 with each other
+    lines = []
+    for _ in range(400):
+        base = rng.integers(0, 2) * 10
+        lines.append(" ".join(f"w{base + k}" for k in rng.integers(0, 10, size=8)))
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = GloVeConfig(dim=8, window=4, min_count=1, epochs=15, x_max=10.0, threads=2)
+    wv, stats = train_glove(str(path), cfg, progress=False)
+    losses = stats["losses"]
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(b <= a * 1.001 for a, b in zip(losses, losses[1:]))
+    assert stats["count_words_per_s"] > 0 and stats["train_words_per_s"] > 0
+    assert wv.vectors.shape == (20, 8) and wv.vectors.dtype == np.float32
+    assert wv.similarity("w1", "w2") > wv.similarity("w1", "w12")
+
+
+def test_fit_rejects_empty_matrix():
+    ids = np.array([0, 1], dtype=np.int32)
+    cooc = count_cooccurrence(ids, np.array([0, 1, 2]), 2, window=2)
+    with pytest.raises(PtmError, match="empty"):
+        fit_cooccurrence(cooc, GloVeConfig(dim=2, epochs=1), progress=False)

@@ -1,0 +1,161 @@
+"""Corpus preparation: offsets against a per-line reference, worker invariance, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ptmkit.cli import main as cli_main
+from ptmkit.data.corpus import Corpus, token_dtype
+from ptmkit.data.prepare import prepare
+from ptmkit.errors import PtmError
+from ptmkit.tokenization import Tokenizer
+
+DOC_A = ["the cat sat on the mat", "a dog barked", "   ", "", "the end of a story"]
+DOC_B = ["another file begins here", "", "", "with two blank lines before", "\x07"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prep")
+    a, b = root / "a.txt", root / "b.txt"
+    a.write_text("\n".join(DOC_A) + "\n", encoding="utf-8")
+    b.write_bytes(("\r\n".join(DOC_B)).encode("utf-8"))  # CRLF and no final newline
+    return [a, b]
+
+
+@pytest.fixture(scope="module")
+def tok(files, tmp_path_factory):
+    t = Tokenizer.train(files, "wordpiece", 120, min_frequency=1)
+    path = tmp_path_factory.mktemp("tokdir") / "tokenizer.json"
+    t.save(path)
+    return t, path
+
+
+def reference(files, tok):
+    """Per-line Python reference: (tokens, sentence offsets, document offsets)."""
+    tokens, sent, docs = [], [0], [0]
+    for f in files:
+        for line in f.read_text(encoding="utf-8").replace("\r\n", "\n").split("\n"):
+            if not line.strip():
+                if len(sent) - 1 > docs[-1]:
+                    docs.append(len(sent) - 1)
+                continue
+            ids = tok.encode(line.strip())
+            if ids:
+                tokens += ids
+                sent.append(len(tokens))
+        if len(sent) - 1 > docs[-1]:
+            docs.append(len(sent) - 1)
+    return np.array(tokens), np.array(sent), np.array(docs)
+
+
+def test_matches_reference_and_any_worker_count(files, tok, tmp_path):
+    t, path = tok
+    ref_tokens, ref_sent, ref_docs = reference(files, t)
+    one = prepare(files, path, tmp_path / "one", workers=1, progress=False)
+    two = prepare(files, t, tmp_path / "two", workers=2, chunk_bytes=16, progress=False)
+    for c in (one, two):
+        assert c.tokens.dtype == np.uint16
+        np.testing.assert_array_equal(c.tokens, ref_tokens)
+        np.testing.assert_array_equal(c.sentences, ref_sent)
+        np.testing.assert_array_equal(c.documents, ref_docs)
+    # "\x07" (a control character) encodes to nothing: skipped, counted
+    assert one.meta["skipped_empty_lines"] == 1
+    assert (one.n_sentences, one.n_documents) == (5, 4)
+    assert t.decode(one.sentence(1)) == "a dog barked"
+    assert t.decode(one.document(2)) == "another file begins here"
+    meta = json.loads((tmp_path / "one" / "meta.json").read_text())
+    assert meta["n_tokens"] == len(ref_tokens) and meta["tokenizer_kind"] == "wordpiece"
+    assert Corpus.open(tmp_path / "one").load_tokenizer().encode("the cat") == t.encode("the cat")
+
+
+def test_uint32_for_large_vocabularies(tmp_path):
+    assert token_dtype(65535) == np.uint16 and token_dtype(65536) == np.uint32
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(70_000)]) + "\n")
+    big = Tokenizer.from_wordpiece_vocab(vocab)
+    text = tmp_path / "t.txt"
+    text.write_text("w1 w69999\nw65535 w3\n")
+    corpus = prepare([text], big, tmp_path / "c", workers=1, progress=False)
+    assert corpus.tokens.dtype == np.uint32
+    np.testing.assert_array_equal(corpus.tokens, [6, 70004, 65540, 8])
+
+
+def _no_leftovers(parent, name):
+    return [p.name for p in parent.iterdir() if p.name.startswith(f".{name}")] == []
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"", "empty"),
+        (b"\n\n  \n", "empty"),
+        (b"hello\nwor\x00ld\n", r"NUL byte at byte 9 \(line 2\).*binary"),
+        (b"good line\nbad \xff byte\n", r"invalid UTF-8 at byte 14 \(line 2\)"),
+    ],
+)
+def test_bad_input_leaves_nothing(content, match, tok, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(content)
+    with pytest.raises(PtmError, match=match):
+        prepare([bad], tok[0], tmp_path / "out", workers=1, progress=False)
+    assert not (tmp_path / "out").exists() and _no_leftovers(tmp_path, "out")
+
+
+def test_bad_input_in_worker_is_reported(tok, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"line one\n" * 50 + b"\xc3\x28 broken\n")
+    with pytest.raises(PtmError, match=r"invalid UTF-8 at byte 450 \(line 51\)"):
+        prepare([bad], tok[0], tmp_path / "out", workers=2, chunk_bytes=64, progress=False)
+    assert not (tmp_path / "out").exists() and _no_leftovers(tmp_path, "out")
+
+
+def test_refuses_to_overwrite(files, tok, tmp_path):
+    out = tmp_path / "corpus"
+    first = prepare(files[:1], tok[0], out, workers=1, progress=False)
+    with pytest.raises(PtmError, match="not empty"):
+        prepare(files, tok[0], out, workers=1, progress=False)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\x00")
+    with pytest.raises(PtmError):
+        prepare([bad], tok[0], out, workers=1, progress=False, overwrite=True)
+    assert Corpus.open(out).n_tokens == first.n_tokens  # the failed run left the old corpus intact
+    again = prepare(files, tok[0], out, workers=1, progress=False, overwrite=True)
+    assert again.n_tokens > first.n_tokens and _no_leftovers(tmp_path, "corpus")
+
+
+def test_open_detects_damage(files, tok, tmp_path):
+    out = tmp_path / "c"
+    prepare(files, tok[0], out, workers=1, progress=False)
+    data = (out / "tokens.bin").read_bytes()
+    (out / "tokens.bin").write_bytes(data[:-2])
+    with pytest.raises(PtmError, match="truncated"):
+        Corpus.open(out)
+    (out / "tokens.bin").write_bytes(data)
+    sent = (out / "sentences.npy").read_bytes()
+    (out / "sentences.npy").write_bytes(sent[:-8])
+    with pytest.raises(PtmError, match="truncated|damaged"):
+        Corpus.open(out)
+    (out / "sentences.npy").unlink()
+    with pytest.raises(PtmError, match="sentences.npy is missing"):
+        Corpus.open(out)
+    with pytest.raises(PtmError, match="not found"):
+        Corpus.open(tmp_path / "nowhere")
+
+
+def test_cli_train_and_prepare(files, tmp_path, capsys):
+    tok_path = tmp_path / "tok.json"
+    assert cli_main(["tokenizer", "train", *map(str, files), "--kind", "char", "--vocab-size", "60", "--min-frequency", "1", "-o", str(tok_path)]) == 0
+    assert cli_main(["tokenizer", "train", str(files[0]), "--kind", "char", "-o", str(tok_path)]) == 2  # exists
+    assert cli_main(["tokenizer", "train", str(files[0]), "--kind", "bpee", "-o", str(tmp_path / "x.json")]) == 2
+    out = tmp_path / "corpus"
+    assert cli_main(["prepare", *map(str, files), "-t", str(tok_path), "-o", str(out), "--workers", "1"]) == 0
+    corpus = Corpus.open(out)
+    assert corpus.meta["tokenizer_kind"] == "char"
+    assert Tokenizer.load(tok_path).decode(corpus.sentence(0)) == "the cat sat on the mat"
+    assert cli_main(["prepare", str(files[0]), "-t", str(tok_path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'bpe'" in err and "--overwrite" in err
