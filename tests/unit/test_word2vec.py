@@ -16,8 +16,9 @@ from ptmkit.static.vocab import encode, load_corpus, vocab_from_counts
 from ptmkit.static.word2vec import (
     Word2VecConfig,
     chunk_starts,
-    cum_table,
     keep_probabilities,
+    negative_probs,
+    negative_table,
     train_on_ids,
     train_word2vec,
 )
@@ -89,27 +90,31 @@ def test_keep_probability_formula():
 
 
 def test_negative_table_unigram_power():
-    counts = np.array([1000, 300, 50, 7, 1], dtype=np.int64)
-    table = cum_table(counts, 0.75)
-    probs = np.diff(np.concatenate([[0], table])) / table[-1]
+    counts = np.array([1000, 300, 50, 7, 1, 1, 120], dtype=np.int64)
     expected = counts**0.75 / (counts**0.75).sum()
-    np.testing.assert_allclose(probs, expected, rtol=1e-6)
-    # the kernel's sampler draws from that distribution
-    from ptmkit.static.kernels_w2v import draw_negative, lcg
-
+    np.testing.assert_allclose(negative_probs(counts, 0.75), expected, rtol=1e-12)
+    accept, alias = negative_table(counts, 0.75)
+    # the alias table encodes the distribution exactly: P(i) = (accept[i] + sum_{j: alias[j]=i} (1-accept[j])) / V
+    v = counts.size
+    implied = accept.astype(np.float64).copy()
+    np.add.at(implied, alias, 1.0 - accept.astype(np.float64))
+    np.testing.assert_allclose(implied / v, expected, rtol=1e-5)
+    # and the kernel's sampler draws from it
     import numba as nb
 
+    from ptmkit.static.kernels_w2v import draw_negative
+
     @nb.njit
-    def draws(n, table):
-        out = np.zeros(table.shape[0], np.int64)
+    def draws(n, accept, alias):
+        out = np.zeros(accept.shape[0], np.int64)
         s = np.uint64(7)
         for _ in range(n):
-            s = lcg(s)
-            out[draw_negative(s, table)] += 1
+            i, s = draw_negative(s, accept, alias)
+            out[i] += 1
         return out
 
-    got = draws(200_000, table) / 200_000
-    np.testing.assert_allclose(got, expected, atol=4e-3)
+    got = draws(400_000, accept, alias) / 400_000
+    np.testing.assert_allclose(got, expected, atol=3e-3)
 
 
 # ----------------------------------------------------------------------------- vocabulary

@@ -61,11 +61,8 @@ class PretrainBatches:
                 f"the global batch_size {batch_size} is not divisible by the {world_size} processes; "
                 f"use a multiple of {world_size}"
             )
-        if len(spans) < batch_size:
-            raise PtmError(
-                f"only {len(spans)} training examples for a batch of {batch_size}: "
-                "use a smaller batch_size or seq_len, or more text"
-            )
+        if len(spans) == 0:
+            raise PtmError("no examples: the corpus is empty or every span was too short")
         self.corpus = corpus
         self.objective = objective
         self.spans = spans
@@ -88,6 +85,11 @@ class PretrainBatches:
 
     def global_rows(self, epoch: int, step: int) -> np.ndarray:
         """Indices into ``spans`` of global batch ``step`` of ``epoch`` ([batch_size])."""
+        if self.steps_per_epoch == 0:
+            raise PtmError(
+                f"only {len(self.spans)} training examples for a batch of {self.batch_size}: "
+                "use a smaller batch_size or seq_len, or more text"
+            )
         if not 0 <= step < self.steps_per_epoch:
             raise IndexError(f"step {step} outside epoch of {self.steps_per_epoch} steps")
         b = self.batch_size

@@ -27,7 +27,7 @@ from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunks
 from ptmkit.static.kernels_w2v import exp_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
-from ptmkit.static.word2vec import _check_out, cum_table, keep_probabilities, run_epochs, save_run
+from ptmkit.static.word2vec import _check_out, keep_probabilities, negative_table, run_epochs, save_run
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def train_fasttext_ids(vocab: Vocab, corpus: IdCorpus, cfg: FastTextConfig, prog
     emb -= 1.0 / dim  # uniform(-1/dim, 1/dim) as fastText, in place (no float64 copy of a large matrix)
     syn1neg = np.zeros((v, dim), dtype=np.float32)
     ptr, idx = subwords(vocab.words, cfg.min_n, cfg.max_n, bucket, v, True)
-    table = cum_table(vocab.counts, cfg.ns_exponent)
+    table = negative_table(vocab.counts, cfg.ns_exponent)
     keep = keep_probabilities(vocab.counts, cfg.sample)
     tab = exp_table()
     stats = run_epochs(

@@ -24,7 +24,9 @@ import numba
 import numpy as np
 from numba import prange
 
+from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
+from ptmkit.registry import register
 from ptmkit.static.cooccurrence import Cooccurrence, count_cooccurrence
 
 
@@ -177,3 +179,22 @@ def train_glove(data: object, cfg: GloVeConfig = GloVeConfig(), progress: bool =
     model, stats = fit_cooccurrence(cooc, cfg, progress)
     stats = {**cooc.stats, **stats, "vocab_size": len(vocab), "config": asdict(cfg)}
     return WordVectors(list(vocab.words), model.vectors(), counts=vocab.counts), stats
+
+
+@register("static", "glove")
+class GloVe:
+    """Registry entry: ``config_class`` + ``train(data, cfg, out, progress) -> WordVectors``."""
+
+    config_class = GloVeConfig
+
+    @staticmethod
+    def train(data: object, cfg: GloVeConfig | dict | None = None, out=None, progress: bool = True):
+        """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats)."""
+        from ptmkit.static.word2vec import _check_out, save_run
+
+        cfg = from_dict(GloVeConfig, cfg) if isinstance(cfg, dict) else (cfg or GloVeConfig())
+        out_dir = _check_out(out)
+        wv, stats = train_glove(data, cfg, progress=progress)
+        if out_dir is not None:
+            save_run(out_dir, wv, {"model": "glove", **asdict(cfg)}, {k: v for k, v in stats.items() if k != "config"})
+        return wv

@@ -119,7 +119,7 @@ def _apply_rows(emb, ptr, idx, w, work):
 def train_ft_chunks(
     emb, syn1neg, sub_ptr, sub_idx,
     ids, sentences, chunk_starts, first_chunk, last_chunk,
-    keep_prob, cum_table, exp_tab,
+    keep_prob, neg_table, exp_tab,
     sg, negative, window,
     alpha0, min_alpha, words_before, words_all,
     seed, epoch, trained,
@@ -159,7 +159,7 @@ def train_ft_chunks(
                         hidden[k] *= inv
                     for j in range(start, end):
                         if j != i:
-                            state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                            state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                     _apply_rows(emb, sub_ptr, sub_idx, w, work)
                 else:
                     rows = 0
@@ -171,7 +171,7 @@ def train_ft_chunks(
                     inv = np.float32(1.0 / rows)
                     for k in range(dim):
                         hidden[k] *= inv
-                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                     for j in range(start, end):
                         if j != i:
                             _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)

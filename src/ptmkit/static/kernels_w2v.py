@@ -54,18 +54,50 @@ def seed_state(seed: int, epoch: int, chunk: int) -> np.uint64:
     return x ^ (x >> np.uint64(31))
 
 
-@nb.njit(inline="always")
-def draw_negative(state: np.uint64, cum_table: np.ndarray) -> int:
-    """Index i with P(i) ∝ cum_table[i] - cum_table[i-1] (binary search, as gensim's cum_table)."""
-    r = np.int64((state >> _U16) % np.uint64(cum_table[-1]))
-    lo, hi = 0, cum_table.shape[0] - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if cum_table[mid] > r:
-            hi = mid
+@nb.njit(cache=True)
+def alias_table(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker/Vose alias table of ``probs`` (float64 [V], sums to 1): (accept float32 [V], alias int32 [V]).
+
+    Drawing i uniformly, then keeping i with probability accept[i] (else alias[i]) samples ``probs``
+    exactly in O(1): two reads of V-sized arrays instead of a binary search over the cumulative table.
+    """
+    v = probs.shape[0]
+    scaled = probs * v
+    accept = np.ones(v, dtype=np.float32)
+    alias = np.arange(v).astype(np.int32)
+    small = np.empty(v, dtype=np.int64)
+    large = np.empty(v, dtype=np.int64)
+    ns = nl = 0
+    for i in range(v):
+        if scaled[i] < 1.0:
+            small[ns] = i
+            ns += 1
         else:
-            lo = mid + 1
-    return lo
+            large[nl] = i
+            nl += 1
+    while ns > 0 and nl > 0:
+        ns -= 1
+        s = small[ns]
+        l = large[nl - 1]
+        accept[s] = scaled[s]
+        alias[s] = l
+        scaled[l] = (scaled[l] + scaled[s]) - 1.0
+        if scaled[l] < 1.0:
+            nl -= 1
+            small[ns] = l
+            ns += 1
+    return accept, alias
+
+
+@nb.njit(inline="always")
+def draw_negative(state: np.uint64, accept: np.ndarray, alias: np.ndarray):
+    """One word from the alias table; -> (word, new state)."""
+    state = lcg(state)
+    i = np.int64((state >> np.uint64(24)) % np.uint64(accept.shape[0]))
+    state = lcg(state)
+    if uniform(state) >= accept[i]:
+        i = np.int64(alias[i])
+    return i, state
 
 
 @nb.njit(inline="always")
@@ -85,7 +117,7 @@ def subsample(ids, a, b, keep_prob, buf, state):
 
 
 @nb.njit(inline="always")
-def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state):
+def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state):
     """Negative-sampling step for hidden vector ``l1`` [D] and true word ``target``.
 
     Updates ``syn1neg`` rows in place and adds the gradient w.r.t. ``l1`` into ``work`` [D].
@@ -93,11 +125,10 @@ def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, st
     dim = l1.shape[0]
     for d in range(negative + 1):
         if d == 0:
-            t = target
+            t = np.int64(target)
             label = 1.0
         else:
-            state = lcg(state)
-            t = draw_negative(state, cum_table)
+            t, state = draw_negative(state, neg_table[0], neg_table[1])
             if t == target:
                 continue
             label = 0.0
@@ -141,7 +172,7 @@ def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
 def train_w2v_chunks(
     syn0, syn1, syn1neg,
     ids, sentences, chunk_starts, first_chunk, last_chunk,
-    keep_prob, cum_table, codes, points, lengths, exp_tab,
+    keep_prob, neg_table, codes, points, lengths, exp_tab,
     sg, hs, negative, window, cbow_mean,
     alpha0, min_alpha, words_before, words_all,
     seed, epoch, trained,
@@ -187,7 +218,7 @@ def train_w2v_chunks(
                         if hs:
                             hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
                         if negative > 0:
-                            state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                            state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                         for k in range(dim):
                             l1[k] += work[k]
                 else:
@@ -212,7 +243,7 @@ def train_w2v_chunks(
                     if hs:
                         hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
                     if negative > 0:
-                        state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, cum_table, state)
+                        state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                     if not cbow_mean:  # a sum of inputs: share the error among them (as gensim)
                         for k in range(dim):
                             work[k] *= inv

@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
+from ptmkit.registry import register
 from ptmkit.static.cooccurrence import count_cooccurrence
 
 
@@ -121,3 +123,22 @@ def train_svd_ppmi(data: object, cfg: SVDPPMIConfig = SVDPPMIConfig(), progress:
     w, stats = svd_ppmi_vectors(cooc.to_scipy(), cfg)
     stats = {**cooc.stats, **stats, "vocab_size": len(vocab), "config": asdict(cfg)}
     return WordVectors(list(vocab.words), w, counts=vocab.counts), stats
+
+
+@register("static", "svd-ppmi")
+class SVDPPMI:
+    """Registry entry: ``config_class`` + ``train(data, cfg, out, progress) -> WordVectors``."""
+
+    config_class = SVDPPMIConfig
+
+    @staticmethod
+    def train(data: object, cfg: SVDPPMIConfig | dict | None = None, out=None, progress: bool = True):
+        """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats)."""
+        from ptmkit.static.word2vec import _check_out, save_run
+
+        cfg = from_dict(SVDPPMIConfig, cfg) if isinstance(cfg, dict) else (cfg or SVDPPMIConfig())
+        out_dir = _check_out(out)
+        wv, stats = train_svd_ppmi(data, cfg, progress=progress)
+        if out_dir is not None:
+            save_run(out_dir, wv, {"model": "svd-ppmi", **asdict(cfg)}, {k: v for k, v in stats.items() if k != "config"})
+        return wv

@@ -30,7 +30,7 @@ from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunks
+from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunks
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 
@@ -102,12 +102,15 @@ def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
     return np.minimum(p, 1.0).astype(np.float32)
 
 
-def cum_table(counts: np.ndarray, power: float = 0.75, domain: int = 2**31 - 1) -> np.ndarray:
-    """int64 [V] cumulative unigram^power distribution scaled to ``domain`` (for binary-search sampling)."""
+def negative_probs(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
+    """float64 [V]: the noise distribution of negative sampling, P(w) ∝ count(w)^power."""
     weights = np.asarray(counts, dtype=np.float64) ** power
-    cum = np.round(np.cumsum(weights) / weights.sum() * domain).astype(np.int64)
-    cum[-1] = domain
-    return cum
+    return weights / weights.sum()
+
+
+def negative_table(counts: np.ndarray, power: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
+    """Alias table (accept float32 [V], alias int32 [V]) sampling ``negative_probs`` in O(1)."""
+    return alias_table(negative_probs(counts, power))
 
 
 def chunk_starts(sentences: np.ndarray, chunk_words: int) -> np.ndarray:
@@ -179,7 +182,7 @@ def train_on_ids(
         syn1 = np.zeros((1, dim), dtype=np.float32)
         codes, points, lengths = np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.int32), np.zeros(1, np.int32)
     syn1neg = np.zeros((v, dim), dtype=np.float32) if negative else np.zeros((1, dim), dtype=np.float32)
-    table = cum_table(vocab.counts, cfg.ns_exponent)
+    table = negative_table(vocab.counts, cfg.ns_exponent)
     keep = keep_probabilities(vocab.counts, cfg.sample)
     log.info(
         "word2vec %s-%s: %d words, %d tokens, %d sentences, dim %d, memory %.1f MiB",
@@ -283,4 +286,4 @@ class Word2Vec:
     train = staticmethod(train_word2vec)
 
 
-__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec", "keep_probabilities", "cum_table"]
+__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec", "keep_probabilities", "negative_probs", "negative_table"]
