@@ -114,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
     )
 
     cfg = parse_overrides(list(args.overrides))
+    pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
     data = load_data(args)
     if args.train_size:
         data = data.with_train_size(args.train_size)
     out = prepare_out_dir(args.out)
-    pretrained = load_model(args.model)  # fail on a bad checkpoint before any training
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     print(
         f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet)
+    for r in results:
+        r["model"] = str(args.model)
     summary = summarize(results)
     table = format_table(summary)
     (out / "summary.json").write_text(

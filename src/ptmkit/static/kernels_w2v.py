@@ -8,8 +8,9 @@ no Python thread feeds the workers.
 
 Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1`` float32 [V-1, D] inner nodes of the
 Huffman tree (hierarchical softmax); ``syn1neg`` float32 [V, D] output vectors (negative sampling).
-The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP] (faster than ``exp`` here:
-measured ~8% on Skip-gram-NS); scores outside that range get the saturated gradient.
+The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP] (as the original tool and
+gensim, so the saturated-gradient behaviour matches); negatives come from an O(1) alias table
+(a binary search over the cumulative table, as gensim does, made Skip-gram-NS ~2x slower).
 """
 
 from __future__ import annotations

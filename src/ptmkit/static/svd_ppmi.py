@@ -15,8 +15,10 @@ with lessons learned from word embeddings").
    Tropp 2011: a Gaussian test matrix with ``oversample`` extra columns, ``power_iters``
    subspace iterations with QR re-orthonormalisation, then an exact SVD of the small
    projected matrix), or by ``scipy.sparse.linalg.svds`` (ARPACK) with ``method="arpack"``.
-   Randomized SVD is the default: on the Brown PPMI matrix (14k x 14k) with rank 100 it is
-   several times faster than ARPACK, with singular values within 1e-3 relative.
+   Randomized SVD is the default: on the Brown PPMI matrix (14k x 14k, window 5, rank 100,
+   2 busy cores) it took 84 s against ARPACK's 121 s; the leading singular values agree to
+   1e-9 relative, the 100th is 6 % low (the tail converges more slowly; raise ``power_iters``
+   or use ``"arpack"`` when the tail matters), and WordSim-353 Spearman was 0.319 vs 0.315.
 4. Eigenvalue weighting ``W = U S^p`` (``p = 0.5``).
 """
 

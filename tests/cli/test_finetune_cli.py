@@ -1,0 +1,79 @@
+"""``ptm finetune`` end to end on user files (CSV) with a tiny checkpoint."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ptmkit.cli import main
+from ptmkit.models.config import TransformerConfig
+from ptmkit.objectives.base import PretrainModel
+from ptmkit.tokenization import Tokenizer
+from ptmkit.train.checkpoint import build_model, save_pretrained
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ft_cli")
+    rng = np.random.default_rng(0)
+    words = "the film plot was very quite".split()
+    for split, n in (("train", 80), ("dev", 30), ("test", 30)):
+        lines = ["sentence,mood"]
+        for _ in range(n):
+            y = ["sad", "happy"][int(rng.integers(2))]
+            w = list(rng.choice(words, 4)) + ["great" if y == "happy" else "awful"]
+            lines.append(f"{' '.join(w)},{y}")
+        (d / f"{split}.csv").write_text("\n".join(lines) + "\n")
+    text = d / "text.txt"
+    text.write_text("\n".join(line.split(",")[0] for line in (d / "train.csv").read_text().splitlines()[1:]) + "\n")
+    tok = Tokenizer.train([text], kind="wordpiece", vocab_size=100, min_frequency=1)
+    cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=1, num_heads=2,
+                            intermediate_size=64, max_position=32)
+    config = {"model": cfg.__dict__.copy(), "objective": {"name": "mlm", "nsp": False}, "tokenizer": {}, "train": {}}
+    backbone, objective = build_model(config, tok)
+    save_pretrained(d / "ck", config, PretrainModel(backbone, objective), tok)
+    return d
+
+
+def test_finetune_cli_csv_both_inits(files, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main([
+        "finetune", str(files / "ck"), "--train", str(files / "train.csv"), "--dev", str(files / "dev.csv"),
+        "--test", str(files / "test.csv"), "--text-column", "sentence", "--label-column", "mood",
+        "--init", "both", "--seeds", "1", "2", "--train-size", "60", "-o", str(out), "--quiet",
+        "epochs=2", "lr=1e-3", "max_seq_len=16",
+    ])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "test accuracy (mean ± sd)" in printed and "random" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["summary"]) == {"pretrained", "random"}
+    run = json.loads((out / "random-seed2" / "results.json").read_text())
+    assert run["sizes"]["train"] == 60 and run["config"]["epochs"] == 2 and run["labels"] == ["happy", "sad"]
+    pred = json.loads((out / "pretrained-seed1" / "predictions.jsonl").read_text().splitlines()[0])
+    assert pred["label"] in ("happy", "sad") and set(pred["probabilities"]) == {"happy", "sad"}
+
+
+def test_finetune_cli_errors(files, tmp_path, capsys):
+    ck = str(files / "ck")
+    # missing column: exit 2 with the available columns named
+    rc = main(["finetune", ck, "--train", str(files / "train.csv"), "--dev", str(files / "dev.csv"),
+               "--test", str(files / "test.csv"), "-o", str(tmp_path / "a")])
+    assert rc == 2 and "available columns: sentence, mood" in capsys.readouterr().err
+    # unknown setting: the nearest key is suggested
+    rc = main(["finetune", ck, "--task", "mr", "-o", str(tmp_path / "b"), "learning_rate=1"])
+    assert rc == 2 and "unknown config key" in capsys.readouterr().err
+    # no task at all
+    rc = main(["finetune", ck, "-o", str(tmp_path / "c")])
+    assert rc == 2 and "--task mr" in capsys.readouterr().err
+    # a non-empty output directory is never overwritten
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "keep.txt").write_text("x")
+    rc = main(["finetune", ck, "--train", str(files / "train.csv"), "--dev", str(files / "dev.csv"),
+               "--test", str(files / "test.csv"), "--text-column", "sentence", "--label-column", "mood",
+               "-o", str(tmp_path / "d")])
+    assert rc == 2 and "not empty" in capsys.readouterr().err
+    assert (tmp_path / "d" / "keep.txt").read_text() == "x"
+    # a missing checkpoint
+    rc = main(["finetune", str(tmp_path / "nope"), "--task", "mr", "-o", str(tmp_path / "e")])
+    assert rc == 2

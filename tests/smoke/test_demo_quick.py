@@ -1,0 +1,27 @@
+"""``ptm demo --quick``: every stage on the real data with tiny settings."""
+
+import json
+
+from ptmkit.cli import main
+
+
+def test_demo_quick_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for heading in ("[1/5] data", "[2/5] pre-train", "[3/5] fine-tune", "[4/5] results"):
+        assert heading in printed
+    assert "with pre-training (MLM)" in printed and "without pre-training" in printed
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["summary"]) == {"pretrained", "random"}
+    assert len(result["runs"]) == 4  # 2 seeds x 2 conditions
+    assert result["sizes"]["test"] > 500  # scored on the full held-out MR test split
+    assert result["pretrain"]["steps"] == 30
+    # the gain is the per-seed difference of the two conditions' test accuracies
+    runs = {(r["init"], r["seed"]): r["test"]["accuracy"] for r in result["runs"]}
+    for seed, gain in result["gain"]["per_seed"].items():
+        assert abs(gain - (runs[("pretrained", int(seed))] - runs[("random", int(seed))])) < 1e-12
+    assert (out / "demo.png").stat().st_size > 10_000
+    assert "pre-training" in (out / "summary.md").read_text()
+    # the demo never writes into a non-empty directory
+    assert main(["demo", "--quick", "-o", str(out)]) == 2
