@@ -1,13 +1,19 @@
-"""ptmkit vs gensim: word2vec (Skip-gram-NS, CBOW-NS, Skip-gram-HS) and fastText (Skip-gram-NS).
+"""ptmkit vs gensim: word2vec (Skip-gram-NS, CBOW-NS, Skip-gram-HS) and fastText (Skip-gram-NS), plus GloVe.
 
-Both libraries train on the same corpus with the same hyper-parameters and the same number of
-threads; each training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  Reported:
-words/s = corpus words × epochs / training seconds (vocabulary building excluded for both),
-analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on WordSim-353
-and SimLex-999, all computed by the same evaluator (``WordVectors``, which matches gensim's).
-The last line printed is one JSON object.
+Both libraries train on the same corpus with the same hyper-parameters, seed and number of threads;
+every training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  With ``--seeds N`` each
+model is trained N times per library, the libraries interleaved (ptmkit first for even seeds, gensim
+first for odd ones) so that a change in the load of a shared machine hits both alike.  Reported:
+words/s = corpus words × epochs / training seconds (vocabulary building excluded for both; median
+over seeds), analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on
+WordSim-353 and SimLex-999 (mean ± sd over seeds), all computed by the same evaluator
+(``WordVectors``, which matches gensim's).  GloVe (ptmkit only; gensim has none) reports the
+words/s of co-occurrence counting and of training next to its scores.  The last line printed is one
+JSON object: ``<model>_speedup``, ``<model>_analogy_delta`` (points), ``<model>_ws353_delta``,
+``<model>_simlex_delta`` and the raw figures of every run.
 
-    python benchmarks/bench_static.py [--corpus PATH] [--max-words N] [--epochs 5] [--workers 2]
+    python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds 3]
+        [--models sg_ns,cbow_ns,sg_hs,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,28 +35,37 @@ MODELS = {
     "sg_hs": dict(kind="word2vec", model="skipgram", loss="hs"),
     "fasttext": dict(kind="fasttext", model="skipgram", loss="ns"),
 }
+GLOVE = "glove"
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def find_corpus(args) -> Path:
-    if args.corpus:
-        return Path(args.corpus)
+def recipe_file(name: str) -> Path:
+    """The training text of data recipe ``name`` (train.txt, else the largest .txt)."""
     from ptmkit.data.sources.base import fetch
 
-    for name, files in (("english-mix", ("train.txt", "english-mix.txt", "corpus.txt")), ("ptb", ("train.txt",))):
+    d = fetch(name)
+    for f in ("train.txt", f"{name}.txt", "corpus.txt"):
+        if (d / f).exists():
+            return d / f
+    txt = sorted(d.glob("*.txt"), key=lambda p: p.stat().st_size)
+    if not txt:
+        raise SystemExit(f"recipe {name!r} holds no .txt file in {d}")
+    return txt[-1]
+
+
+def find_corpus(spec: str | None) -> list[Path]:
+    """Files of ``spec``: a path, recipe names joined by '+', or (None) english-mix, else PTB."""
+    if spec:
+        if Path(spec).exists():
+            return [Path(spec)]
+        return [recipe_file(name) for name in spec.split("+")]
+    for name in ("english-mix", "ptb"):
         try:
-            d = fetch(name)
-        except Exception as exc:  # a recipe may not exist (yet) or the registry may be unreachable
+            return [recipe_file(name)]
+        except Exception as exc:  # a recipe may not exist or the registry may be unreachable
             print(f"# corpus {name!r} unavailable: {exc}", file=sys.stderr)
-            continue
-        for f in files:
-            if (d / f).exists():
-                return d / f
-        txt = sorted(d.glob("*.txt"), key=lambda p: p.stat().st_size)
-        if txt:
-            return txt[-1]
     raise SystemExit("no corpus: pass --corpus PATH")
 
 
@@ -66,45 +82,80 @@ def eval_files() -> dict[str, Path]:
     return {k: d / v for k, v in names.items()}
 
 
-def prefix_corpus(path: Path, max_words: int | None, tmp: Path) -> tuple[Path, int]:
-    """The first ``max_words`` words (whole lines) of ``path``; returns (file, number of words)."""
+def prefix_corpus(paths: list[Path], max_words: int | None, lowercase: bool, tmp: Path) -> tuple[Path, int]:
+    """The first ``max_words`` words (whole lines) of ``paths`` concatenated; returns (file, words)."""
     n = 0
     out = tmp / "corpus.txt"
-    with open(path, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as g:
-        for line in f:
-            k = len(line.split())
-            if max_words and n + k > max_words:
-                break
-            g.write(line)
-            n += k
+    with open(out, "w", encoding="utf-8") as g:
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    k = len(line.split())
+                    if max_words and n + k > max_words:
+                        return out, n
+                    g.write(line.lower() if lowercase else line)
+                    n += k
     return out, n
 
 
 # ----------------------------------------------------------------------------- one training (subprocess)
 
 
-def worker(impl: str, name: str, corpus: Path, hp: dict, out: Path) -> None:
+def evaluate(wv) -> dict:
+    files = eval_files()
+    analogy = wv.evaluate_analogies(files["analogies"], restrict_vocab=30_000)
+    ws = wv.evaluate_pairs(files["ws353"])
+    sl = wv.evaluate_pairs(files["simlex"])
+    return {"analogy": 100 * analogy["accuracy"], "analogy_n": analogy["n_questions"],
+            "ws353": ws["spearman"], "ws353_pairs": ws["n_pairs"], "simlex": sl["spearman"],
+            "simlex_pairs": sl["n_pairs"], "vocab": len(wv)}  # fmt: skip
+
+
+def worker(impl: str, name: str, corpus: Path, hp: dict, seed: int, out: Path) -> None:
+    if name == GLOVE:
+        from ptmkit.static.glove import GloVeConfig, train_glove
+
+        cfg = GloVeConfig(dim=hp["dim"], min_count=hp["min_count"], epochs=hp["glove_epochs"], threads=hp["workers"], seed=seed)
+        train_glove([["warm", "up", "warm"]] * 3, GloVeConfig(dim=8, min_count=1, epochs=1), progress=False)  # compile
+        t0 = time.perf_counter()
+        wv, stats = train_glove(corpus, cfg, progress=False)
+        seconds = time.perf_counter() - t0
+        words = int(stats.get("tokens", 0))
+        result = {"impl": impl, "model": name, "seed": seed, "seconds": seconds, "words": words * cfg.epochs,
+                  "words_per_second": stats["train_words_per_s"], "count_words_per_second": stats.get("count_words_per_s"),
+                  "train_seconds": stats["train_seconds"], "nnz": stats.get("nnz"), **evaluate(wv)}  # fmt: skip
+    else:
+        result = train_w2v(impl, name, corpus, hp, seed)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.write_text(json.dumps(result))
+
+
+def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
+    from ptmkit.static.vectors import WordVectors
+
     spec = MODELS[name]
     sg = spec["model"] == "skipgram"
     alpha = 0.025 if sg else 0.05
     common = dict(dim=hp["dim"], window=hp["window"], epochs=hp["epochs"], min_count=hp["min_count"], sample=hp["sample"])
     if impl == "ptmkit":
         from ptmkit.static.fasttext import FastTextConfig, train_fasttext_ids
-        from ptmkit.static.vectors import WordVectors
         from ptmkit.static.vocab import load_corpus
         from ptmkit.static.word2vec import Word2VecConfig, train_on_ids
 
-        if spec["kind"] == "word2vec":
-            cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], alpha=alpha, workers=hp["workers"], cache=False, **common)
+        w2v = spec["kind"] == "word2vec"
+        if w2v:
+            cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], alpha=alpha, workers=hp["workers"], seed=seed, cache=False, **common)
         else:
-            cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], cache=False, **common)
+            cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], seed=seed, cache=False, **common)
         vocab, ids = load_corpus(corpus, cfg.min_count, cache=False)
         # load the compiled kernels from numba's cache before timing (a few-sentence run)
-        warm = type(cfg)(**{**cfg.__dict__, "epochs": 1})
-        sub_v, sub_c = load_corpus([s.split() for s in corpus.read_text().splitlines()[:200]], 1, cache=False)
-        (train_on_ids if spec["kind"] == "word2vec" else train_fasttext_ids)(sub_v, sub_c, warm, progress=False)
+        warm = type(cfg)(**{**cfg.__dict__, "epochs": 1, **({} if w2v else {"bucket": 1000})})
+        with open(corpus, encoding="utf-8") as f:
+            head = [f.readline().split() for _ in range(200)]
+        sub_v, sub_c = load_corpus([s for s in head if s], 1, cache=False)
+        (train_on_ids if w2v else train_fasttext_ids)(sub_v, sub_c, warm, progress=False)
         t0 = time.perf_counter()
-        if spec["kind"] == "word2vec":
+        if w2v:
             vectors, _ = train_on_ids(vocab, ids, cfg, progress=False)
             seconds = time.perf_counter() - t0
             wv = WordVectors(vocab.words, vectors)
@@ -116,11 +167,10 @@ def worker(impl: str, name: str, corpus: Path, hp: dict, out: Path) -> None:
     else:
         from gensim.models import FastText, Word2Vec
 
-        from ptmkit.static.vectors import WordVectors
-
-        sentences = [line.split() for line in corpus.read_text(encoding="utf-8").splitlines()]
+        with open(corpus, encoding="utf-8") as f:
+            sentences = [line.split() for line in f]
         kw = dict(vector_size=hp["dim"], window=hp["window"], min_count=hp["min_count"], sample=hp["sample"],
-                  workers=hp["workers"], sg=int(sg), alpha=alpha, min_alpha=alpha * 1e-4, seed=1)  # fmt: skip
+                  workers=hp["workers"], sg=int(sg), alpha=alpha, min_alpha=alpha * 1e-4, seed=seed)  # fmt: skip
         if spec["kind"] == "word2vec":
             m = Word2Vec(hs=int(spec["loss"] == "hs"), negative=5 if spec["loss"] == "ns" else 0, **kw)
         else:
@@ -131,63 +181,114 @@ def worker(impl: str, name: str, corpus: Path, hp: dict, out: Path) -> None:
         seconds = time.perf_counter() - t0
         wv = WordVectors(m.wv.index_to_key, m.wv.vectors)
         n_words = int(sum(m.wv.get_vecattr(w, "count") for w in m.wv.index_to_key))
-    files = eval_files()
-    analogy = wv.evaluate_analogies(files["analogies"], restrict_vocab=30_000)
-    ws = wv.evaluate_pairs(files["ws353"])
-    sl = wv.evaluate_pairs(files["simlex"])
     words = n_words * hp["epochs"]
-    result = {
-        "impl": impl, "model": name, "seconds": seconds, "words": words, "words_per_second": words / seconds,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "analogy": 100 * analogy["accuracy"], "analogy_n": analogy["n_questions"],
-        "ws353": ws["spearman"], "simlex": sl["spearman"], "vocab": len(wv),
-    }  # fmt: skip
-    out.write_text(json.dumps(result))
+    return {"impl": impl, "model": name, "seed": seed, "seconds": seconds, "words": words,
+            "words_per_second": words / seconds, **evaluate(wv)}  # fmt: skip
 
 
-def run_one(impl: str, name: str, corpus: Path, hp: dict, tmp: Path) -> dict:
-    out = tmp / f"{impl}-{name}.json"
+def run_one(impl: str, name: str, corpus: Path, hp: dict, seed: int, tmp: Path) -> dict:
+    out = tmp / f"{impl}-{name}-{seed}.json"
     env = {**os.environ, "NUMBA_NUM_THREADS": str(hp["workers"]), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    cmd = [sys.executable, __file__, "--worker", impl, name, str(corpus), json.dumps(hp), str(out)]
+    cmd = [sys.executable, __file__, "--worker", impl, name, str(corpus), json.dumps(hp), str(seed), str(out)]
     subprocess.run(cmd, check=True, env=env)
     return json.loads(out.read_text())
 
 
+# ----------------------------------------------------------------------------- summary
+
+
+def mean_sd(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """Median words/s, mean ± sd of the scores over the seeds of one (library, model)."""
+    agg = {"words_per_second": statistics.median(r["words_per_second"] for r in runs), "n_seeds": len(runs)}
+    for key in ("analogy", "ws353", "simlex"):
+        agg[key], agg[f"{key}_sd"] = mean_sd([r[key] for r in runs])
+    if "count_words_per_second" in runs[0]:
+        agg["count_words_per_second"] = statistics.median(r["count_words_per_second"] or 0.0 for r in runs)
+    return agg
+
+
+def glove_available() -> bool:
+    try:
+        from ptmkit.static.glove import GloVeConfig, train_glove  # noqa: F401
+    except Exception as exc:
+        print(f"# GloVe skipped: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def fmt_row(name: str, impl: str, a: dict) -> str:
+    return (f"{name:9s} {impl:7s} {a['words_per_second']:10.0f} {a['analogy']:6.2f}±{a['analogy_sd']:<5.2f}"
+            f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f}")  # fmt: skip
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, impl, name, corpus, hp, out = sys.argv
-        worker(impl, name, Path(corpus), json.loads(hp), Path(out))
+        _, _, impl, name, corpus, hp, seed, out = sys.argv
+        worker(impl, name, Path(corpus), json.loads(hp), int(seed), Path(out))
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", help="text file (one sentence per line); default: english-mix, else PTB train")
+    ap.add_argument("--corpus", help="text file, or recipe name(s) joined by '+' (e.g. english-mix, ptb+brown); "
+                    "default: english-mix, else PTB train")  # fmt: skip
     ap.add_argument("--max-words", type=int, default=None, help="use the first N words of the corpus")
-    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {', '.join(MODELS)}")
+    ap.add_argument("--lowercase", action="store_true", help="lowercase the corpus (e.g. to mix PTB with cased text)")
+    ap.add_argument("--models", default=",".join([*MODELS, GLOVE]), help=f"comma-separated subset of {', '.join([*MODELS, GLOVE])}")
+    ap.add_argument("--seeds", type=int, default=1, help="trainings per library and model (seeds 1..N)")
     ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--glove-epochs", type=int, default=25)
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--bucket", type=int, default=2_000_000)
     args = ap.parse_args()
-    hp = dict(dim=args.dim, window=5, epochs=args.epochs, min_count=5, sample=1e-3, workers=args.workers, bucket=args.bucket)
-    src = find_corpus(args)
-    summary: dict = {"corpus": str(src), **hp}
+    hp = dict(dim=args.dim, window=5, epochs=args.epochs, min_count=5, sample=1e-3, workers=args.workers,
+              bucket=args.bucket, glove_epochs=args.glove_epochs)  # fmt: skip
+    names = [m for m in args.models.split(",") if m]
+    bad = [m for m in names if m not in MODELS and m != GLOVE]
+    if bad:
+        raise SystemExit(f"unknown model(s) {bad}; choose from {[*MODELS, GLOVE]}")
+    if GLOVE in names and not glove_available():
+        names.remove(GLOVE)
+    src = find_corpus(args.corpus)
+    summary: dict = {"corpus": "+".join(map(str, src)), "seeds": args.seeds, **hp}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        corpus, n = prefix_corpus(src, args.max_words, tmp)
+        corpus, n = prefix_corpus(src, args.max_words, args.lowercase, tmp)
         summary["corpus_words"] = n
-        print(f"corpus {src} ({n:,} words), {hp}")
-        print(f"{'model':10s} {'impl':7s} {'words/s':>10s} {'sec':>7s} {'peakMB':>7s} {'analogy%':>9s} {'ws353':>7s} {'simlex':>7s}")
-        for name in args.models.split(","):
-            rows = {}
-            for impl in ("ptmkit", "gensim"):
-                r = rows[impl] = run_one(impl, name, corpus, hp, tmp)
-                print(f"{name:10s} {impl:7s} {r['words_per_second']:10.0f} {r['seconds']:7.1f} {r['peak_rss_mb']:7.0f} "
-                      f"{r['analogy']:9.2f} {r['ws353']:7.3f} {r['simlex']:7.3f}", flush=True)  # fmt: skip
-            p, g = rows["ptmkit"], rows["gensim"]
+        print(f"corpus {summary['corpus']} ({n:,} words), seeds {args.seeds}, {hp}")
+        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s}   (run)")
+        for name in names:
+            impls = ("ptmkit",) if name == GLOVE else ("ptmkit", "gensim")
+            runs: dict[str, list[dict]] = {i: [] for i in impls}
+            for seed in range(1, args.seeds + 1):
+                for impl in impls if seed % 2 else impls[::-1]:
+                    r = run_one(impl, name, corpus, hp, seed, tmp)
+                    runs[impl].append(r)
+                    extra = f" count {r['count_words_per_second']:.0f} w/s" if name == GLOVE else ""
+                    print(f"  {name:9s} {impl:7s} seed {seed}: {r['words_per_second']:10.0f} w/s {r['seconds']:7.1f} s "
+                          f"{r['peak_rss_mb']:6.0f} MB  analogy {r['analogy']:6.2f}  ws353 {r['ws353']:.3f}  "
+                          f"simlex {r['simlex']:.3f}{extra}", flush=True)  # fmt: skip
+            aggs = {i: aggregate(runs[i]) for i in impls}
+            for i in impls:
+                print(fmt_row(name, i, aggs[i]), flush=True)
+            summary[f"{name}_raw"] = {i: {"summary": aggs[i], "runs": runs[i]} for i in impls}
+            p = aggs["ptmkit"]
+            if name == GLOVE:
+                summary["glove_train_words_per_s"] = round(p["words_per_second"])
+                summary["glove_count_words_per_s"] = round(p.get("count_words_per_second", 0.0))
+                for key in ("analogy", "ws353", "simlex"):
+                    summary[f"glove_{key}"] = round(p[key], 4)
+                continue
+            g = aggs["gensim"]
             summary[f"{name}_speedup"] = round(p["words_per_second"] / g["words_per_second"], 3)
+            # per-seed speed ratios of the interleaved pairs: the spread shows how noisy the machine was
+            ratios = [a["words_per_second"] / b["words_per_second"] for a, b in zip(runs["ptmkit"], runs["gensim"])]
+            summary[f"{name}_speedup_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
             summary[f"{name}_analogy_delta"] = round(p["analogy"] - g["analogy"], 2)
             summary[f"{name}_ws353_delta"] = round(p["ws353"] - g["ws353"], 4)
             summary[f"{name}_simlex_delta"] = round(p["simlex"] - g["simlex"], 4)
-            summary[f"{name}_raw"] = rows
     print(json.dumps(summary))
 
 

@@ -109,7 +109,8 @@ def build_model(framework: str, workload: str) -> torch.nn.Module:
         cfg._attn_implementation = "sdpa"
         return transformers.BertForMaskedLM(cfg)
     cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=FFN,
-                                  n_positions=POSITIONS, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT)
+                                  n_positions=POSITIONS, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT, attn_pdrop=DROPOUT,
+                                  bos_token_id=TOKENIZER.sep_id, eos_token_id=TOKENIZER.sep_id)
     cfg._attn_implementation = "sdpa"
     return transformers.GPT2LMHeadModel(cfg)
 

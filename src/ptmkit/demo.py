@@ -96,6 +96,7 @@ def quick_config() -> DemoConfig:
         train_size=100,
         seeds=(1, 2),
         finetune=FinetuneConfig(epochs=2, lr=1e-3, batch_size=16, max_seq_len=32, warmup=0.1),
+        num_threads=1,  # tiny matrices: a second thread costs more in synchronisation than it gains
         quick=True,
     )
 

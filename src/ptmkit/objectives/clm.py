@@ -46,15 +46,15 @@ class CausalLM(Objective):
         self.eos_id = int(eos if eos is not None else tokenizer.sep_id)
         if not model_cfg.causal:
             raise PtmError("the clm objective needs a causal model (set model.causal=true)")
-        self._stream_cache: tuple[int, np.ndarray] | None = None
+        self._stream_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     def _stream_starts(self, corpus: CorpusLike) -> np.ndarray:
         """Stream position where each sentence starts, ``int64 [n_sentences + 1]`` (cached)."""
         sent = corpus.sentences
-        if self._stream_cache is None or self._stream_cache[0] != id(sent):
+        if self._stream_cache is None or self._stream_cache[0] is not sent:
             sep = 1 if self.cfg.separator else 0
             starts = np.asarray(sent, dtype=np.int64) - int(sent[0]) + sep * np.arange(len(sent), dtype=np.int64)
-            self._stream_cache = (id(sent), starts)
+            self._stream_cache = (sent, starts)
         return self._stream_cache[1]
 
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:

@@ -152,17 +152,29 @@ def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, st
 
 
 @nb.njit(inline="always")
-def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
-    """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``."""
+def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf):
+    """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``.
+
+    The inner nodes of one path are distinct rows and ``l1`` is not changed here, so all the dot
+    products can be taken before any row is updated (the same arithmetic as node-by-node updates)
+    and the independent dot products overlap in the CPU.  ``gbuf`` float32 [>= code length] scratch.
+    """
     dim = l1.shape[0]
-    for j in range(lengths[target]):
+    n = lengths[target]
+    for j in range(n):
         row = syn1[points[target, j]]
         f = np.float32(0.0)
         for k in range(dim):
             f += l1[k] * row[k]
         if f <= -MAX_EXP or f >= MAX_EXP:
+            gbuf[j] = 0.0
+        else:
+            gbuf[j] = (1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha
+    for j in range(n):
+        g32 = gbuf[j]
+        if g32 == 0.0:
             continue
-        g32 = np.float32((1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
+        row = syn1[points[target, j]]
         for k in range(dim):
             r = row[k]
             work[k] += g32 * r
@@ -196,6 +208,7 @@ def train_w2v_chunks(
         buf = np.empty(longest, dtype=np.int32)
         work = np.empty(dim, dtype=np.float32)
         neu1 = np.empty(dim, dtype=np.float32)
+        gbuf = np.empty(codes.shape[1], dtype=np.float32)
         kept = 0
         for s in range(s0, s1):
             progress = (words_before + sentences[s]) / words_all
@@ -217,7 +230,7 @@ def train_w2v_chunks(
                             work[k] = 0.0
                         l1 = syn0[w_in]
                         if hs:
-                            hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                            hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf)
                         if negative > 0:
                             state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                         for k in range(dim):
@@ -242,7 +255,7 @@ def train_w2v_chunks(
                     for k in range(dim):
                         work[k] = 0.0
                     if hs:
-                        hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                        hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf)
                     if negative > 0:
                         state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                     if not cbow_mean:  # a sum of inputs: share the error among them (as gensim)

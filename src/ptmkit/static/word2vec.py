@@ -45,6 +45,7 @@ class Word2VecConfig:
     alpha: initial learning rate; None = 0.025 (Skip-gram) / 0.05 (CBOW).  min_alpha: None = alpha·1e-4.
     max_vocab: keep at most this many most frequent words (after min_count).
     workers: CPU threads (0 = all cores).  chunk_words: words per Hogwild work unit.
+    device: "cpu" (numba kernel) | "torch" (batched PyTorch path on the CPU) | "cuda[:N]" (it on a GPU).
     """
 
     model: str = "skipgram"
@@ -66,6 +67,7 @@ class Word2VecConfig:
     chunk_words: int = 10_000
     max_sentence_len: int = 10_000
     cache: bool = True
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.model not in ("skipgram", "cbow"):
@@ -79,6 +81,8 @@ class Word2VecConfig:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
             raise ValueError("sample must be >= 0")
+        if self.device not in ("cpu", "torch") and not self.device.startswith("cuda"):
+            raise ValueError(f"device must be 'cpu', 'torch' or 'cuda[:N]', got {self.device!r}")
 
     @property
     def start_alpha(self) -> float:
@@ -170,6 +174,10 @@ def train_on_ids(
     ``tree``: a given Huffman tree for HS (default: built from the counts).  HS similarity structure
     depends on the tree's topology, so comparisons with another implementation pass its tree here.
     """
+    if cfg.device != "cpu":  # batched PyTorch path (GPU)
+        from ptmkit.static.word2vec_torch import train_on_ids_torch
+
+        return train_on_ids_torch(vocab, corpus, cfg, progress=progress, tree=tree)
     v, dim = len(vocab), cfg.dim
     hs = cfg.loss == "hs"
     negative = cfg.negative if cfg.loss == "ns" else 0
