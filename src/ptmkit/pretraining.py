@@ -209,11 +209,28 @@ def pretrain(
 ) -> Path:
     """Pre-train and return the run directory (see the module docstring).
 
+    A static model or static preset (``word2vec``, ``glove``, ``word2vec-cbow-hs``, ...; see
+    :mod:`ptmkit.static.presets`) is trained by :func:`ptmkit.static.run.run_static` instead: data
+    are text files, overrides are that model's config keys, and ``out_dir`` receives ``vectors.bin``.
+
     data / eval_data: a prepared corpus directory, or text file(s) (one sentence per line, a blank
     line between documents). Without eval_data, ``train.eval_fraction`` of the examples is held out.
     """
     run_dir = Path(out_dir)
     overrides = list(overrides)
+    static = _static_model(preset_or_config)
+    if static is not None:
+        if resume or eval_data is not None:
+            raise PtmError(
+                f"{preset_or_config!r} is a static word-embedding model: it trains in one pass over the text "
+                f"(no --resume, no --eval-data); evaluate its vectors with `ptm vectors evaluate`"
+            )
+        from ptmkit.static.run import run_static
+
+        run_static(preset_or_config, [str(p) for p in _as_paths(data)], run_dir, overrides, progress=verbose, overwrite=overwrite)
+        if verbose:
+            _print_static_summary(static, run_dir)
+        return run_dir
     raw = apply_overrides(load_config(preset_or_config), overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
     started = not dist.is_distributed()
@@ -223,6 +240,25 @@ def pretrain(
     finally:
         if started:
             dist.cleanup()
+
+
+def _static_model(preset_or_config: str | Path | dict[str, Any]) -> str | None:
+    """The static model's name when ``preset_or_config`` names a static model or static preset."""
+    from ptmkit.static.presets import resolve_static
+
+    resolved = resolve_static(preset_or_config)
+    return None if resolved is None else resolved[0]
+
+
+def _print_static_summary(model: str, run_dir: Path) -> None:
+    from ptmkit.static.run import vectors_header
+
+    n, dim = vectors_header(run_dir)
+    stats = json.loads((run_dir / RUN_CONFIG).read_text()).get("stats", {}) if (run_dir / RUN_CONFIG).is_file() else {}
+    speed = stats.get("words_per_second") or stats.get("train_words_per_s")
+    timing = f" in {stats['seconds']:.1f} s" if "seconds" in stats else ""
+    timing += f" ({speed:,.0f} words/s)" if speed else ""
+    print(f"{model}: {n:,} words x {dim} dimensions{timing}\nvectors: {run_dir / 'vectors.bin'}", flush=True)
 
 
 def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info) -> Path:

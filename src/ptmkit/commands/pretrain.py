@@ -1,10 +1,10 @@
-"""``ptm pretrain``: pre-train a Transformer from a preset on your corpus."""
+"""``ptm pretrain``: pre-train a Transformer from a preset, or static word vectors, on your corpus."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "pre-train a Transformer (BERT, GPT-2, ...) from a preset"
+HELP = "pre-train a Transformer (BERT, GPT-2, ...) or static word vectors (word2vec, GloVe, ...)"
 
 DESCRIPTION = """\
 Pre-train a Transformer from a preset on your own corpus.
@@ -30,6 +30,21 @@ continues exactly where its last checkpoint left it with --resume.
 
 Several processes (data parallel): torchrun --nproc_per_node N -m ptmkit.cli pretrain ...
 (batch_size stays the global batch; gloo on CPU, NCCL on GPUs).
+
+Static word vectors (first generation): PRESET may also be a static model,
+  word2vec   Skip-gram / CBOW with negative sampling or hierarchical softmax (Mikolov et al. 2013)
+  fasttext   Skip-gram / CBOW over character n-gram buckets (Bojanowski et al. 2017)
+  glove      weighted least squares on log co-occurrences (Pennington et al. 2014)
+  svd-ppmi   truncated SVD of the PPMI matrix (Levy, Goldberg & Dagan 2015)
+  nnlm       neural probabilistic LM, vectors = its feature matrix C (Bengio et al. 2003)
+or a static preset: word2vec-sg-ns, word2vec-sg-hs, word2vec-cbow-ns, word2vec-cbow-hs (or a YAML
+file with the sections `static: MODEL` and `config:`).  DATA is then text file(s), one sentence per
+line, whitespace-separated words; overrides are the model's config keys without a section (dim=100
+window=5 min_count=5 epochs=5 lowercase=true; word2vec, fasttext: model=skipgram|cbow workers=2
+negative=5 sample=1e-3, word2vec: loss=ns|hs; glove: x_max=100 threads=2; `config.KEY=VALUE` works
+too; an unknown key is an error that lists the valid ones).  RUN_DIR receives vectors.bin (word2vec binary, read by
+`ptm vectors` and gensim), vocab.txt and config.json (the config and training statistics); an
+existing non-empty RUN_DIR is refused unless --overwrite, and replaced only once training succeeded.
 """
 
 EPILOG = """\
@@ -41,6 +56,10 @@ examples:
   ptm pretrain my_preset.yaml --data corpus_dir -o runs/mine
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume      continue after a kill
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume train.max_steps=5000   train longer
+  ptm pretrain word2vec --data corpus.txt -o vec/w2v model=cbow loss=hs dim=100 workers=2
+  ptm pretrain word2vec-sg-ns --data corpus.txt -o vec/sgns epochs=10
+  ptm pretrain glove --data corpus.txt -o vec/glove window=10 epochs=25
+  ptm pretrain fasttext --data corpus.txt -o vec/ft min_n=3 max_n=6 --overwrite
 """
 
 
@@ -68,14 +87,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file")
+    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file, or a static model (word2vec, fasttext, glove, svd-ppmi, nnlm)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
     p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="discard RUN_DIR's checkpoints and logs and start over")
+    p.add_argument("--overwrite", action="store_true", help="discard RUN_DIR's checkpoints and logs and start over "
+                   "(static models: replace RUN_DIR's vectors)")
     p.__class__ = _IntermixedParser
     p.set_defaults(func=run)
 

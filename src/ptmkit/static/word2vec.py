@@ -1,8 +1,8 @@
 """word2vec: CBOW and Skip-gram with hierarchical softmax or negative sampling (Mikolov et al. 2013).
 
 ``train_word2vec(data, cfg)`` counts the corpus, encodes it to ids (cached), and runs the compiled
-Hogwild kernel of :mod:`ptmkit.static.kernels_w2v` on batches of ~10k-word chunks, updating a
-progress bar between batches.  The details follow the original tool (and gensim):
+Hogwild kernel of :mod:`ptmkit.static.kernels_w2v` on ~10k-word chunks in ``workers`` threads
+(the kernel releases the GIL), with a progress bar.  The details follow the original tool (and gensim):
 
 - frequent-word subsampling, keep probability ``(sqrt(c/(s·T)) + 1)·(s·T)/c`` for a word with
   count c among T in-vocabulary tokens (s = ``sample``);
@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -30,7 +30,7 @@ from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunks
+from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunk
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 
@@ -136,8 +136,8 @@ def init_input_vectors(v: int, dim: int, seed: int) -> np.ndarray:
 
 
 def n_threads(workers: int) -> int:
-    n = workers if workers > 0 else (os.cpu_count() or 1)
-    return max(1, min(n, numba.config.NUMBA_NUM_THREADS))
+    """Training threads: ``workers``, or (0) one per core."""
+    return max(1, workers if workers > 0 else (os.cpu_count() or 1))
 
 
 # ----------------------------------------------------------------------------- training
@@ -197,12 +197,13 @@ def train_on_ids(
         cfg.model, cfg.loss, v, corpus.n_words, corpus.n_sentences, dim,
         (syn0.nbytes + syn1.nbytes + syn1neg.nbytes) / 2**20,
     )  # fmt: skip
+    tab = exp_table()
     stats = run_epochs(
-        lambda epoch, c0, c1, starts, trained, alpha0, alpha1, before, total: train_w2v_chunks(
-            syn0, syn1, syn1neg, corpus.ids, corpus.sentences, starts, c0, c1,
-            keep, table, codes, points, lengths, exp_table(),
+        lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_w2v_chunk(
+            syn0, syn1, syn1neg, corpus.ids, corpus.sentences, s0, s1,
+            keep, table, codes, points, lengths, tab,
             cfg.model == "skipgram", hs, negative, cfg.window, cfg.cbow_mean,
-            alpha0, alpha1, before, total, cfg.seed, epoch, trained,
+            alpha0, alpha1, before, total, cfg.seed, epoch, chunk,
         ),  # fmt: skip
         corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss}",
     )
@@ -210,37 +211,70 @@ def train_on_ids(
 
 
 def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
-    """Call ``step`` on batches of chunks for every epoch, with a progress bar; returns timing stats.
+    """Train every chunk of every epoch with ``cfg.workers`` threads; returns timing stats.
 
-    ``step(epoch, first_chunk, last_chunk, chunk_starts, trained, alpha0, min_alpha, words_before, words_all)``.
+    ``step(epoch, chunk, first_sentence, end_sentence, alpha0, min_alpha, words_before, words_all)``
+    trains one chunk (a compiled kernel that releases the GIL) and returns the words it kept.
+    The threads pull (epoch, chunk) jobs in order from one shared queue, as gensim's workers do:
+    a thread delayed by other load on the machine just takes fewer chunks, nobody waits for it.
     """
     threads = n_threads(cfg.workers)
-    numba.set_num_threads(threads)
     starts = chunk_starts(corpus.sentences, cfg.chunk_words)
     n_chunks = starts.shape[0] - 1
-    per_call = max(threads * 4, 1)
+    chunk_words = np.diff(corpus.sentences[starts])
     words_all = float(corpus.n_words) * cfg.epochs
-    trained = np.zeros(n_chunks, dtype=np.int64)
-    kept_total = 0
+    jobs = iter([(e, c) for e in range(cfg.epochs) for c in range(n_chunks)])
+    lock = threading.Lock()
+    done = {"words": 0, "kept": 0}
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    job = next(jobs, None)
+                if job is None:
+                    return
+                epoch, c = job
+                kept = step(epoch, c, starts[c], starts[c + 1], cfg.start_alpha, cfg.end_alpha,
+                            float(epoch * corpus.n_words), words_all)  # fmt: skip
+                with lock:
+                    done["words"] += int(chunk_words[c])
+                    done["kept"] += int(kept)
+        except BaseException as exc:  # re-raised in the calling thread
+            errors.append(exc)
+            stop.set()
+
     t0 = time.perf_counter()
     bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
+    pool = [threading.Thread(target=worker, name=f"{desc} {i}", daemon=True) for i in range(threads)]
     try:
-        for epoch in range(cfg.epochs):
-            trained[:] = 0
-            for c0 in range(0, n_chunks, per_call):
-                c1 = min(n_chunks, c0 + per_call)
-                step(epoch, c0, c1, starts, trained, cfg.start_alpha, cfg.end_alpha, float(epoch * corpus.n_words), words_all)
-                done = int(corpus.sentences[starts[c1]] - corpus.sentences[starts[c0]])
-                bar.update(done)
-                frac = (epoch * corpus.n_words + corpus.sentences[starts[c1]]) / words_all
+        for t in pool:
+            t.start()
+        shown = 0
+        while any(t.is_alive() for t in pool):
+            pool[0].join(timeout=0.25) if pool[0].is_alive() else next(t for t in pool if t.is_alive()).join(0.25)
+            if progress:
+                now = done["words"]
+                bar.update(now - shown)
+                shown = now
+                frac = now / words_all
                 bar.set_postfix(alpha=f"{cfg.start_alpha - (cfg.start_alpha - cfg.end_alpha) * frac:.5f}", refresh=False)
-            kept_total += int(trained.sum())
+    except BaseException:
+        stop.set()
+        raise
     finally:
+        stop.set()
+        for t in pool:
+            t.join()
         bar.close()
+    if errors:
+        raise errors[0]
     seconds = time.perf_counter() - t0
     stats = {
         "words": int(words_all),
-        "effective_words": kept_total,
+        "effective_words": done["kept"],
         "seconds": seconds,
         "words_per_second": words_all / max(seconds, 1e-9),
         "threads": threads,
