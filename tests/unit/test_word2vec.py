@@ -271,3 +271,37 @@ def test_real_text_agrees_with_gensim(model, loss):
     rho_gg = stats.spearmanr(s1, s2).statistic
     rho_og = stats.spearmanr(s_ours, s1).statistic
     assert rho_og >= rho_gg - 0.08, (rho_og, rho_gg)
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def test_chunks_train_the_same_whichever_thread_runs_them():
+    """Each chunk's random stream is seeded by (seed, epoch, chunk): the words kept by subsampling do
+    not depend on the number of threads, and one thread reproduces its result exactly."""
+    sents = _topic_corpus(n_sent=2000)
+    vocab, corpus = load_corpus(sents, 1)
+    base = dict(dim=16, epochs=2, min_count=1, sample=1e-3, chunk_words=500)
+    one_a, st1 = train_on_ids(vocab, corpus, Word2VecConfig(workers=1, **base), progress=False)
+    one_b, _ = train_on_ids(vocab, corpus, Word2VecConfig(workers=1, **base), progress=False)
+    _, st2 = train_on_ids(vocab, corpus, Word2VecConfig(workers=3, **base), progress=False)
+    np.testing.assert_array_equal(one_a, one_b)
+    assert st1["threads"] == 1 and st2["threads"] == 3
+    assert 0 < st1["effective_words"] == st2["effective_words"] < 2 * corpus.n_words
+
+
+def test_worker_errors_reach_the_caller():
+    from ptmkit.static.word2vec import run_epochs
+
+    corpus = load_corpus(_topic_corpus(n_sent=200), 1)[1]
+    calls = []
+
+    def step(epoch, chunk, *args):
+        calls.append(chunk)
+        if chunk == 3:
+            raise RuntimeError("boom")
+        return 1
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_epochs(step, corpus, Word2VecConfig(workers=2, epochs=3, chunk_words=100), False, "test")
+    assert len(calls) < 3 * len(chunk_starts(corpus.sentences, 100))  # the others stopped early

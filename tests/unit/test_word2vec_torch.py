@@ -22,6 +22,7 @@ from ptmkit.static.word2vec_torch import (
     make_tables,
     ns_update,
     resolve_device,
+    row_scale,
     skipgram_step,
     train_on_ids_torch,
 )
@@ -120,6 +121,27 @@ def test_expected_skipgram_ns_step_equals_expected_gradient():
     torch.testing.assert_close((params.syn1neg.double() - out) / n, exp_out, rtol=0.03, atol=2e-5)
 
 
+def test_row_cap_scales_only_hot_rows():
+    rows = torch.tensor([[0, 0, 3], [0, 0, 1]])
+    weight = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])  # a skipped draw does not count
+    expected = torch.tensor([[2 / 3, 2 / 3, 1.0], [2 / 3, 2 / 3, 1.0]])
+    torch.testing.assert_close(row_scale(rows, weight, 4, 2.0), expected)
+    # with n identical pairs the capped step of the input row is cap x the mean step
+    counts = np.array([40, 25, 12, 8, 5, 3])
+    vocab = load_corpus([["a"]], 1)[0]
+    vocab.counts = counts
+    tables = make_tables(vocab, Word2VecConfig(negative=2, min_count=1), torch.device("cpu"))
+    syn0 = torch.randn(6, 4, generator=_gen(1)) * 0.3
+    syn1neg = torch.randn(6, 4, generator=_gen(2)) * 0.3
+    steps = []
+    for cap in (None, 10.0):
+        params = Params(syn0.clone(), syn1neg=syn1neg.clone(), row_cap=cap)
+        inputs, targets, alpha = torch.full((500,), 2), torch.full((500,), 0), torch.full((500,), 0.01)
+        skipgram_step(params, tables, inputs, targets, alpha, 2, _gen(7))
+        steps.append(params.syn0[2] - syn0[2])
+    torch.testing.assert_close(steps[1], steps[0] * 10 / 500)
+
+
 @pytest.mark.parametrize("cbow_mean", [True, False])
 def test_cbow_step_spreads_the_hidden_step(cbow_mean):
     """CBOW (HS): h = mean (sum) of the bag; each bag word gets the full step of h (divided by the size if sum)."""
@@ -170,7 +192,9 @@ def _corpus(lengths, v=5, seed=0) -> IdCorpus:
 def test_batches_follow_windows_sentences_and_schedule():
     corpus = _corpus([7, 1, 12, 4, 9])
     window, epochs, n = 3, 2, corpus.n_words
-    batches = list(iter_batches(corpus, torch.ones(5), window, epochs, 0.05, 0.001, _gen(), batch_words=4, segment_words=15))
+    batches = list(
+        iter_batches(corpus, torch.ones(5), window, epochs, 0.05, 0.001, _gen(), batch_words=4, segment_words=15)
+    )
     sent_of = np.repeat(np.arange(5), np.diff(corpus.sentences))
     alphas = []
     for epoch in range(epochs):
@@ -217,7 +241,8 @@ def test_deterministic_given_seed():
     cfg = Word2VecConfig(min_count=1, epochs=1, dim=8, device="torch", seed=5, workers=1)
     a = train_on_ids_torch(vocab, corpus, cfg, progress=False, batch_words=64)[0]
     b = train_on_ids_torch(vocab, corpus, cfg, progress=False, batch_words=64)[0]
-    c = train_on_ids_torch(vocab, corpus, Word2VecConfig(**{**cfg.__dict__, "seed": 6}), progress=False, batch_words=64)[0]
+    other = Word2VecConfig(**{**cfg.__dict__, "seed": 6})
+    c = train_on_ids_torch(vocab, corpus, other, progress=False, batch_words=64)[0]
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -236,7 +261,8 @@ def test_bad_configs(tmp_path):
         vocab, corpus = load_corpus(sents, 1)
         train_on_ids_torch(vocab, corpus, Word2VecConfig(min_count=1, device="torch"), progress=False, batch_words=0)
     out = tmp_path / "run"
-    train_word2vec(_topic_corpus(n_sent=50), {"min_count": 1, "epochs": 1, "dim": 8, "device": "torch"}, out=out, progress=False)
+    cfg = {"min_count": 1, "epochs": 1, "dim": 8, "device": "torch"}
+    train_word2vec(_topic_corpus(n_sent=50), cfg, out=out, progress=False)
     with pytest.raises(PtmError, match="already holds"):
         train_word2vec(_topic_corpus(n_sent=50), {"min_count": 1, "device": "torch"}, out=out, progress=False)
 
@@ -261,13 +287,19 @@ def _purity(vectors: np.ndarray, words: list[str], k: int = 5) -> float:
 
 @pytest.mark.parametrize("model,loss", MODES)
 def test_learns_planted_topics_like_the_numba_kernel(model, loss):
-    sents = _topic_corpus()
-    vocab, corpus = load_corpus(sents, 1)
-    cfg = Word2VecConfig(model=model, loss=loss, dim=24, window=3, epochs=5, min_count=1, sample=0, workers=1)
-    numba_purity = _purity(train_on_ids(vocab, corpus, cfg)[0], vocab.words)
-    torch_cfg = Word2VecConfig(**{**cfg.__dict__, "device": "torch"})
-    syn0, stats = train_on_ids_torch(vocab, corpus, torch_cfg, progress=False, batch_words=128)
-    ours = _purity(syn0, vocab.words)
-    assert stats["effective_words"] == corpus.n_words * cfg.epochs  # sample=0 keeps every word
-    assert ours > 0.9, (ours, numba_purity)
-    assert ours >= numba_purity - 0.05, (ours, numba_purity)
+    """Through the public entry point (device="torch", default batch size and row cap)."""
+    sents = _topic_corpus(n_sent=1000)
+    hp = dict(model=model, loss=loss, dim=24, window=3, epochs=5, min_count=1, sample=0, workers=1)
+    numba_wv = train_word2vec(sents, Word2VecConfig(**hp), progress=False)
+    torch_wv = train_word2vec(sents, Word2VecConfig(**hp, device="torch"), progress=False)
+    assert torch_wv.words == numba_wv.words
+    ours, reference = _purity(torch_wv.vectors, torch_wv.words), _purity(numba_wv.vectors, numba_wv.words)
+    assert ours > 0.9, (ours, reference)
+    assert ours >= reference - 0.05, (ours, reference)
+
+
+def test_effective_words_without_subsampling():
+    vocab, corpus = load_corpus(_topic_corpus(n_sent=200), 1)
+    cfg = Word2VecConfig(model="cbow", min_count=1, epochs=2, dim=8, sample=0, device="torch", workers=1)
+    stats = train_on_ids_torch(vocab, corpus, cfg, progress=False)[1]
+    assert stats["effective_words"] == stats["words"] == 2 * corpus.n_words

@@ -10,6 +10,7 @@ interrupted or failed run never leaves a half-written ``out_dir`` and never touc
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -137,7 +138,8 @@ def run_static(
     path ...) on ``data_files`` (text, one sentence per line) into ``out_dir``.
 
     ``overrides``: config keys of the model's ``config_class`` as a dict or ``key=value`` strings.
-    ``out_dir`` receives ``vectors.bin`` (word2vec binary), ``config.json`` and ``vocab.txt`` (plus the
+    ``out_dir`` receives ``vectors.bin`` (word2vec binary), ``config.json`` (the model's config and
+    training statistics, with ``"static": MODEL`` and ``"preset"`` added) and ``vocab.txt`` (plus the
     model's own files, e.g. fastText's subword matrix); an existing non-empty ``out_dir`` is refused
     unless ``overwrite``, and is replaced only after the new training succeeded.
     Returns what the model's ``train`` returns (``WordVectors``, ``FastTextModel``, ...).
@@ -153,10 +155,21 @@ def run_static(
         result = entry.train([str(f) for f in files], cfg, out=staging, progress=progress)
         if not (staging / "vectors.bin").is_file():
             raise RuntimeError(f"static model {model!r} wrote no vectors.bin")
+        _record_origin(staging / "config.json", model, name)
         _replace_dir(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _record_origin(config_file: Path, model: str, name: Any) -> None:
+    """Add ``"static": MODEL`` (and ``"preset"``) to the model's config.json: word2vec's and fastText's
+    own ``model`` key names the architecture (skipgram/cbow), not the model family."""
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    origin = {"static": model}
+    if not isinstance(name, dict) and str(name) != model:
+        origin["preset"] = str(name)
+    config_file.write_text(json.dumps({**origin, **config}, indent=2) + "\n", encoding="utf-8")
 
 
 def _replace_dir(new: Path, out: Path) -> None:

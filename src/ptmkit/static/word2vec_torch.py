@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 BATCH_WORDS = 8192  # centre positions per synchronous update (see train_on_ids_torch)
 SEGMENT_WORDS = 1 << 24  # corpus words moved to the device at a time
+MIN_STEPS = 100  # updates per epoch at least, on a small corpus
+ROW_CAP = 32.0  # contributions a row takes at full weight per batch (see row_scale)
 
 
 # ----------------------------------------------------------------------------- device
@@ -91,6 +93,21 @@ def take(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return x.index_select(0, idx.reshape(-1)).view(*idx.shape, *x.shape[1:])
 
 
+def row_scale(rows: torch.Tensor, weight: torch.Tensor | None, n_rows: int, cap: float) -> torch.Tensor:
+    """Factor min(1, cap / n_r) for each contribution to row r (shape of ``rows``).
+
+    n_r counts the contributions (of nonzero ``weight``) to row r in this batch.  A sequential SGD
+    saturates a row that receives many updates (its sigmoids move to 0/1); a batch sums them all
+    from the same old value, which for the hottest rows (frequent words, the Huffman root)
+    overshoots and diverges with large batches.  Capping each row's summed step at ``cap``
+    contributions leaves rows with n_r <= cap exactly as plain SGD and bounds the others.
+    """
+    w = weight.reshape(-1) if weight is not None else None
+    counts = torch.bincount(rows.reshape(-1), weights=w, minlength=n_rows).to(torch.float32)
+    scale = (cap / counts.clamp_min(1.0)).clamp_max(1.0)
+    return take(scale, rows).to(torch.float32)
+
+
 def _sigmoid_saturated(f: torch.Tensor) -> torch.Tensor:
     """sigmoid(f), exactly 0 / 1 beyond ±MAX_EXP as word2vec's table (saturated examples stop learning)."""
     s = torch.sigmoid(f)
@@ -98,14 +115,15 @@ def _sigmoid_saturated(f: torch.Tensor) -> torch.Tensor:
 
 
 def ns_update(
-    syn1neg: torch.Tensor, h: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor, alpha: torch.Tensor
-) -> torch.Tensor:
+    syn1neg: torch.Tensor, h: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor, alpha: torch.Tensor,
+    row_cap: float | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Negative-sampling SGD step for hidden vectors ``h`` [P, D] predicting ``targets`` [P].
 
     negatives: [P, k] noise words (a noise word equal to the target is skipped, as word2vec.c).
     alpha: [P] learning rate of each example.  Adds ``alpha·∂log-lik/∂out`` into the rows of
     ``syn1neg`` and returns ``alpha·∂log-lik/∂h`` [P, D] (computed from the old rows), i.e. the
-    ascent step of  log σ(h·v_t) + Σ_k log σ(-h·v_{n_k}).
+    ascent step of  log σ(h·v_t) + Σ_k log σ(-h·v_{n_k}).  ``row_cap``: see :func:`row_scale`.
     """
     words = torch.cat([targets[:, None], negatives], dim=1)  # [P, 1+k]
     label = torch.zeros(words.shape, dtype=h.dtype, device=h.device)
@@ -113,22 +131,26 @@ def ns_update(
     weight = torch.ones_like(label)
     weight[:, 1:] = (negatives != targets[:, None]).to(h.dtype)
     out = take(syn1neg, words)  # [P, 1+k, D]
-    f = torch.einsum("pd,pkd->pk", h, out)
+    f = torch.bmm(out, h[:, :, None]).squeeze(2)
     g = (label - _sigmoid_saturated(f)) * weight * alpha[:, None]  # [P, 1+k]
-    grad_h = torch.einsum("pk,pkd->pd", g, out)
+    grad_h = torch.bmm(g[:, None, :], out).squeeze(1)
+    if row_cap is not None:
+        g = g * row_scale(words, weight, syn1neg.shape[0], row_cap)
     syn1neg.index_add_(0, words.reshape(-1), (g[:, :, None] * h[:, None, :]).reshape(-1, h.shape[1]))
     return grad_h
 
 
 def hs_update(
-    syn1: torch.Tensor, h: torch.Tensor, codes: torch.Tensor, points: torch.Tensor, mask: torch.Tensor, alpha: torch.Tensor
-) -> torch.Tensor:
+    syn1: torch.Tensor, h: torch.Tensor, codes: torch.Tensor, points: torch.Tensor, mask: torch.Tensor,
+    alpha: torch.Tensor, row_cap: float | None = None,
+) -> torch.Tensor:  # fmt: skip
     """Hierarchical-softmax SGD step for hidden vectors ``h`` [P, D].
 
     codes, points: [P, L] Huffman code bits and inner nodes of each example's target (root first),
     mask: bool [P, L] the real (unpadded) part of each path.  The step ascends
     Σ_j (1-c_j) log σ(h·u_j) + c_j log σ(-h·u_j); nodes with |h·u_j| >= MAX_EXP are skipped, as in
     word2vec.c.  Updates ``syn1`` rows; returns the step for ``h`` [P, D] (from the old rows).
+    ``row_cap``: see :func:`row_scale`.
     """
     p_idx, j_idx = mask.nonzero(as_tuple=True)  # flatten the ragged paths: [M]
     flat = p_idx * points.shape[1] + j_idx
@@ -139,6 +161,8 @@ def hs_update(
     g = (1.0 - take(codes.reshape(-1), flat).to(h.dtype) - torch.sigmoid(f)) * take(alpha, p_idx)
     g = torch.where(f.abs() < MAX_EXP, g, torch.zeros_like(g))
     grad_h = torch.zeros_like(h).index_add_(0, p_idx, g[:, None] * u)
+    if row_cap is not None:
+        g = g * row_scale(node, None, syn1.shape[0], row_cap)
     syn1.index_add_(0, node, g[:, None] * hp)
     return grad_h
 
@@ -150,6 +174,7 @@ class Params:
     syn0: torch.Tensor
     syn1: torch.Tensor | None = None
     syn1neg: torch.Tensor | None = None
+    row_cap: float | None = None  # see row_scale; None = the plain sum of the batch's steps
 
 
 @dataclass
@@ -188,17 +213,20 @@ def predict_update(
     """Output-layer step (HS if ``params.syn1`` is set, NS if ``params.syn1neg`` is): grad for ``h``."""
     grad_h = torch.zeros_like(h)
     if params.syn1 is not None:
-        grad_h += hs_update(params.syn1, h, *tables.paths(targets), alpha)
+        grad_h += hs_update(params.syn1, h, *tables.paths(targets), alpha, params.row_cap)
     if params.syn1neg is not None:
         negatives = tables.draw_negatives((targets.shape[0], negative), gen)
-        grad_h += ns_update(params.syn1neg, h, targets, negatives, alpha)
+        grad_h += ns_update(params.syn1neg, h, targets, negatives, alpha, params.row_cap)
     return grad_h
 
 
 def skipgram_step(params, tables, inputs, targets, alpha, negative, gen) -> None:
     """Skip-gram: each context word's input vector ``syn0[inputs]`` [P] predicts the centre ``targets`` [P]."""
     h = take(params.syn0, inputs)
-    params.syn0.index_add_(0, inputs, predict_update(params, tables, h, targets, alpha, negative, gen))
+    step = predict_update(params, tables, h, targets, alpha, negative, gen)
+    if params.row_cap is not None:
+        step *= row_scale(inputs, None, params.syn0.shape[0], params.row_cap)[:, None]
+    params.syn0.index_add_(0, inputs, step)
 
 
 def cbow_step(params, tables, bag_rows, bag_words, centres, alpha, negative, gen, cbow_mean=True) -> None:
@@ -216,7 +244,10 @@ def cbow_step(params, tables, bag_rows, bag_words, centres, alpha, negative, gen
     work = predict_update(params, tables, h, centres, alpha, negative, gen)
     if not cbow_mean:
         work /= count
-    params.syn0.index_add_(0, bag_words, take(work, bag_rows))
+    step = take(work, bag_rows)
+    if params.row_cap is not None:
+        step *= row_scale(bag_words, None, params.syn0.shape[0], params.row_cap)[:, None]
+    params.syn0.index_add_(0, bag_words, step)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -281,7 +312,8 @@ def iter_batches(
                 cpos = pos[:, None] + offsets[None, :]  # [B, 2W]
                 inside = (cpos >= 0) & (cpos < n)
                 cpos = cpos.clamp(0, n - 1)
-                valid = inside & (dist[None, :] <= reduced[:, None]) & (take(sent_k, cpos) == take(sent_k, pos)[:, None])
+                same_sentence = take(sent_k, cpos) == take(sent_k, pos)[:, None]
+                valid = inside & (dist[None, :] <= reduced[:, None]) & same_sentence
                 rows, cols = valid.nonzero(as_tuple=True)
                 done = epoch * n_total + w0 + take(kept, pos).to(torch.float64)
                 yield epoch, Batch(
@@ -318,27 +350,38 @@ def make_tables(vocab: Vocab, cfg, device: torch.device, tree: HuffmanTree | Non
     return tables
 
 
+def default_batch_words(n_words: int) -> int:
+    """``BATCH_WORDS``, or fewer on a small corpus so that an epoch makes at least ``MIN_STEPS`` updates."""
+    return int(min(BATCH_WORDS, max(64, n_words // MIN_STEPS)))
+
+
 def train_on_ids_torch(
     vocab: Vocab, corpus: IdCorpus, cfg, progress: bool = True, tree: HuffmanTree | None = None,
-    batch_words: int = BATCH_WORDS, segment_words: int = SEGMENT_WORDS,
+    batch_words: int | None = None, segment_words: int = SEGMENT_WORDS, row_cap: float | None = ROW_CAP,
 ) -> tuple[np.ndarray, dict]:  # fmt: skip
     """Train word2vec with batched sparse SGD on ``cfg.device``; returns (syn0 float32 [V, dim], stats).
 
-    ``cfg``: a ``Word2VecConfig``.  ``batch_words``: centre positions per synchronous update;
-    larger batches run faster on a GPU but sum more updates computed from the same (stale)
-    parameters, which matters for the most frequent words.  ``tree`` as in ``train_on_ids``.
+    ``cfg``: a ``Word2VecConfig``.  ``batch_words``: centre positions per synchronous update
+    (None: :func:`default_batch_words`); larger batches run faster on a GPU but sum more updates
+    computed from the same (stale) parameters, which matters for the most frequent words;
+    ``row_cap`` bounds how many of them a row takes at full weight per batch (:func:`row_scale`;
+    None = the plain sum).  ``tree`` as in ``train_on_ids``.
     """
     from ptmkit.static.word2vec import init_input_vectors
 
+    if batch_words is None:
+        batch_words = default_batch_words(corpus.n_words)
     if batch_words < 1 or segment_words < 1:
         raise PtmError(f"batch_words and segment_words must be >= 1, got {batch_words} and {segment_words}")
+    if row_cap is not None and row_cap <= 0:
+        raise PtmError(f"row_cap must be > 0 (or None for no cap), got {row_cap}")
     device = resolve_device(getattr(cfg, "device", "torch"))
     if cfg.loss == "hs" and len(vocab) < 2:
         raise PtmError("hierarchical softmax needs at least 2 words in the vocabulary")
     v, dim = len(vocab), cfg.dim
     gen = torch.Generator(device=device)
     gen.manual_seed(int(cfg.seed))
-    params = Params(torch.from_numpy(init_input_vectors(v, dim, cfg.seed)).to(device))
+    params = Params(torch.from_numpy(init_input_vectors(v, dim, cfg.seed)).to(device), row_cap=row_cap)
     if cfg.loss == "hs":
         params.syn1 = torch.zeros(v - 1, dim, device=device)
     else:
@@ -375,6 +418,7 @@ def train_on_ids_torch(
         "words_per_second": words_all / max(seconds, 1e-9),
         "device": str(device),
         "batch_words": batch_words,
+        "row_cap": row_cap,
     }
     log.info("%s: %d words in %.1f s (%.0f words/s)", desc, stats["words"], seconds, stats["words_per_second"])
     return params.syn0.float().cpu().numpy(), stats
