@@ -1,3 +1,61 @@
-"""ptmkit: pre-train, transfer, compress and analyse the whole family of pre-trained language models."""
+"""ptmkit: pre-train, transfer, compress and analyse the whole family of pre-trained language models.
+
+The main entry points are importable from the top level (loaded lazily, so ``import ptmkit``
+stays fast)::
+
+    import ptmkit
+    run = ptmkit.pretrain("bert-tiny", data="corpus.txt", out_dir="runs/bert", overrides=["train.max_steps=500"])
+    model = ptmkit.load_pretrained(run)              # Pretrained(config, tokenizer, backbone, objective)
+    vectors = ptmkit.train_word2vec("corpus.txt", {"model": "skipgram", "loss": "ns"})
+    vectors.most_similar("king")
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "pretrain": "ptmkit.pretraining",
+    "load_pretrained": "ptmkit.train.checkpoint",
+    "save_pretrained": "ptmkit.train.checkpoint",
+    "Trainer": "ptmkit.train.trainer",
+    "TrainConfig": "ptmkit.train.config",
+    "Tokenizer": "ptmkit.tokenization",
+    "Corpus": "ptmkit.data.corpus",
+    "prepare": "ptmkit.data.prepare",
+    "fetch": "ptmkit.data.sources.base",
+    "Backbone": "ptmkit.models",
+    "TransformerConfig": "ptmkit.models",
+    "load_preset": "ptmkit.presets",
+    "finetune": "ptmkit.tasks.finetune",
+    "FinetuneConfig": "ptmkit.tasks.finetune",
+    "load_task": "ptmkit.data.tasks",
+    "load_files": "ptmkit.data.tasks",
+    "export_hf": "ptmkit.interop",
+    "import_hf": "ptmkit.interop",
+    "load_hf": "ptmkit.interop",
+    "WordVectors": "ptmkit.static.vectors",
+    "train_word2vec": "ptmkit.static.word2vec",
+    "train_fasttext": "ptmkit.static.fasttext",
+    "train_glove": "ptmkit.static.glove",
+    "train_svd_ppmi": "ptmkit.static.svd_ppmi",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ptmkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
