@@ -65,7 +65,7 @@ class DemoConfig:
     train_subset_seed: int = 0
     seeds: tuple[int, ...] = (1, 2, 3)
     finetune: FinetuneConfig = field(
-        default_factory=lambda: FinetuneConfig(epochs=10, lr=1e-4, batch_size=16, max_seq_len=64, warmup=0.1)
+        default_factory=lambda: FinetuneConfig(epochs=10, lr=3e-4, batch_size=16, max_seq_len=64, warmup=0.1)
     )
     num_threads: int = 2
     max_text_lines: int | None = None  # pre-train on the first N lines of each text file only

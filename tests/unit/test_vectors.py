@@ -195,4 +195,4 @@ def test_cli_vectors(tmp_path, capsys):
     assert '"n_oov": 1' in capsys.readouterr().out
     assert main(["vectors", "neighbors", str(path), "kingg"]) == 2
     assert "not in the vocabulary" in capsys.readouterr().err
-    assert main(["vectors", "evaluate", str(path)]) == 2
+    assert main(["vectors", "evaluate", str(path), "--pairs", "nosuchset"]) == 2

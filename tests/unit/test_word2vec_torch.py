@@ -253,18 +253,24 @@ def test_deterministic_given_seed():
 def test_bad_configs(tmp_path):
     with pytest.raises(PtmError, match="device"):
         from_dict(Word2VecConfig, {"device": "tpu"})
+    with pytest.raises(PtmError, match="cuda"):
+        resolve_device("mps")
     if not torch.cuda.is_available():
         with pytest.raises(PtmError, match="no CUDA"):
             resolve_device("cuda")
+    vocab, corpus = load_corpus(_topic_corpus(n_sent=20), 1)
+    cfg = Word2VecConfig(min_count=1, device="torch")
     with pytest.raises(PtmError, match="batch_words"):
-        sents = _topic_corpus(n_sent=20)
-        vocab, corpus = load_corpus(sents, 1)
-        train_on_ids_torch(vocab, corpus, Word2VecConfig(min_count=1, device="torch"), progress=False, batch_words=0)
+        train_on_ids_torch(vocab, corpus, cfg, progress=False, batch_words=0)
+    with pytest.raises(PtmError, match="row_cap"):
+        train_on_ids_torch(vocab, corpus, cfg, progress=False, row_cap=0)
     out = tmp_path / "run"
-    cfg = {"min_count": 1, "epochs": 1, "dim": 8, "device": "torch"}
-    train_word2vec(_topic_corpus(n_sent=50), cfg, out=out, progress=False)
+    small = {"min_count": 1, "epochs": 1, "dim": 8, "device": "torch"}
+    train_word2vec(_topic_corpus(n_sent=50), small, out=out, progress=False)
+    before = (out / "vectors.bin").read_bytes()
     with pytest.raises(PtmError, match="already holds"):
-        train_word2vec(_topic_corpus(n_sent=50), {"min_count": 1, "device": "torch"}, out=out, progress=False)
+        train_word2vec(_topic_corpus(n_sent=50), small, out=out, progress=False)
+    assert (out / "vectors.bin").read_bytes() == before
 
 
 # ----------------------------------------------------------------------------- quality

@@ -19,10 +19,20 @@ from ptmkit.errors import PtmError, suggest
 SECTIONS = ("model", "objective", "tokenizer", "train")
 
 
+def _is_static(text: str) -> bool:
+    """Static-vector presets (word2vec, ...) have a top-level ``static:`` key; see ptmkit.static.presets."""
+    return any(line.startswith("static:") for line in text.splitlines())
+
+
 def list_presets() -> list[str]:
-    """Sorted names of the bundled presets."""
+    """Sorted names of the bundled Transformer presets (static-vector presets are listed by
+    :func:`ptmkit.static.presets.list_static_presets`)."""
     root = resources.files(__name__)
-    return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[: -len(".yaml")]
+        for p in root.iterdir()
+        if p.name.endswith(".yaml") and not _is_static(p.read_text(encoding="utf-8"))
+    )
 
 
 def _read(text: str, where: str) -> dict[str, Any]:
@@ -47,6 +57,9 @@ def _read(text: str, where: str) -> dict[str, Any]:
 def load_preset(name: str) -> dict[str, Any]:
     """The preset ``name`` (or a YAML file path) as a nested dict; unknown names suggest the nearest."""
     names = list_presets()
+    bundled = resources.files(__name__).joinpath(f"{name}.yaml")
+    if name not in names and bundled.is_file():
+        raise PtmError(f"{name!r} is a static word-vector preset; train it with `ptm pretrain {name} --data FILE -o DIR`")
     if name in names:
         text = resources.files(__name__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
         return _read(text, repr(name))
