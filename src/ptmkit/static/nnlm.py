@@ -102,13 +102,98 @@ def encode_lm(files: str | os.PathLike | list, vocab: LMVocab) -> tuple[np.ndarr
     return np.concatenate(id_parts), np.concatenate([[0], np.cumsum(lens)])
 
 
+# ----------------------------------------------------------------------------- output layer
+#
+# The softmax over V = 17.7k words dominates the cost of the NNLM: the logits of a batch of 512
+# windows are a 36 MB matrix, and an unfused ``cross_entropy(linear(x))`` streams it through
+# memory about ten times (gemm, bias, log-softmax, its backward, the one-hot fill, two gemms).
+# On a small CPU that traffic, not the arithmetic, sets the speed.  The output layer therefore
+# walks over the vocabulary in slices of ``slice_size`` words whose ``[B, slice]`` block stays in
+# cache: pass 1 computes each slice's logits and their log-sum-exp, pass 2 (training only)
+# recomputes them, turns them into probabilities and accumulates the gradients.  One gemm is
+# recomputed, but the full ``[B, V]`` matrix is never materialised.  The result equals
+# ``F.cross_entropy(x @ weight.T + bias, target)`` and its gradients (tested in float64).
+
+
+def _slices(V: int, slice_size: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + slice_size, V)) for lo in range(0, V, slice_size)]
+
+
+def _log_normaliser(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, slice_size: int) -> torch.Tensor:
+    """log sum_v exp(x weight_v + bias_v): x [B, K], weight [V, K], bias [V] -> [B]."""
+    spans = _slices(weight.shape[0], slice_size)
+    buf = x.new_empty(x.shape[0], min(slice_size, weight.shape[0]))
+    part = x.new_empty(x.shape[0], len(spans))  # log-sum-exp of each slice
+    for i, (lo, hi) in enumerate(spans):
+        z = torch.addmm(bias[lo:hi], x, weight[lo:hi].T, out=buf[:, : hi - lo])
+        torch.logsumexp(z, 1, out=part[:, i])
+    return torch.logsumexp(part, 1)
+
+
+def _target_logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """x_i weight_{t_i} + bias_{t_i}: [B]."""
+    return torch.einsum("bk,bk->b", x, weight[target]) + bias[target]
+
+
+class _SlicedSoftmaxCrossEntropy(torch.autograd.Function):
+    """Mean of ``-log softmax(x weight^T + bias)[target]``; the gradients are computed in forward
+    (the loss is the last node of the graph) and scaled by the incoming gradient in backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, target, slice_size):  # type: ignore[override]
+        B = x.shape[0]
+        lse = _log_normaliser(x, weight, bias, slice_size)
+        loss = (lse - _target_logits(x, weight, bias, target)).mean()
+        # d loss_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
+        gx, gw, gb = torch.zeros_like(x), torch.empty_like(weight), torch.empty_like(bias)
+        buf = x.new_empty(B, min(slice_size, weight.shape[0]))
+        for lo, hi in _slices(weight.shape[0], slice_size):
+            p = torch.addmm(bias[lo:hi], x, weight[lo:hi].T, out=buf[:, : hi - lo])
+            p.sub_(lse[:, None]).exp_()
+            gx.addmm_(p, weight[lo:hi])
+            torch.mm(p.T, x, out=gw[lo:hi])
+            torch.sum(p, 0, out=gb[lo:hi])
+        # ... then the one-hot part, by gather / scatter-add instead of a [B, V] matrix.
+        gx.sub_(weight[target])
+        gw.index_add_(0, target, x, alpha=-1.0)
+        gb.index_add_(0, target, torch.ones_like(lse), alpha=-1.0)
+        ctx.save_for_backward(gx, gw, gb)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        gx, gw, gb = ctx.saved_tensors
+        scale = grad / gx.shape[0]
+        return gx * scale, gw * scale, gb * scale, None, None
+
+
+def softmax_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
+                          slice_size: int = 256) -> torch.Tensor:
+    """``F.cross_entropy(x @ weight.T + bias, target)`` without materialising the ``[B, V]`` logits.
+
+    x: [B, K]; weight: [V, K]; bias: [V]; target: int64 [B] -> scalar mean loss.  Without
+    autograd (``torch.no_grad``) only the forward pass runs.
+    """
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
+        return _SlicedSoftmaxCrossEntropy.apply(x, weight, bias, target, slice_size)
+    return (_log_normaliser(x, weight, bias, slice_size) - _target_logits(x, weight, bias, target)).mean()
+
+
+def target_log_probs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
+                     slice_size: int = 256) -> torch.Tensor:
+    """``log_softmax(x @ weight.T + bias)[i, target_i]``: [B] (no gradient)."""
+    with torch.no_grad():
+        return _target_logits(x, weight, bias, target) - _log_normaliser(x, weight, bias, slice_size)
+
+
 # ----------------------------------------------------------------------------- model
 
 
 @dataclass(frozen=True)
 class NNLMConfig:
     """order: n (the model sees n-1 previous words); dim: m (word features); hidden: h (0: no
-    hidden layer); direct: direct connections W from the features to the output.
+    hidden layer); direct: direct connections W from the features to the output; dropout: on the
+    features x and the hidden units (a modern regulariser; 0 = the paper's model).
 
     The default is a quick model; :meth:`paper` gives Bengio et al.'s best Brown MLP
     (n=5, m=60, h=50, direct connections; their Table 1, MLP1).
@@ -130,6 +215,8 @@ class NNLMConfig:
             raise PtmError(f"NNLM needs order >= 2, dim >= 1, hidden >= 0; got {self}")
         if self.hidden == 0 and not self.direct:
             raise PtmError("an NNLM without a hidden layer needs direct connections (direct=True)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise PtmError(f"NNLM dropout must lie in [0, 1); got {self.dropout}")
 
 
 class NNLM(nn.Module):
@@ -138,6 +225,8 @@ class NNLM(nn.Module):
     Parameters: ``C.weight`` [V+1, m] (row V = ``<s>``), ``H`` [h, (n-1)m] + ``d`` [h],
     ``U`` [V, h], ``W`` [V, (n-1)m] (if direct), ``b`` [V].
     """
+
+    slice_size = 256  # vocabulary slice of the output layer (a [B, 256] block stays in cache)
 
     def __init__(self, vocab_size: int, cfg: NNLMConfig):
         super().__init__()
@@ -152,20 +241,33 @@ class NNLM(nn.Module):
         self.b = nn.Parameter(torch.zeros(vocab_size))
         self.drop = nn.Dropout(cfg.dropout)
 
+    def output_input(self, context: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """context: int64 [B, n-1] (oldest first) -> (a [B, K], A [V, K]) with ``y = b + a A^T``.
+
+        a = [tanh(d + H x), x] and A = [U, W] (each part only if present), so the output layer is
+        one matrix product: ``U tanh(d + H x) + W x = [U W] [tanh(d + H x); x]``.
+        """
+        x = self.drop(self.C(context).flatten(1))  # [B, (n-1) m]
+        parts, weights = [], []
+        if self.H is not None:
+            parts.append(self.drop(torch.tanh(self.H(x))))
+            weights.append(self.U.weight)
+        if self.W is not None:
+            parts.append(x)
+            weights.append(self.W.weight)
+        if len(parts) == 1:
+            return parts[0], weights[0]
+        return torch.cat(parts, 1), torch.cat(weights, 1)
+
     def logits(self, context: torch.Tensor) -> torch.Tensor:
         """context: int64 [B, n-1] (oldest first) -> unnormalised log-probabilities [B, V]."""
-        x = self.C(context).flatten(1)  # [B, (n-1) m]
-        y = self.b
-        if self.H is not None:
-            y = y + self.U(self.drop(torch.tanh(self.H(x))))
-        if self.W is not None:
-            y = y + self.W(x)
-        return y
+        a, A = self.output_input(context)
+        return torch.addmm(self.b, a, A.T)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         """batch: ``context`` int64 [B, n-1], ``target`` int64 [B]; loss = mean cross-entropy."""
-        logits = self.logits(batch["context"])
-        loss = nn.functional.cross_entropy(logits, batch["target"])
+        a, A = self.output_input(batch["context"])
+        loss = softmax_cross_entropy(a, A, self.b, batch["target"], self.slice_size)
         B = batch["target"].shape[0]
         return StepOutput(loss=loss, metrics={}, n_tokens=B, n_predictions=B)
 
@@ -178,8 +280,9 @@ class NNLM(nn.Module):
         out = []
         try:
             for batch in source.eval_batches():
-                lp = torch.log_softmax(self.logits(batch["context"].to(dev)).float(), dim=-1)
-                out.append(lp.gather(1, batch["target"].to(dev)[:, None])[:, 0].double().cpu().numpy())
+                a, A = self.output_input(batch["context"].to(dev))
+                lp = target_log_probs(a.float(), A.float(), self.b.float(), batch["target"].to(dev), self.slice_size)
+                out.append(lp.double().cpu().numpy())
         finally:
             self.train(was)
         return np.concatenate(out)
@@ -204,7 +307,7 @@ class NGramWindows:
     """
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray, vocab: LMVocab, order: int, batch_size: int,
-                 seed: int = 0, eval_batch_size: int = 4096):
+                 seed: int = 0, eval_batch_size: int = 1024):
         self.order = order
         self.padded, self.targets = pad_sentences(ids, offsets, vocab.bos, vocab.eos, order - 1)
         self.batch_size = batch_size
