@@ -67,6 +67,7 @@ class DemoConfig:
     finetune: FinetuneConfig = field(
         default_factory=lambda: FinetuneConfig(epochs=10, lr=3e-4, batch_size=16, max_seq_len=64, warmup=0.1)
     )
+    finetune_lrs: tuple[float, ...] | None = None  # LR grid, chosen per run on dev (None: finetune.lr)
     num_threads: int = 2
     max_text_lines: int | None = None  # pre-train on the first N lines of each text file only
     quick: bool = False
@@ -257,7 +258,8 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
     train_curve, eval_curve = _pretrain_curve(run_dir)
 
     stages.start("finetune", f"fine-tune on {len(small.train)} MR sentences: {len(cfg.seeds)} seeds x (pre-trained, random init)")
-    results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds), progress=progress)
+    results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds), progress=progress,
+                        lrs=list(cfg.finetune_lrs) if cfg.finetune_lrs else None)
 
     stages.start("report", "results on the held-out MR test split")
     summary = summarize(results)

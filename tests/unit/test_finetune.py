@@ -156,3 +156,12 @@ def test_config_validation():
         FinetuneConfig(pooling="max")
     with pytest.raises(PtmError):
         FinetuneConfig(warmup=1.5)
+
+
+def test_lr_grid_keeps_best_dev(task, checkpoint):
+    cfg = FinetuneConfig(epochs=1, lr=1e-3, batch_size=32, max_seq_len=16)
+    results = run_seeds(checkpoint, task, None, cfg, ["random"], [0], progress=False, lrs=[1e-5, 3e-3])
+    (r,) = results
+    devs = [c["dev"]["accuracy"] for c in r["lr_search"]]
+    assert [c["lr"] for c in r["lr_search"]] == [1e-5, 3e-3]
+    assert r["dev"]["accuracy"] == max(devs) and r["config"]["lr"] == r["lr_search"][int(np.argmax(devs))]["lr"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.static.cooccurrence import count_cooccurrence
+from ptmkit.static.cooccurrence import RECORD, Cooccurrence, count_cooccurrence
 from ptmkit.static.glove import GloVeConfig, GloVeModel, _glove_epoch, fit_cooccurrence, train_glove, weighting
 
 
@@ -75,7 +75,7 @@ RSS_SCRIPT = textwrap.dedent(
     """
     import json, sys, tempfile
     import numpy as np
-    from ptmkit.static.cooccurrence import count_cooccurrence
+    from ptmkit.static.cooccurrence import RECORD, Cooccurrence, count_cooccurrence
 
     def status(key):
         for line in open("/proc/self/status"):
@@ -110,24 +110,26 @@ def test_counting_peak_memory_stays_within_budget():
     assert (r["peak"] - r["base"]) / 2**20 <= budget_mb + overhead_mb, r
 
 
-def test_glove_gradient_matches_float64_autograd():
+def test_glove_update_matches_float64_autograd_with_reference_adagrad():
+    """Gradients from autograd; the update rule of glove.c: u = lr * clip(g); p -= u / sqrt(G); G += u^2."""
     rng = np.random.default_rng(1)
     V, D = 6, 4
     model = GloVeModel(V, D, seed=3, dtype=np.float64)
     model.W += rng.normal(0, 0.3, model.W.shape)
     model.Wc += rng.normal(0, 0.3, model.Wc.shape)
-    I = np.array([0, 2, 0, 5], dtype=np.int32)
-    J = np.array([1, 3, 3, 0], dtype=np.int32)
-    X = np.array([3.0, 150.0, 0.5, 40.0])
+    model.Wc[5, 0] = 40.0  # with x > x_max, f = 1 and this component's gradient exceeds the clip
+    I = np.array([0, 2, 0, 5, 1], dtype=np.int32)
+    J = np.array([1, 3, 3, 0, 5], dtype=np.int32)
+    X = np.array([3.0, 150.0, 0.5, 40.0, 200.0])
     logX, fX = np.log(X), weighting(X, 100.0, 0.75)
-    lr = 0.05
+    lr, clip = 0.05, 10.0
     params = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (model.W, model.Wc, model.b, model.bc)]
     accum = [torch.ones_like(p) for p in params]
-    order = np.arange(4, dtype=np.int64)
+    order = np.arange(5, dtype=np.int64)
     loss = _glove_epoch(I, J, logX, fX, order, model.W, model.Wc, model.b, model.bc,
-                        model.gW, model.gWc, model.gb, model.gbc, lr, 1)
-    ref_loss = 0.0
-    for e in order:  # sequential AdaGrad on 1/2 f(x) (w.w~ + b + b~ - log x)^2
+                        model.gW, model.gWc, model.gb, model.gbc, lr, clip, 1)
+    ref_loss, clipped = 0.0, False
+    for e in order:  # sequential updates on 1/2 f(x) (w.w~ + b + b~ - log x)^2
         W, Wc, b, bc = params
         x = torch.tensor(X[e], dtype=torch.float64)
         f = torch.clamp((x / 100.0) ** 0.75, max=1.0)
@@ -135,14 +137,42 @@ def test_glove_gradient_matches_float64_autograd():
         grads = torch.autograd.grad(J_e, params)
         ref_loss += float(J_e.detach())
         with torch.no_grad():
-            for p, g, a in zip(params, grads, accum):
-                a += g * g
-                p -= lr * g / torch.sqrt(a)
+            for k, (p, g, a) in enumerate(zip(params, grads, accum)):
+                if k < 2:  # vector components are clipped, biases are not
+                    clipped |= bool((g.abs() > clip).any())
+                    g = g.clamp(-clip, clip)
+                u = lr * g
+                p -= u / torch.sqrt(a)
+                a += u * u
+    assert clipped
     assert loss == pytest.approx(ref_loss, rel=1e-12)
     for got, ref in zip((model.W, model.Wc, model.b, model.bc), params):
         np.testing.assert_allclose(got, ref.detach().numpy(), rtol=1e-12, atol=1e-14)
     for got, ref in zip((model.gW, model.gWc, model.gb, model.gbc), accum):
         np.testing.assert_allclose(got, ref.numpy(), rtol=1e-12)
+
+
+def test_glove_recovers_a_low_rank_log_cooccurrence():
+    """log X = U U^T + a + a^T of rank D is fitted exactly within 100 epochs.
+
+    Regression: with AdaGrad accumulating the raw squared gradients (not the squared steps of
+    glove.c) the steps shrink by up to 1/lr = 20 and after 100 epochs the RMS error of log X was
+    0.57 (0.35 after 200); the vectors of a real corpus stayed near their initialisation.
+    """
+    rng = np.random.default_rng(0)
+    V, D = 40, 8
+    U = rng.normal(0, 0.5, (V, D))
+    a = rng.normal(1.5, 0.5, V)
+    logX = U @ U.T + a[:, None] + a[None, :]  # X from about 1 to 9000: both sides of x_max
+    i, j = np.nonzero(np.ones((V, V)))
+    rec = np.empty(i.size, RECORD)
+    rec["i"], rec["j"], rec["x"] = i, j, np.exp(logX[i, j])
+    cooc = Cooccurrence(rec, V, {"tokens": 0})
+    model, stats = fit_cooccurrence(cooc, GloVeConfig(dim=D, epochs=100, x_max=100.0, threads=1), progress=False)
+    pred = model.W @ model.Wc.T + model.b[:, None] + model.bc[None, :]
+    rmse = float(np.sqrt(((pred - logX) ** 2).mean()))
+    assert rmse < 0.05, rmse
+    assert stats["losses"][-1] < 1e-3 * stats["losses"][0]
 
 
 def test_glove_loss_decreases_and_returns_word_vectors(tmp_path):
@@ -158,7 +188,8 @@ def test_glove_loss_decreases_and_returns_word_vectors(tmp_path):
     wv, stats = train_glove(str(path), cfg, progress=False)
     losses = stats["losses"]
     assert losses[-1] < 0.5 * losses[0]
-    assert all(b <= a * 1.001 for a, b in zip(losses, losses[1:]))
+    # monotone up to the noise of SGD at the optimum (the order of the entries changes every epoch)
+    assert all(b <= a * 1.01 for a, b in zip(losses, losses[1:]))
     assert stats["count_words_per_s"] > 0 and stats["train_words_per_s"] > 0
     assert wv.vectors.shape == (20, 8) and wv.vectors.dtype == np.float32
     assert wv.similarity("w1", "w2") > wv.similarity("w1", "w12")

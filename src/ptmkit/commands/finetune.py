@@ -71,6 +71,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument("--random-init", dest="init", action="store_const", const="random",
                       help="same as --init random (the baseline without pre-training)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="S", help="one run per seed (default: 0)")
+    p.add_argument("--lrs", nargs="+", type=float, default=None, metavar="LR",
+                   help="grid of learning rates: each run keeps the one with the best dev score")
     p.add_argument("--train-size", type=int, default=None, metavar="N",
                    help="use a fixed random subset of N training examples")
     p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         f"seeds {' '.join(map(str, args.seeds))}",
         flush=True,
     )
-    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet)
+    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet, lrs=args.lrs)
     for r in results:
         r["model"] = str(args.model)
     summary = summarize(results)

@@ -7,9 +7,16 @@ symmetric window, see :mod:`ptmkit.static.cooccurrence`)::
     f(x) = min(1, (x / x_max)^alpha),   x_max = 100, alpha = 0.75
 
 (the factor 1/2 is the reference implementation's; it only rescales the learning rate).
-Optimiser: AdaGrad, initial learning rate 0.05, accumulators initialised to 1 (as the reference
-``glove.c``, which keeps the first steps small), parameters initialised uniformly in
-``[-0.5/D, 0.5/D]``.  Every epoch visits the entries in a fresh random order (a permutation
+Optimiser: AdaGrad as in the reference ``glove.c``: a step ``u = lr * g`` (``lr`` = 0.05, each
+vector component of ``g`` clipped to ``[-grad_clip, grad_clip]``) is divided by the square root
+of an accumulator of the *previous* squared steps ``u * u``, initialised to 1 (see
+:func:`_glove_epoch`); parameters initialised uniformly in ``[-0.5/D, 0.5/D]``.
+
+``x_max = 100`` is the paper's choice for corpora of billions of words.  On small corpora almost
+every ``X_ij`` is far below 100, so ``f`` (and every step) is tiny and the vectors stay near their
+initialisation for many epochs; the reference's demo uses ``x_max = 10`` on text8 (17M words),
+and so should corpora of up to ~100M words (Brown, 1M words, 100 dims, 25 epochs: WordSim-353
+Spearman 0.05 with x_max 100, see the project's benchmark notes for x_max 10).  Every epoch visits the entries in a fresh random order (a permutation
 seeded by ``(seed, epoch)``); the order is cut into one slice per thread and the slices run in
 parallel without locks (Hogwild, Recht et al. 2011).  The exported vectors are ``W + W~``.
 """

@@ -24,6 +24,7 @@ import itertools
 import logging
 import math
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,17 +346,23 @@ class _EarlyStop(Exception):
 
 class EarlyStopping:
     """Trainer callback: after each evaluation keep the best weights (lowest eval loss) and stop
-    after ``patience`` evaluations without improvement."""
+    after ``patience`` evaluations without improvement, or once ``deadline`` (a
+    ``time.perf_counter()`` value) has passed."""
 
-    def __init__(self, patience: int):
+    def __init__(self, patience: int, deadline: float | None = None):
         self.patience = patience
+        self.deadline = deadline
         self.best = math.inf
         self.best_step = 0
         self.best_state: dict | None = None
         self.bad = 0
         self.history: list[tuple[int, float]] = []
+        self.reason = ""
 
     def __call__(self, trainer, step: int) -> None:
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.reason = "time budget"
+            raise _EarlyStop()
         ev = trainer.last_eval
         if not ev or ev.get("step") != step or (self.history and self.history[-1][0] == step):
             return
@@ -366,7 +373,20 @@ class EarlyStopping:
         else:
             self.bad += 1
             if self.bad >= self.patience:
+                self.reason = f"no improvement in {self.patience} evaluations"
                 raise _EarlyStop()
+
+
+def default_train_config(batch_size: int = 512, lr: float = 2e-3, max_steps: int = 2000, eval_every: int = 500,
+                         **kw) -> "TrainConfig":
+    """AdamW (the paper used plain SGD; Adam converges in far fewer epochs), linear decay after a short
+    warmup, gradient clipping; evaluation over the whole validation set."""
+    from ptmkit.train.config import TrainConfig
+
+    base = dict(batch_size=batch_size, lr=lr, max_steps=max_steps, eval_every=eval_every, eval_batches=10**6,
+                schedule="linear", warmup_steps=min(200, max_steps // 10), weight_decay=0.0, clip_norm=1.0,
+                device="cpu", log_every=100)
+    return TrainConfig(**{**base, **kw})
 
 
 def train_nnlm(
@@ -377,30 +397,34 @@ def train_nnlm(
     train_cfg=None,
     run_dir: str | os.PathLike | None = None,
     patience: int = 2,
+    max_seconds: float | None = None,
 ) -> tuple[NNLM, dict]:
     """Train an NNLM on ``train`` = (ids, offsets) with the shared Trainer.
 
     Evaluates on ``valid`` every ``train_cfg.eval_every`` steps, keeps the weights with the lowest
-    validation loss and stops after ``patience`` evaluations without improvement.
-    Returns the model (best weights) and stats (``valid_ppl``, ``best_step``, ``history``).
+    validation loss and stops after ``patience`` evaluations without improvement, or after
+    ``max_seconds`` of training (wall clock).  Returns the model (best weights) and stats
+    (``valid_ppl``, ``best_step``, ``steps``, ``epochs``, ``stop_reason``, ``history``).
     """
-    from ptmkit.train.config import TrainConfig
     from ptmkit.train.trainer import Trainer
 
     if train_cfg is None:
-        train_cfg = TrainConfig(batch_size=256, lr=1e-3, max_steps=2000, eval_every=500, eval_batches=10**6,
-                                schedule="constant", weight_decay=0.0, clip_norm=1.0, device="cpu", log_every=100)
+        train_cfg = default_train_config()
     source = NGramWindows(*train, vocab, cfg.order, train_cfg.batch_size, seed=train_cfg.seed)
     valid_source = NGramWindows(*valid, vocab, cfg.order, train_cfg.batch_size, seed=train_cfg.seed)
+    if source.steps_per_epoch == 0:
+        raise PtmError(f"{len(source)} training windows are fewer than one batch of {train_cfg.batch_size}; "
+                       "lower the batch size")
     torch.manual_seed(train_cfg.seed)
     model = NNLM(len(vocab), cfg)
-    stopper = EarlyStopping(patience)
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
+    stopper = EarlyStopping(patience, deadline)
     trainer = Trainer(model, source, train_cfg, run_dir=run_dir, eval_batches=valid_source, callbacks=[stopper])
-    stopped = False
     try:
         trainer.fit()
+        stopper.reason = "max_steps"
     except _EarlyStop:
-        stopped = True
+        pass
     ev = trainer.last_eval if trainer.last_eval.get("step") == trainer.step else trainer.evaluate()
     if not stopper.history or stopper.history[-1][0] != trainer.step:
         stopper.history.append((trainer.step, float(ev["loss"])))
@@ -412,7 +436,8 @@ def train_nnlm(
         "valid_ppl": math.exp(stopper.best),
         "best_step": stopper.best_step,
         "steps": trainer.step,
-        "early_stopped": stopped,
+        "stop_reason": stopper.reason,
+        "early_stopped": stopper.reason != "max_steps",
         "history": stopper.history,
         "epochs": trainer.step / max(1, source.steps_per_epoch),
     }

@@ -9,12 +9,20 @@ Hogwild kernel of :mod:`ptmkit.static.kernels_w2v` on ~10k-word chunks in ``work
 - reduced window: the effective window is ``window - b``, b ~ U{0..window-1}, per centre word;
 - learning rate linear from ``alpha`` to ``min_alpha`` over ``epochs × T`` words;
 - negatives drawn from unigram^0.75 (``ns_exponent``); Huffman tree from the counts for HS;
-- CBOW averages the context vectors (``cbow_mean``); Skip-gram lets each context word's input
-  vector predict the centre word.
+- CBOW averages the context vectors (``cbow_mean``) and adds the whole gradient w.r.t. that mean
+  to every context word (word2vec.c, gensim); Skip-gram lets each context word's input vector
+  predict the centre word;
+- input vectors start uniform in [-0.5/D, 0.5/D) as in word2vec.c (gensim 4 draws from twice that
+  range, which gives CBOW a few tenths of a point more analogy accuracy on small corpora), output
+  vectors at zero; sentences longer than ``max_sentence_len`` (10,000) words are split.
+
+Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling dot product beyond
+±6 still gives the saturated gradient ``(label - σ)·alpha`` with σ ∈ {0, 1} (gensim skips the pair).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -223,7 +231,7 @@ def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
     n_chunks = starts.shape[0] - 1
     chunk_words = np.diff(corpus.sentences[starts])
     words_all = float(corpus.n_words) * cfg.epochs
-    jobs = iter([(e, c) for e in range(cfg.epochs) for c in range(n_chunks)])
+    jobs = itertools.product(range(cfg.epochs), range(n_chunks))  # (epoch, chunk), epoch-major
     lock = threading.Lock()
     done = {"words": 0, "kept": 0}
     errors: list[BaseException] = []
@@ -249,22 +257,20 @@ def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
     t0 = time.perf_counter()
     bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
     pool = [threading.Thread(target=worker, name=f"{desc} {i}", daemon=True) for i in range(threads)]
+    shown = 0
     try:
         for t in pool:
             t.start()
-        shown = 0
-        while any(t.is_alive() for t in pool):
-            pool[0].join(timeout=0.25) if pool[0].is_alive() else next(t for t in pool if t.is_alive()).join(0.25)
-            if progress:
-                now = done["words"]
-                bar.update(now - shown)
-                shown = now
-                frac = now / words_all
-                bar.set_postfix(alpha=f"{cfg.start_alpha - (cfg.start_alpha - cfg.end_alpha) * frac:.5f}", refresh=False)
-    except BaseException:
-        stop.set()
-        raise
-    finally:
+        for t in pool:
+            while t.is_alive():
+                t.join(timeout=0.25)
+                if progress:  # the bar is drawn from this thread only
+                    now = done["words"]
+                    bar.update(now - shown)
+                    shown = now
+                    frac = now / words_all
+                    bar.set_postfix(alpha=f"{cfg.start_alpha - (cfg.start_alpha - cfg.end_alpha) * frac:.5f}", refresh=False)
+    finally:  # on an error or Ctrl-C the workers stop after their current chunk
         stop.set()
         for t in pool:
             t.join()

