@@ -5,7 +5,8 @@ every training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  Wi
 model is trained N times per library, the libraries interleaved (ptmkit first for even seeds, gensim
 first for odd ones) so that a change in the load of a shared machine hits both alike.  Reported:
 words/s = corpus words × epochs / training seconds (vocabulary building excluded for both; median
-over seeds), analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on
+over seeds), words per CPU-second (process CPU time of all threads, which a loaded machine
+distorts less than wall time), analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on
 WordSim-353 and SimLex-999 (mean ± sd over seeds), all computed by the same evaluator
 (``WordVectors``, which matches gensim's).  GloVe (ptmkit only; gensim has none) reports the
 words/s of co-occurrence counting and of training next to its scores.  The last line printed is one
@@ -154,14 +155,14 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
             head = [f.readline().split() for _ in range(200)]
         sub_v, sub_c = load_corpus([s for s in head if s], 1, cache=False)
         (train_on_ids if w2v else train_fasttext_ids)(sub_v, sub_c, warm, progress=False)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if w2v:
             vectors, _ = train_on_ids(vocab, ids, cfg, progress=False)
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             wv = WordVectors(vocab.words, vectors)
         else:
             model, _ = train_fasttext_ids(vocab, ids, cfg, progress=False)
-            seconds = time.perf_counter() - t0
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             wv = model.wv
         n_words = ids.n_words
     else:
@@ -176,14 +177,15 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
         else:
             m = FastText(negative=5, bucket=hp["bucket"], min_n=3, max_n=6, **kw)
         m.build_vocab(sentences)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         m.train(sentences, total_examples=m.corpus_count, epochs=hp["epochs"])
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         wv = WordVectors(m.wv.index_to_key, m.wv.vectors)
         n_words = int(sum(m.wv.get_vecattr(w, "count") for w in m.wv.index_to_key))
     words = n_words * hp["epochs"]
     return {"impl": impl, "model": name, "seed": seed, "seconds": seconds, "words": words,
-            "words_per_second": words / seconds, **evaluate(wv)}  # fmt: skip
+            "words_per_second": words / seconds, "cpu_seconds": cpu, "words_per_cpu_second": words / cpu,
+            **evaluate(wv)}  # fmt: skip
 
 
 def run_one(impl: str, name: str, corpus: Path, hp: dict, seed: int, tmp: Path) -> dict:
@@ -204,6 +206,8 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
 def aggregate(runs: list[dict]) -> dict:
     """Median words/s, mean ± sd of the scores over the seeds of one (library, model)."""
     agg = {"words_per_second": statistics.median(r["words_per_second"] for r in runs), "n_seeds": len(runs)}
+    if "words_per_cpu_second" in runs[0]:
+        agg["words_per_cpu_second"] = statistics.median(r["words_per_cpu_second"] for r in runs)
     for key in ("analogy", "ws353", "simlex"):
         agg[key], agg[f"{key}_sd"] = mean_sd([r[key] for r in runs])
     if "count_words_per_second" in runs[0]:
@@ -221,7 +225,8 @@ def glove_available() -> bool:
 
 
 def fmt_row(name: str, impl: str, a: dict) -> str:
-    return (f"{name:9s} {impl:7s} {a['words_per_second']:10.0f} {a['analogy']:6.2f}±{a['analogy_sd']:<5.2f}"
+    cpu = f"{a['words_per_cpu_second']:10.0f}" if "words_per_cpu_second" in a else f"{'-':>10s}"
+    return (f"{name:9s} {impl:7s} {a['words_per_second']:10.0f} {cpu} {a['analogy']:6.2f}±{a['analogy_sd']:<5.2f}"
             f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f}")  # fmt: skip
 
 
@@ -258,7 +263,7 @@ def main() -> None:
         corpus, n = prefix_corpus(src, args.max_words, args.lowercase, tmp)
         summary["corpus_words"] = n
         print(f"corpus {summary['corpus']} ({n:,} words), seeds {args.seeds}, {hp}")
-        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s}   (run)")
+        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s}   (run)")
         for name in names:
             impls = ("ptmkit",) if name == GLOVE else ("ptmkit", "gensim")
             runs: dict[str, list[dict]] = {i: [] for i in impls}
@@ -286,6 +291,8 @@ def main() -> None:
             # per-seed speed ratios of the interleaved pairs: the spread shows how noisy the machine was
             ratios = [a["words_per_second"] / b["words_per_second"] for a, b in zip(runs["ptmkit"], runs["gensim"])]
             summary[f"{name}_speedup_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+            # words per CPU-second of the whole process (all its threads): robust to a loaded machine
+            summary[f"{name}_cpu_speedup"] = round(p["words_per_cpu_second"] / g["words_per_cpu_second"], 3)
             summary[f"{name}_analogy_delta"] = round(p["analogy"] - g["analogy"], 2)
             summary[f"{name}_ws353_delta"] = round(p["ws353"] - g["ws353"], 4)
             summary[f"{name}_simlex_delta"] = round(p["simlex"] - g["simlex"], 4)

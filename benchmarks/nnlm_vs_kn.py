@@ -43,17 +43,17 @@ def step_seconds(model: NNLM, source: NGramWindows, steps: int = 6) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def pick_threads(requested: str, vocab_size: int, cfg: NNLMConfig, source: NGramWindows) -> tuple[int, dict]:
-    """``auto``: time a few steps with 1 and 2 threads and keep the faster.  On a machine shared with
-    other jobs, two OpenMP threads wait for each other at every barrier and can be 10x slower."""
-    if requested != "auto":
-        return int(requested), {}
+def pick_threads(requested: str, vocab_size: int, cfg: NNLMConfig, source: NGramWindows) -> tuple[int, dict[int, float]]:
+    """Seconds per training step by thread count, and the count to use.  ``auto`` times 1 and 2
+    threads and keeps the faster: on a machine shared with other jobs, two OpenMP threads wait for
+    each other at every barrier and can be 10x slower than one."""
+    counts = (2, 1) if requested == "auto" else (int(requested),)
     probe = NNLM(vocab_size, cfg)
     times = {}
-    for n in (2, 1):
+    for n in counts:
         torch.set_num_threads(n)
         times[n] = step_seconds(probe, source)
-    return min(times, key=times.get), {n: round(t * 1000, 1) for n, t in times.items()}
+    return min(times, key=times.get), times
 
 
 def main() -> None:
@@ -97,19 +97,28 @@ def main() -> None:
     else:
         cfg = NNLMConfig(order=args.order, dim=args.dim, hidden=args.hidden, direct=args.direct, dropout=args.dropout)
     source = NGramWindows(*train, vocab, cfg.order, args.batch_size, seed=args.seed)
-    threads, probe_ms = pick_threads(args.threads, len(vocab), cfg, source)
+    threads, probe = pick_threads(args.threads, len(vocab), cfg, source)
     torch.set_num_threads(threads)
     spe = source.steps_per_epoch
     max_steps = max(1, round(args.epochs * spe))
     eval_every = max(1, spe // args.evals_per_epoch)
+    # Size the run so that the LR schedule ends within the budget: each validation pass (200k
+    # windows, forward only) costs about 8% of an epoch of training steps.
+    fit = int(args.minutes * 60 / (probe[threads] * (1 + 0.08 * args.evals_per_epoch))) if args.minutes > 0 else max_steps
+    if fit < max_steps:
+        print(f"{args.epochs} epochs would take ~{max_steps * probe[threads] / 60:.0f} min at "
+              f"{probe[threads] * 1000:.0f} ms/step; training {fit / spe:.2f} epochs to fit --minutes {args.minutes}")
+        max_steps = max(1, fit)
+    ms = {n: round(t * 1000, 1) for n, t in probe.items()}
     print(f"NNLM {cfg}: {len(source)} windows, {spe} steps/epoch of {args.batch_size}, {max_steps} steps, "
-          f"{threads} thread(s)" + (f" (ms/step by threads: {probe_ms})" if probe_ms else ""))
+          f"{threads} thread(s) (ms/step by threads: {ms})")
     tcfg = default_train_config(args.batch_size, args.lr, max_steps, eval_every, weight_decay=args.weight_decay,
                                 num_threads=threads, seed=args.seed, log_every=max(1, spe // 4))
-    t0 = time.perf_counter()
+    printer = PrintEval()
+    t0 = printer.t0 = time.perf_counter()
     c0 = time.process_time()
     model, stats = train_nnlm(train, valid, vocab, cfg, tcfg, run_dir=args.run_dir, patience=args.patience,
-                              max_seconds=args.minutes * 60 if args.minutes > 0 else None)
+                              max_seconds=args.minutes * 60 if args.minutes > 0 else None, callbacks=(printer,))
     nnlm_seconds = time.perf_counter() - t0
     nnlm_cpu = time.process_time() - c0
     nn_valid_lp = model.log_probs(NGramWindows(*valid, vocab, cfg.order, args.batch_size))

@@ -9,8 +9,18 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.static.nnlm import NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, train_nnlm
+from ptmkit.static.nnlm import (NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, softmax_cross_entropy,
+                                target_log_probs, train_nnlm)
 from ptmkit.train.config import TrainConfig
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matrices: one thread avoids OpenMP barrier waits on a busy machine (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @pytest.fixture()
@@ -49,6 +59,47 @@ def test_forward_matches_formula():
     assert NNLM(7, NNLMConfig(order=3, dim=4, hidden=5)).W is None
     with pytest.raises(PtmError):
         NNLMConfig(hidden=0, direct=False)
+    with pytest.raises(PtmError):
+        NNLMConfig(dropout=1.0)
+
+
+@pytest.mark.parametrize("slice_size", [1, 16, 101, 500])
+def test_sliced_softmax_cross_entropy_matches_float64_reference(slice_size):
+    torch.manual_seed(0)
+    x = torch.randn(37, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(101, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(101, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 101, (37,))
+    t[:6] = 7  # repeated targets: the one-hot gradient must accumulate
+    loss = softmax_cross_entropy(x, w, b, t, slice_size)
+    (3 * loss).backward()
+    got = [p.grad.clone() for p in (x, w, b)]
+    for p in (x, w, b):
+        p.grad = None
+    logits = x @ w.T + b
+    ref = torch.nn.functional.cross_entropy(logits, t)
+    (3 * ref).backward()
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
+    for g, p in zip(got, (x, w, b)):
+        torch.testing.assert_close(g, p.grad, rtol=0, atol=1e-12)
+    want = torch.log_softmax(logits, 1)[torch.arange(37), t]
+    torch.testing.assert_close(target_log_probs(x, w, b, t, slice_size), want.detach(), rtol=0, atol=1e-12)
+    with torch.no_grad():  # the forward-only path
+        torch.testing.assert_close(softmax_cross_entropy(x, w, b, t, slice_size), ref.detach(), rtol=0, atol=1e-12)
+
+
+def test_direct_connections_gradients_match_autograd_reference():
+    torch.manual_seed(1)
+    cfg = NNLMConfig(order=3, dim=4, hidden=5, direct=True)
+    m = NNLM(30, cfg).double()
+    m.slice_size = 7
+    batch = {"context": torch.randint(0, 31, (9, 2)), "target": torch.randint(0, 30, (9,))}
+    m(batch).loss.backward()
+    got = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad()
+    torch.nn.functional.cross_entropy(m.logits(batch["context"]), batch["target"]).backward()
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(got[n], p.grad, rtol=0, atol=1e-12, msg=n)
 
 
 def test_batches_are_a_pure_function_of_epoch_and_step(text):
@@ -83,3 +134,14 @@ def test_training_with_trainer_beats_unigram(text, tmp_path):
     wv = model.word_vectors(vocab)
     assert wv.vectors.shape == (len(vocab), 8)
     assert (tmp_path / "run" / "metrics.jsonl").exists()
+    assert stats["stop_reason"] in ("max_steps", "no improvement in 3 evaluations")
+
+
+def test_training_stops_at_the_time_budget(text):
+    vocab = build_lm_vocab(text)
+    data = encode_lm(text, vocab)
+    tcfg = TrainConfig(batch_size=32, lr=1e-2, max_steps=10**6, eval_every=20, eval_batches=100, schedule="constant",
+                       device="cpu", log_every=0)
+    model, stats = train_nnlm(data, data, vocab, NNLMConfig(order=3, dim=4, hidden=8), tcfg, max_seconds=0.0)
+    assert stats["stop_reason"] == "time budget" and stats["steps"] == 1
+    assert math.isfinite(stats["valid_ppl"]) and stats["history"][-1][0] == 1

@@ -9,9 +9,10 @@ reduced window and the learning-rate decay are computed inside the kernel.
 
 Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1`` float32 [V-1, D] inner nodes of the
 Huffman tree (hierarchical softmax); ``syn1neg`` float32 [V, D] output vectors (negative sampling).
-The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP] (as the original tool and
-gensim, so the saturated-gradient behaviour matches); negatives come from an O(1) alias table
-(a binary search over the cumulative table, as gensim does, made Skip-gram-NS ~2x slower).
+The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP]; beyond it negative sampling
+takes the saturated gradient and hierarchical softmax skips the node, both as word2vec.c does.
+Negatives come from an O(1) alias table (a binary search over the cumulative table, as gensim
+does, made Skip-gram-NS ~2x slower).
 """
 
 from __future__ import annotations

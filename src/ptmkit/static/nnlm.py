@@ -398,12 +398,14 @@ def train_nnlm(
     run_dir: str | os.PathLike | None = None,
     patience: int = 2,
     max_seconds: float | None = None,
+    callbacks: tuple = (),
 ) -> tuple[NNLM, dict]:
     """Train an NNLM on ``train`` = (ids, offsets) with the shared Trainer.
 
     Evaluates on ``valid`` every ``train_cfg.eval_every`` steps, keeps the weights with the lowest
     validation loss and stops after ``patience`` evaluations without improvement, or after
-    ``max_seconds`` of training (wall clock).  Returns the model (best weights) and stats
+    ``max_seconds`` of training (wall clock).  ``callbacks`` are passed on to the Trainer (called
+    after every step, after the early-stopping check).  Returns the model (best weights) and stats
     (``valid_ppl``, ``best_step``, ``steps``, ``epochs``, ``stop_reason``, ``history``).
     """
     from ptmkit.train.trainer import Trainer
@@ -419,7 +421,7 @@ def train_nnlm(
     model = NNLM(len(vocab), cfg)
     deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     stopper = EarlyStopping(patience, deadline)
-    trainer = Trainer(model, source, train_cfg, run_dir=run_dir, eval_batches=valid_source, callbacks=[stopper])
+    trainer = Trainer(model, source, train_cfg, run_dir=run_dir, eval_batches=valid_source, callbacks=[stopper, *callbacks])
     try:
         trainer.fit()
         stopper.reason = "max_steps"
