@@ -1,1 +1,0 @@
-"""ptmkit.analysis."""
