@@ -2,7 +2,7 @@
 
 For the ``n-1`` previous words ``w_{t-n+1} .. w_{t-1}``::
 
-    x = [C(w_{t-1}), ..., C(w_{t-n+1})]        # [B, (n-1) m], C: [V+1, m] shared word features
+    x = [C(w_{t-n+1}), ..., C(w_{t-1})]        # [B, (n-1) m], C: [V+1, m] shared word features
     y = b + W x + U tanh(d + H x)               # [B, V]; W: direct connections (optional)
     P(w_t | context) = softmax(y)
 
@@ -13,8 +13,10 @@ text become ``<unk>`` (Bengio et al. merged the rare Brown words into one symbol
 
 The model is an ``nn.Module`` whose ``forward(batch) -> StepOutput``; :class:`NGramWindows` is
 its batch source (a pure function of ``(epoch, step)``) and :func:`train_nnlm` trains it with
-the shared :class:`~ptmkit.train.trainer.Trainer`, early-stopping on validation perplexity.
-The feature matrix ``C`` is exported as :class:`~ptmkit.static.vectors.WordVectors`.
+the shared :class:`~ptmkit.train.trainer.Trainer` (AdamW with linear LR decay, where the paper
+used plain SGD), early-stopping on validation perplexity.  The output softmax is computed slice
+by slice over the vocabulary (:func:`softmax_cross_entropy`), which keeps the ``[B, V]`` logits
+out of memory and halves the step time on a small CPU.  The feature matrix ``C`` is exported as :class:`~ptmkit.static.vectors.WordVectors`.
 """
 
 from __future__ import annotations
