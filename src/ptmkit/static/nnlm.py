@@ -16,7 +16,8 @@ its batch source (a pure function of ``(epoch, step)``) and :func:`train_nnlm` t
 the shared :class:`~ptmkit.train.trainer.Trainer` (AdamW with linear LR decay, where the paper
 used plain SGD), early-stopping on validation perplexity.  The output softmax is computed slice
 by slice over the vocabulary (:func:`softmax_cross_entropy`), which keeps the ``[B, V]`` logits
-out of memory and halves the step time on a small CPU.  The feature matrix ``C`` is exported as :class:`~ptmkit.static.vectors.WordVectors`.
+out of memory and halves the step time on a small CPU.  The feature matrix ``C`` is exported
+as :class:`~ptmkit.static.vectors.WordVectors`.
 """
 
 from __future__ import annotations
