@@ -40,7 +40,8 @@ MODELS = {
     "fasttext": ("fastText SG", "fasttext", {"model": "skipgram"}),
     "glove": ("GloVe", "glove", {"window": 10}),
     "svd_ppmi": ("SVD-PPMI", "svd-ppmi", {}),
-    "nnlm": ("NNLM (C)", "nnlm", {}),
+    "nnlm": ("NNLM (C)", "nnlm", {"order": 4, "hidden": 100, "batch_size": 512, "lr": 2e-3, "epochs": 3.0,
+                                  "eval_every": 250, "max_minutes": 4.0}),
 }
 PAIRS = {"wordsim353": "WS353", "simlex999": "SimLex", "men": "MEN", "rw": "RW", "simverb3500": "SimVerb",
          "mturk771": "MTurk", "rg65": "RG-65"}  # fmt: skip

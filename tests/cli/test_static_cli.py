@@ -1,4 +1,4 @@
-"""``ptm pretrain`` for the static models (word2vec, fastText, GloVe, SVD-PPMI) and ``ptm vectors evaluate``
+"""``ptm pretrain`` for the static models (word2vec, fastText, GloVe, SVD-PPMI, NNLM) and ``ptm vectors evaluate``
 with named evaluation sets, on tiny data."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ SETTINGS = {
     "fasttext": ["dim=16", "epochs=1", "min_count=1", "workers=1", "cache=false", "bucket=1000"],
     "glove": ["dim=16", "epochs=2", "min_count=1", "threads=1"],
     "svd-ppmi": ["dim=8", "min_count=1"],
+    "nnlm": ["dim=8", "min_count=1", "hidden=16", "order=3", "batch_size=64", "max_steps=20", "eval_every=10",
+             "threads=1"],
 }
 
 
@@ -148,6 +150,35 @@ def test_pretrain_api_routes_static(corpus, tmp_path):
 
     out = pretrain("word2vec-sg-ns", corpus, tmp_path / "api", ["dim=8", "epochs=1", "min_count=1", "workers=1"], verbose=False)
     assert WordVectors.load(Path(out) / "vectors.bin").dim == 8
+
+
+def test_pretrain_nnlm_holds_out_sentences_and_reports_perplexity(corpus, tmp_path):
+    from ptmkit.static.nnlm import build_lm_vocab
+
+    out = tmp_path / "nnlm"
+    argv = ["pretrain", "nnlm", "--data", str(corpus), "-o", str(out), *SETTINGS["nnlm"], "valid_fraction=0.1",
+            "max_steps=60", "lr=0.01", "config.lowercase=true"]
+    assert main(argv) == 0
+    cfg = config_of(out)
+    stats = cfg["stats"]
+    assert (cfg["static"], cfg["valid_fraction"], cfg["lowercase"]) == ("nnlm", 0.1, True)
+    lines = corpus.read_text().splitlines()
+    # the last 10% of the sentences are held out: they are scored, not trained on
+    assert stats["valid_sentences"] == 40
+    assert stats["valid_words"] == sum(len(line.split()) for line in lines[-40:])
+    assert stats["train_words"] == sum(len(line.split()) for line in lines[:-40])
+    assert stats["steps"] <= 60 and cfg["valid_ppl"] == stats["valid_ppl"]
+    # words drawn uniformly: the best model is the unigram one, perplexity just under 22 (21 words
+    # and </s>); an untrained model spreads mass over <unk> too (about 23 outputs)
+    assert len(build_lm_vocab([corpus], min_count=1)) == 23
+    assert 15 < stats["valid_ppl"] < 22.2
+    assert stats["history"][-1][1] < stats["history"][0][1]
+    wv = WordVectors.load(out / "vectors.bin")
+    assert "<unk>" not in wv and "</s>" not in wv and len(wv) == 21 and wv.dim == 8
+    # bad settings fail before training and leave nothing behind
+    assert main(["pretrain", "nnlm", "--data", str(corpus), "-o", str(tmp_path / "bad"), "valid_fraction=1.0"]) == 2
+    assert main(["pretrain", "nnlm", "--data", str(corpus), "-o", str(tmp_path / "bad"), "hidden=0"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nnlm"]
 
 
 # ----------------------------------------------------------------------------- ptm vectors evaluate

@@ -29,7 +29,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -37,7 +37,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
+from ptmkit.registry import register
 from ptmkit.static.kneser_ney import pad_sentences
 from ptmkit.static.vocab import iter_line_chunks
 from ptmkit.train.step import StepOutput
@@ -66,15 +68,24 @@ class LMVocab:
         return len(self.words)
 
 
-def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3) -> LMVocab:
-    """Words of ``files`` seen at least ``min_count`` times, most frequent first, + ``<unk>``, ``</s>``."""
+def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3, lowercase: bool = False,
+                   max_sentences: int | None = None) -> LMVocab:
+    """Words of ``files`` seen at least ``min_count`` times, most frequent first, + ``<unk>``, ``</s>``.
+
+    Only the first ``max_sentences`` non-blank lines are counted when given (the rest being
+    held out for validation must not shape the vocabulary).
+    """
     files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
     counter: Counter = Counter()
     n_sent = 0
-    for lines in iter_line_chunks(files):
+    for lines in iter_line_chunks(files, lowercase=lowercase):
         sents = [s for s in map(str.split, lines) if s]
+        if max_sentences is not None:
+            sents = sents[: max(0, max_sentences - n_sent)]
         n_sent += len(sents)
         counter.update(itertools.chain.from_iterable(sents))
+        if max_sentences is not None and n_sent >= max_sentences:
+            break
     if not counter:
         raise PtmError(f"no words in {', '.join(map(str, files))}")
     kept = sorted(((w, c) for w, c in counter.items() if c >= min_count and w not in (UNK, EOS, BOS)), key=lambda x: -x[1])
@@ -86,7 +97,7 @@ def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3) -> LMVoc
     return LMVocab(words, counts)
 
 
-def encode_lm(files: str | os.PathLike | list, vocab: LMVocab) -> tuple[np.ndarray, np.ndarray]:
+def encode_lm(files: str | os.PathLike | list, vocab: LMVocab, lowercase: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Ids of every word of ``files`` (unknown words -> ``<unk>``) and sentence offsets.
 
     Returns ``(ids int64 [N], offsets int64 [S+1])``; blank lines are skipped.
@@ -94,7 +105,7 @@ def encode_lm(files: str | os.PathLike | list, vocab: LMVocab) -> tuple[np.ndarr
     files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
     get = vocab.index.get
     id_parts, len_parts = [], []
-    for lines in iter_line_chunks(files):
+    for lines in iter_line_chunks(files, lowercase=lowercase):
         sents = [s for s in map(str.split, lines) if s]
         lens = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
         words = itertools.chain.from_iterable(sents)
@@ -447,3 +458,137 @@ def train_nnlm(
         "epochs": trainer.step / max(1, source.steps_per_epoch),
     }
     return model, stats
+
+
+# ----------------------------------------------------------------------------- static-model entry
+
+
+@dataclass(frozen=True)
+class NNLMTrainConfig:
+    """``ptm pretrain nnlm`` settings: the model (:class:`NNLMConfig`'s fields), the vocabulary
+    and the training length.
+
+    The last ``valid_fraction`` of the sentences is held out (it shapes neither the vocabulary
+    nor the weights) and scored every ``eval_every`` steps; training keeps the weights with the
+    lowest validation perplexity and stops after ``patience`` evaluations without improvement,
+    after ``max_steps`` steps (None: ``epochs`` passes over the training windows) or after
+    ``max_minutes`` of wall-clock training.  ``valid_fraction = 0`` validates on the training text.
+    ``threads``: torch CPU threads (None keeps torch's setting).
+    """
+
+    order: int = 4
+    dim: int = 32
+    hidden: int = 64
+    direct: bool = False
+    dropout: float = 0.0
+    min_count: int = 3
+    lowercase: bool = False
+    batch_size: int = 512
+    lr: float = 2e-3
+    epochs: float = 1.0
+    max_steps: int | None = None
+    eval_every: int = 500
+    patience: int = 2
+    valid_fraction: float = 0.05
+    max_minutes: float | None = None
+    threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.valid_fraction < 1.0:
+            raise PtmError(f"nnlm valid_fraction must lie in [0, 1); got {self.valid_fraction}")
+        if self.epochs <= 0 or (self.max_steps is not None and self.max_steps < 1):
+            raise PtmError(f"nnlm needs epochs > 0 and max_steps >= 1 (or none); got epochs={self.epochs}, "
+                           f"max_steps={self.max_steps}")
+        if self.batch_size < 1 or self.lr <= 0 or self.eval_every < 1 or self.patience < 1 or self.min_count < 1:
+            raise PtmError("nnlm needs batch_size, eval_every, patience, min_count >= 1 and lr > 0")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise PtmError(f"nnlm max_minutes must be positive (or none); got {self.max_minutes}")
+        if self.threads is not None and self.threads < 1:
+            raise PtmError(f"nnlm threads must be >= 1 (or none); got {self.threads}")
+        self.model_config()  # the architecture checks of NNLMConfig
+
+    def model_config(self) -> NNLMConfig:
+        return NNLMConfig(order=self.order, dim=self.dim, hidden=self.hidden, direct=self.direct,
+                          min_count=self.min_count, dropout=self.dropout)
+
+
+def count_sentences(files: list[Path]) -> int:
+    """Number of non-blank lines of ``files``."""
+    return sum(sum(1 for line in lines if not line.isspace() and line) for lines in iter_line_chunks(files))
+
+
+def split_sentences(ids: np.ndarray, offsets: np.ndarray, n_first: int):
+    """``(ids, offsets)`` of sentences ``[:n_first]`` and ``[n_first:]`` (offsets rebased to 0)."""
+    cut = int(offsets[n_first])
+    return (ids[:cut], offsets[: n_first + 1]), (ids[cut:], offsets[n_first:] - cut)
+
+
+def train_nnlm_static(data_files, cfg: NNLMTrainConfig = NNLMTrainConfig(), run_dir=None):
+    """Vocabulary, hold-out split and training of an NNLM on text file(s) (one sentence per line).
+
+    Returns ``(model, vocab, stats)``; stats has ``valid_ppl`` (on the held-out sentences),
+    ``train_words``, ``valid_words``, ``vocab_size``, ``steps``, ``epochs``, ``stop_reason`` ...
+    """
+    files = [Path(data_files)] if isinstance(data_files, (str, os.PathLike)) else [Path(f) for f in data_files]
+    n_sent = count_sentences(files)
+    n_valid = 0 if cfg.valid_fraction == 0 else max(1, round(cfg.valid_fraction * n_sent))
+    if n_sent - n_valid < 1:
+        raise PtmError(f"{n_sent} sentence(s) leave nothing to train on after holding out "
+                       f"valid_fraction={cfg.valid_fraction}; give more text or lower valid_fraction")
+    vocab = build_lm_vocab(files, cfg.min_count, cfg.lowercase, max_sentences=n_sent - n_valid)
+    ids, offsets = encode_lm(files, vocab, cfg.lowercase)
+    train, valid = split_sentences(ids, offsets, n_sent - n_valid) if n_valid else ((ids, offsets), (ids, offsets))
+    n_windows = len(train[0]) + len(train[1]) - 1  # every word and every </s> is predicted
+    steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * (n_windows // cfg.batch_size)))
+    train_cfg = default_train_config(batch_size=cfg.batch_size, lr=cfg.lr, max_steps=steps,
+                                     eval_every=min(cfg.eval_every, steps), seed=cfg.seed)
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t0 = time.perf_counter()
+    try:
+        model, stats = train_nnlm(train, valid, vocab, cfg.model_config(), train_cfg, run_dir=run_dir,
+                                  patience=cfg.patience, max_seconds=None if cfg.max_minutes is None else 60 * cfg.max_minutes)
+    finally:
+        torch.set_num_threads(threads)
+    seconds = time.perf_counter() - t0
+    stats = {**stats, "vocab_size": len(vocab), "train_words": int(len(train[0])), "valid_words": int(len(valid[0])),
+             "valid_sentences": n_valid, "train_seconds": seconds,
+             "train_words_per_s": stats["steps"] * cfg.batch_size / seconds if seconds > 0 else None}
+    return model, vocab, stats
+
+
+@register("static", "nnlm")
+class NNLMStatic:
+    """Registry entry: ``config_class`` + ``train(data, cfg, out, progress) -> WordVectors``.
+
+    The exported vectors are the rows of the feature matrix C of the corpus words (``<unk>``,
+    ``</s>`` and ``<s>`` are left out: they are not words of the text).
+    """
+
+    config_class = NNLMTrainConfig
+
+    @staticmethod
+    def train(data_files, cfg: NNLMTrainConfig | dict | None = None, out=None, progress: bool = True):
+        """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats,
+        ``valid_ppl`` among them).  ``progress`` is accepted for the common signature; the Trainer
+        always shows its progress bar."""
+        from ptmkit.static.vectors import WordVectors
+        from ptmkit.static.word2vec import _check_out, save_run
+
+        cfg = from_dict(NNLMTrainConfig, cfg) if isinstance(cfg, dict) else (cfg or NNLMTrainConfig())
+        out_dir = _check_out(out)
+        model, vocab, stats = train_nnlm_static(data_files, cfg)
+        full = model.word_vectors(vocab)
+        n = len(vocab) - 2  # the words come first, <unk> and </s> last (see build_lm_vocab)
+        wv = WordVectors(full.words[:n], full.vectors[:n], None if full.counts is None else full.counts[:n])
+        if out_dir is not None:
+            log.info("nnlm: validation perplexity %.2f after %d steps (%s)", stats["valid_ppl"], stats["steps"],
+                     stats["stop_reason"])
+            save_run(out_dir, wv, {"model": "nnlm", **asdict(cfg), "valid_ppl": stats["valid_ppl"]}, stats)
+        return wv
+
+
+__all__ = ["LMVocab", "NGramWindows", "NNLM", "NNLMConfig", "NNLMStatic", "NNLMTrainConfig", "build_lm_vocab",
+           "encode_lm", "softmax_cross_entropy", "target_log_probs", "train_nnlm", "train_nnlm_static"]
