@@ -108,12 +108,9 @@ def test_real_objectives_over_a_prepared_corpus(name, tmp_path):
     from ptmkit.data.prepare import prepare
     from ptmkit.tokenization import Tokenizer
 
-    try:
-        from ptmkit.models.config import TransformerConfig
+    from ptmkit.models.config import TransformerConfig
 
-        cls = registry.get("objective", name)
-    except (ImportError, PtmError) as exc:  # pragma: no cover - objective not available
-        pytest.skip(f"objective {name} unavailable: {exc}")
+    cls = registry.get("objective", name)
     text = tmp_path / "t.txt"
     lines = [f"sentence number {i} of the tiny corpus ." if i % 7 else "" for i in range(300)]
     text.write_text("\n".join(lines) + "\n")
