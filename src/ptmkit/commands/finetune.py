@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+
+from ptmkit.commands import IntermixedParser
 import json
 from pathlib import Path
 
@@ -37,19 +39,6 @@ examples:
 """
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """Accepts ``KEY=VALUE`` positionals before and after the options."""
-
-    _inside = False
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if self._inside:
-            return super().parse_known_args(args, namespace)
-        self._inside = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._inside = False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="use a fixed random subset of N training examples")
     p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.__class__ = _IntermixedParser
+    p.__class__ = IntermixedParser
     p.set_defaults(func=run)
 
 

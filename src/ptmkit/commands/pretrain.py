@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ptmkit.commands import IntermixedParser
+
 HELP = "pre-train a Transformer (BERT, GPT-2, ...) or static word vectors (word2vec, GloVe, ...)"
 
 DESCRIPTION = """\
@@ -63,20 +65,6 @@ examples:
 """
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """Accepts ``KEY=VALUE`` positionals before and after the options
-    (plain argparse stops filling positionals at the first option)."""
-
-    _inside = False
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if self._inside:
-            return super().parse_known_args(args, namespace)
-        self._inside = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._inside = False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -96,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="discard RUN_DIR's checkpoints and logs and start over "
                    "(static models: replace RUN_DIR's vectors)")
-    p.__class__ = _IntermixedParser
+    p.__class__ = IntermixedParser
     p.set_defaults(func=run)
 
 
