@@ -165,3 +165,72 @@ def test_lr_grid_keeps_best_dev(task, checkpoint):
     devs = [c["dev"]["accuracy"] for c in r["lr_search"]]
     assert [c["lr"] for c in r["lr_search"]] == [1e-5, 3e-3]
     assert r["dev"]["accuracy"] == max(devs) and r["config"]["lr"] == r["lr_search"][int(np.argmax(devs))]["lr"]
+
+
+@pytest.fixture()
+def captured(monkeypatch):
+    """The classifier each ``finetune`` call trains (holding the selected epoch's weights after it)."""
+    import ptmkit.tasks.finetune as ft
+
+    models = []
+    build = ft.build_classifier
+
+    def capture(*args, **kwargs):
+        models.append(build(*args, **kwargs))
+        return models[-1]
+
+    monkeypatch.setattr(ft, "build_classifier", capture)
+    return models
+
+
+def _changed(clf, pre):
+    """Names of the backbone parameters that differ from the pre-trained ones."""
+    before = dict(pre.backbone.named_parameters())
+    return {n for n, p in clf.backbone.named_parameters() if not torch.equal(p, before[n])}
+
+
+def test_freeze_embeddings_keeps_pretrained_embeddings(task, checkpoint, captured):
+    pre = load_pretrained(checkpoint)
+    cfg = FinetuneConfig(epochs=10, lr=3e-3, batch_size=16, max_seq_len=16, freeze_embeddings=True)
+    result = finetune(pre, task, None, cfg, seed=1, progress=False)
+    changed = _changed(captured[-1], pre)
+    assert changed and not any(n.startswith("embeddings.") for n in changed)
+    assert any(n.startswith("layers.0.") for n in changed)
+    assert result["test"]["accuracy"] >= 0.8  # the layers above still learn the task
+
+
+def test_gradual_unfreeze_trains_the_head_first(task, checkpoint, captured):
+    pre = load_pretrained(checkpoint)  # one layer: epoch 1 head + pooler, epoch 2 + layer 0, epoch 3 + embeddings
+    finetune(pre, task, None, FinetuneConfig(epochs=1, lr=3e-3, batch_size=16, max_seq_len=16, gradual_unfreeze=True),
+             seed=1, progress=False)
+    assert _changed(captured[-1], pre) <= {n for n, _ in pre.backbone.named_parameters() if n.startswith("pooler.")}
+    finetune(pre, task, None, FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=16, gradual_unfreeze=True,
+                                             select="loss"), seed=1, progress=False)
+    changed = _changed(captured[-1], pre)
+    assert not any(n.startswith("embeddings.") for n in changed)
+    finetune(pre, task, None, FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=16, gradual_unfreeze=True),
+             seed=1, progress=False)
+    assert captured[-1] is not None
+
+
+def test_layer_decay_scales_lrs_by_depth(task, checkpoint, monkeypatch):
+    groups_seen = []
+    adamw = torch.optim.AdamW
+
+    def spy(groups, **kwargs):
+        groups_seen.extend(groups)
+        return adamw(groups, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    pre = load_pretrained(checkpoint)
+    finetune(pre, task, None, FinetuneConfig(epochs=1, lr=1e-3, batch_size=32, max_seq_len=16, layer_decay=0.5),
+             seed=0, progress=False)
+    # one layer (L = 1): classifier/pooler 1e-3, layers.0 5e-4, embeddings 2.5e-4 (peak LRs)
+    count: dict[float, int] = {}
+    for g in groups_seen:
+        lr = round(g["initial_lr"], 12)
+        count[lr] = count.get(lr, 0) + len(g["params"])
+    assert set(count) == {1e-3, 5e-4, 2.5e-4}
+    assert count[2.5e-4] == sum(1 for n, _ in pre.backbone.named_parameters() if n.startswith("embeddings."))
+    with pytest.raises(PtmError, match="layer_decay"):
+        FinetuneConfig(layer_decay=0)

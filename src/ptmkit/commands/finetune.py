@@ -26,13 +26,16 @@ writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json a
 
 Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch_size, warmup
 (fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
-mean), select (accuracy | macro_f1 | f1 | loss).
+mean), select (accuracy | macro_f1 | f1 | loss), and the fine-tuning strategies
+layer_decay (discriminative LRs; ULMFiT: 0.385 = 1/2.6), gradual_unfreeze (true: one more layer
+per epoch, top down) and freeze_embeddings (true: keep the pre-trained embeddings fixed).
 """
 
 EPILOG = """\
 examples:
   ptm finetune runs/tiny --task mr -o out/mr
   ptm finetune runs/tiny --task mr --init both --seeds 1 2 3 --train-size 500 -o out/mr500 lr=1e-4 epochs=10
+  ptm finetune runs/tiny --task mr -o out/ulmfit layer_decay=0.385 gradual_unfreeze=true
   ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
   ptm finetune runs/tiny --train t.jsonl --dev d.jsonl --test e.jsonl --text-column premise \\
       --pair-column hypothesis -o out/nli

@@ -48,6 +48,15 @@ class FinetuneConfig:
     dropout: before the classifier; ``None`` keeps the backbone's dropout rate.
     pooling: ``auto`` (``cls`` for BERT, ``last`` for GPT), ``cls``, ``last`` or ``mean``.
     select: dev metric that picks the epoch whose weights are kept (``loss`` is minimised).
+
+    Fine-tuning strategies (Howard & Ruder 2018; Sun et al. 2019), all off by default:
+
+    layer_decay: discriminative fine-tuning: layer ``i`` of ``L`` gets ``lr * layer_decay**(L - i)``
+        and the embeddings ``lr * layer_decay**(L + 1)``, the new head ``lr`` (ULMFiT: 1 / 2.6).
+    gradual_unfreeze: epoch 1 trains only the head (and pooler), every further epoch unfreezes
+        the next layer down, the embeddings last (ULMFiT).
+    freeze_embeddings: keep the (pre-trained) embedding layer fixed, so that words absent from a
+        small training set keep their pre-trained neighbourhoods.
     """
 
     epochs: int = 10
@@ -63,13 +72,16 @@ class FinetuneConfig:
     select: str = "accuracy"
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
+    layer_decay: float = 1.0
+    gradual_unfreeze: bool = False
+    freeze_embeddings: bool = False
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps"):
+        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -82,6 +94,11 @@ class FinetuneConfig:
             raise PtmError(f"warmup is a fraction of the steps in [0, 1), got {self.warmup}")
         if self.weight_decay < 0 or self.clip_norm < 0:
             raise PtmError("weight_decay and clip_norm must be >= 0")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise PtmError(f"layer_decay must be in (0, 1] (1 disables it; ULMFiT uses 1/2.6), got {self.layer_decay}")
+        for name in ("gradual_unfreeze", "freeze_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.dropout is not None and not 0.0 <= float(self.dropout) < 1.0:
             raise PtmError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.pooling not in POOLINGS:
@@ -124,6 +141,28 @@ def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init
     else:
         backbone = type(pretrained.backbone)(pretrained.backbone.config)
     return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout)
+
+
+def _depths(clf: SequenceClassifier) -> dict[str, int]:
+    """Each parameter's depth: embeddings 0, ``layers.i`` i + 1, pooler and classifier L + 1."""
+    from ptmkit.train.optim import layer_id
+
+    num_layers = clf.backbone.config.num_layers
+    return {name: layer_id(name, num_layers) for name, _ in clf.named_parameters()}
+
+
+def _set_trainable(clf: SequenceClassifier, depths: dict[str, int], epoch: int, cfg: FinetuneConfig) -> None:
+    """Freeze what ``cfg``'s strategies keep fixed in ``epoch`` (1-based); the rest trains.
+
+    A frozen parameter gets no gradient, and AdamW skips parameters without one, so neither
+    its moments nor weight decay move it.
+    """
+    top = clf.backbone.config.num_layers + 1
+    lowest = max(0, top - (epoch - 1)) if cfg.gradual_unfreeze else 0
+    if cfg.freeze_embeddings:
+        lowest = max(lowest, 1)
+    for name, param in clf.named_parameters():
+        param.requires_grad_(depths[name] >= lowest)
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -227,9 +266,10 @@ def finetune(
 
     from ptmkit.train.optim import param_groups
 
-    groups = param_groups(clf, cfg.weight_decay, cfg.lr)
+    groups = param_groups(clf, cfg.weight_decay, cfg.lr, cfg.layer_decay)
     for g in groups:
         g.pop("names", None)
+    depths = _depths(clf)
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
     steps_per_epoch = math.ceil(len(task_data.train) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -248,6 +288,7 @@ def finetune(
     best_epoch = 0
     bar = tqdm(total=total, desc=desc or f"fine-tune {init} seed={seed}", unit="step", disable=not progress, leave=False)
     for epoch in range(1, cfg.epochs + 1):
+        _set_trainable(clf, depths, epoch, cfg)
         clf.train()
         order = rng.permutation(len(task_data.train))
         losses = []
@@ -257,7 +298,7 @@ def finetune(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(clf.parameters(), cfg.clip_norm)
+                torch.nn.utils.clip_grad_norm_([p for p in clf.parameters() if p.grad is not None], cfg.clip_norm)
             optimizer.step()
             scheduler.step()
             losses.append(loss.item())
