@@ -290,6 +290,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)
     else:
         eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
+    objective.init_from_corpus(corpus, train_spans)
     if len(train_spans) < train_cfg.batch_size:
         raise PtmError(
             f"the corpus gives {len(train_spans)} training examples of <= {seq_len} tokens, fewer than "

@@ -217,3 +217,29 @@ def test_loss_falls_on_repeated_corpus() -> None:
         opt.step()
         losses.append(out.metrics["mlm_loss"].item())
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5])
+
+
+def test_unigram_output_bias_is_log_frequency_of_training_tokens() -> None:
+    from ptmkit.objectives.base import token_counts
+
+    c = corpus()
+    spans = np.array([[0, 40], [30, 70], [500, 520]])  # overlapping tokens 30..39 count once
+    counts = token_counts(c, spans, 200)
+    expected = np.bincount(np.concatenate([c.tokens[0:70], c.tokens[500:520]]).astype(np.int64), minlength=200)
+    np.testing.assert_array_equal(counts, expected)
+
+    zeros = objective(nsp=False)
+    zeros.init_from_corpus(c, spans)  # default: BERT's zero bias, untouched
+    assert torch.count_nonzero(zeros.mlm_head.bias) == 0
+
+    obj = objective(nsp=False, output_bias="unigram")
+    obj.init_from_corpus(c, spans)
+    bias = obj.mlm_head.bias.detach().double().numpy()
+    smoothed = (expected + 1.0)
+    smoothed[[0, 2, 3, 4]] = 0.0  # [PAD] [CLS] [SEP] [MASK] are never predicted
+    ordinary = np.array([i for i in range(200) if i not in (0, 2, 3, 4)])
+    np.testing.assert_allclose(bias[ordinary], np.log(smoothed[ordinary] / smoothed.sum()), rtol=1e-6)
+    assert np.exp(bias[ordinary]).sum() == pytest.approx(1.0, abs=1e-5)
+    assert (bias[[0, 2, 3, 4]] < -25).all()
+    with pytest.raises(PtmError, match="output_bias"):
+        MLMConfig(output_bias="log")

@@ -73,9 +73,25 @@ class Objective(nn.Module):
         """Build a batch from ``spans [B, 2]``; every tensor has the example dimension first."""
         raise NotImplementedError
 
+    def init_from_corpus(self, corpus: CorpusLike, spans: np.ndarray) -> None:
+        """Data-dependent initialisation from the training examples ``spans [N, 2]`` (before step 1;
+        a resumed run loads its weights instead).  The default does nothing."""
+
     # -- model ------------------------------------------------------------------------------
     def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
         raise NotImplementedError
+
+
+def token_counts(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> np.ndarray:
+    """How often each token id occurs inside ``spans [N, 2]`` (overlaps counted once): ``int64 [V]``."""
+    n = len(corpus.tokens)
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    cover = np.zeros(n + 1, dtype=np.int32)
+    np.add.at(cover, np.clip(spans[:, 0], 0, n), 1)
+    np.add.at(cover, np.clip(spans[:, 1], 0, n), -1)
+    inside = np.cumsum(cover[:-1]) > 0
+    ids = np.asarray(corpus.tokens)[inside].astype(np.int64)
+    return np.bincount(ids, minlength=vocab_size)[:vocab_size]
 
 
 class PretrainModel(nn.Module):

@@ -31,11 +31,12 @@ from ptmkit.errors import PtmError
 from ptmkit.models.config import TransformerConfig
 from ptmkit.models.transformer import Backbone
 from ptmkit.nn.activations import get_activation
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, token_counts
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
 
 IGNORE = -100
+OUTPUT_BIAS = ("zeros", "unigram")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class MLMConfig:
     random_token_ratio: float = 0.1  # share replaced by a random token; the rest is kept
     nsp: bool = True
     max_predictions: int | None = None  # per example; None = ceil(mask_prob * seq_len)
+    # "zeros" (BERT) or "unigram": the decoder bias starts at the log unigram distribution of the
+    # training text, so the model does not spend its first steps learning token frequencies.
+    output_bias: str = "zeros"
 
     def __post_init__(self) -> None:
         for name in ("mask_prob", "mask_token_ratio", "random_token_ratio"):
@@ -60,6 +64,8 @@ class MLMConfig:
             )
         if self.max_predictions is not None and self.max_predictions < 1:
             raise PtmError(f"objective.max_predictions must be >= 1 or null, got {self.max_predictions}")
+        if self.output_bias not in OUTPUT_BIAS:
+            raise PtmError(f"objective.output_bias must be one of {', '.join(OUTPUT_BIAS)}, got {self.output_bias!r}")
 
 
 class MLMHead(nn.Module):
@@ -113,6 +119,18 @@ class MaskedLM(Objective):
             with torch.no_grad():
                 self.nsp_head.weight.normal_(0.0, model_cfg.init_std)
                 self.nsp_head.bias.zero_()
+
+    def init_from_corpus(self, corpus: CorpusLike, spans: np.ndarray) -> None:
+        """``output_bias="unigram"``: decoder bias = log of the add-one smoothed frequencies of the
+        predictable tokens in the training examples (specials never are targets: -inf-like)."""
+        if self.cfg.output_bias != "unigram":
+            return
+        counts = token_counts(corpus, spans, self.vocab_size).astype(np.float64) + 1.0
+        counts[self._unmaskable[self._unmaskable < self.vocab_size]] = 0.0
+        logp = np.full(self.mlm_head.bias.shape[0], -30.0)
+        logp[: self.vocab_size] = np.log(np.maximum(counts / counts.sum(), 1e-13))
+        with torch.no_grad():
+            self.mlm_head.bias.copy_(torch.from_numpy(logp))
 
     # -- data -------------------------------------------------------------------------------
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
