@@ -291,6 +291,17 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     else:
         eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
     objective.init_from_corpus(corpus, train_spans)
+    if train_cfg.init_embeddings != "none" and not (resume and ckpt.checkpoint_steps(run_dir)):
+        from ptmkit.static.init_embeddings import init_word_embeddings
+
+        # Deterministic (one thread, fixed seed), so every DDP rank computes the same vectors.
+        n_set = init_word_embeddings(
+            backbone.embeddings.word_embeddings.weight, corpus, train_spans, train_cfg.init_embeddings,
+            std=backbone.config.init_std, epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
+            progress=verbose and info.is_main,
+        )
+        if verbose and info.is_main:
+            print(f"  word embeddings: {n_set:,} rows initialised from {train_cfg.init_embeddings} vectors", flush=True)
     if len(train_spans) < train_cfg.batch_size:
         raise PtmError(
             f"the corpus gives {len(train_spans)} training examples of <= {seq_len} tokens, fewer than "

@@ -70,12 +70,16 @@ class MLMConfig:
 
 class MLMHead(nn.Module):
     """``h [N, H] -> logits [N, V]``: dense + activation + LayerNorm, then the decoder tied to the
-    word embeddings plus its own bias.  Parameters: ``dense.*``, ``norm.*``, ``bias [V]``."""
+    word embeddings plus its own bias.  Parameters: ``dense.*``, ``norm.*``, ``bias [V]``.
 
-    def __init__(self, cfg: TransformerConfig) -> None:
+    out_size: width of the word embeddings when it differs from ``cfg.hidden_size`` (a smaller
+    generator predicting through a larger model's embeddings, as in ELECTRA)."""
+
+    def __init__(self, cfg: TransformerConfig, out_size: int | None = None) -> None:
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        out_size = out_size or cfg.hidden_size
+        self.dense = nn.Linear(cfg.hidden_size, out_size)
+        self.norm = nn.LayerNorm(out_size, eps=cfg.layer_norm_eps)
         self.act = get_activation(cfg.activation)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         with torch.no_grad():

@@ -8,6 +8,7 @@ from ptmkit.errors import PtmError, suggest
 
 SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
 PRECISIONS = ("fp32", "bf16")
+INIT_EMBEDDINGS = ("none", "skipgram", "cbow")  # ptmkit.static.init_embeddings.METHODS
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class TrainConfig:
     num_threads: CPU threads for torch (0 keeps torch's default).
     nan_guard: a step with a non-finite loss or gradient is skipped with a warning; after this many
         consecutive skipped steps training stops with an error (0 disables the guard).
+    init_embeddings: ``none``, or ``skipgram`` / ``cbow``: before step 1, train word2vec (negative
+        sampling, ``init_embeddings_epochs`` epochs) on the training examples' token ids and start
+        the word embeddings from those vectors (``ptmkit.static.init_embeddings``).
     """
 
     batch_size: int = 32
@@ -58,6 +62,8 @@ class TrainConfig:
     device: str = "auto"
     num_threads: int = 0
     nan_guard: int = 5
+    init_embeddings: str = "none"
+    init_embeddings_epochs: int = 3
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -70,7 +76,8 @@ class TrainConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise PtmError(f"train.{name} must be an integer >= 0, got {value!r}")
 
-        for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "keep_checkpoints", "eval_batches"):
+        for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "keep_checkpoints", "eval_batches",
+                     "init_embeddings_epochs"):
             positive(name)
         for name in ("warmup_steps", "eval_every", "save_every", "log_every", "num_threads", "nan_guard", "seed"):
             non_negative(name)
@@ -94,6 +101,11 @@ class TrainConfig:
             raise PtmError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
         if self.schedule not in SCHEDULES:
             raise PtmError(f"train.schedule={self.schedule!r} is not one of {SCHEDULES}{suggest(str(self.schedule), SCHEDULES)}")
+        if self.init_embeddings not in INIT_EMBEDDINGS:
+            raise PtmError(
+                f"train.init_embeddings={self.init_embeddings!r} is not one of {INIT_EMBEDDINGS}"
+                f"{suggest(str(self.init_embeddings), INIT_EMBEDDINGS)}"
+            )
         if self.precision not in PRECISIONS:
             raise PtmError(f"train.precision={self.precision!r} is not one of {PRECISIONS}{suggest(str(self.precision), PRECISIONS)}")
         if self.batch_size % self.grad_accum:

@@ -1,0 +1,201 @@
+"""Replaced token detection: ELECTRA (Clark et al. 2020).
+
+A small *generator* (a masked LM) fills the masked positions with tokens sampled from its own
+predictions; the *discriminator* (the backbone that is kept for fine-tuning) reads the
+corrupted sequence and predicts, for every token, whether it was replaced:
+
+    L = L_MLM(generator) + λ · L_RTD(discriminator),   λ = ``disc_weight`` (the paper: 50)
+
+Every input token gives the discriminator a training signal, not only the 15% that are masked,
+and it never projects onto the vocabulary, which makes RTD the most compute-efficient
+objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
+
+* Masking is BERT's (``MaskedLM.mask_tokens``) with the paper's ratios: 15% of the tokens, of
+  those 85% become [MASK] and 15% stay unchanged; the batch is the MLM batch without NSP.
+* The generator shares the backbone's embedding layer (token, position and segment tables and
+  their LayerNorm), projects it to ``generator_size`` × the hidden size (the paper finds 1/4 to
+  1/2 best), runs its own Transformer layers and predicts through the tied word embeddings.
+* Replacements are sampled from the generator's softmax (Gumbel-max, temperature 1) without
+  gradient: the discriminator's loss does not flow into the generator (no adversarial
+  training).  A sample equal to the original token counts as *original*, as in the paper.
+* The discriminator head is dense + activation + a linear map to one logit per token; its
+  binary cross-entropy is averaged over all real (non-padding) tokens.
+
+Parameters of the generator live under ``objective.generator_*``, so a checkpoint's backbone
+is the discriminator alone and fine-tunes (or exports) like any BERT encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ptmkit.errors import PtmError
+from ptmkit.models.config import TransformerConfig
+from ptmkit.models.transformer import Backbone, TransformerLayer
+from ptmkit.nn.activations import get_activation
+from ptmkit.nn.masks import build_attention_mask
+from ptmkit.objectives.base import StepOutput, TokenizerLike
+from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, MLMHead
+from ptmkit.registry import register
+
+
+@dataclass(frozen=True)
+class ELECTRAConfig(MLMConfig):
+    mask_prob: float = 0.15
+    mask_token_ratio: float = 0.85  # ELECTRA keeps the other 15% of the chosen tokens, no random ones
+    random_token_ratio: float = 0.0
+    nsp: bool = False
+    generator_size: float = 0.25  # generator hidden, FFN and heads as a fraction of the backbone's
+    generator_layers: int | None = None  # None: as many as the backbone
+    disc_weight: float = 50.0  # λ
+    temperature: float = 1.0  # of the generator's sampling softmax
+
+    def __post_init__(self) -> None:
+        for name in ("generator_size", "disc_weight", "temperature"):
+            value = getattr(self, name)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
+        super().__post_init__()
+        if self.nsp:
+            raise PtmError("objective.nsp is not part of ELECTRA; set objective.nsp=false")
+        if not 0.0 < self.generator_size <= 1.0:
+            raise PtmError(f"objective.generator_size must be in (0, 1], got {self.generator_size}")
+        if self.generator_layers is not None and self.generator_layers < 1:
+            raise PtmError(f"objective.generator_layers must be >= 1 or null, got {self.generator_layers}")
+        if self.disc_weight <= 0 or self.temperature <= 0:
+            raise PtmError("objective.disc_weight and objective.temperature must be positive")
+
+
+def generator_config(model_cfg: TransformerConfig, cfg: ELECTRAConfig) -> TransformerConfig:
+    """The generator's size: hidden, FFN and heads scaled by ``generator_size`` (head size kept
+    as close to the backbone's as the hidden size allows), same depth unless given."""
+    heads = max(1, round(model_cfg.num_heads * cfg.generator_size))
+    hidden = max(heads, round(model_cfg.hidden_size * cfg.generator_size / heads) * heads)
+    return replace(
+        model_cfg,
+        hidden_size=hidden,
+        num_heads=heads,
+        intermediate_size=max(1, round(model_cfg.intermediate_size * cfg.generator_size)),
+        num_layers=cfg.generator_layers or model_cfg.num_layers,
+        norm="post",
+        pooler=False,
+    )
+
+
+class Generator(nn.Module):
+    """``x [B, T, H]`` (the shared embedding output) -> ``[B, T, H_g]``: a projection to the
+    generator's width (when it differs) and ``num_layers`` post-LN Transformer layers."""
+
+    def __init__(self, hidden_size: int, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.project = nn.Linear(hidden_size, cfg.hidden_size) if cfg.hidden_size != hidden_size else None
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_layers))
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.project is not None:
+            x = self.project(x)
+        mask, is_causal = build_attention_mask(attention_mask, None, False, x.shape[1], x.dtype)
+        for layer in self.layers:
+            x = layer(x, mask, is_causal)
+        return x
+
+
+class DiscriminatorHead(nn.Module):
+    """``h [B, T, H] -> [B, T]`` replaced-token logits: dense + activation + linear to one score."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = get_activation(cfg.activation)
+        self.out = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.dense(h))).squeeze(-1)
+
+
+def gumbel_sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """One token id per row of ``logits [N, V]``, drawn from ``softmax(logits / temperature)``
+    with the Gumbel-max trick (from torch's global generator, which the trainer seeds)."""
+    u = torch.rand_like(logits, dtype=torch.float32).clamp_(1e-9, 1.0 - 1e-9)
+    return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(dim=-1)
+
+
+@register("objective", "electra")
+class ELECTRA(MaskedLM):
+    """Generator MLM + discriminator RTD.  Batch keys as ``MaskedLM`` without NSP:
+    ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
+
+    config_class = ELECTRAConfig
+
+    def __init__(self, cfg: ELECTRAConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, model_cfg, tokenizer)
+        if model_cfg.causal:
+            raise PtmError("ELECTRA's discriminator reads the whole sequence: set model.causal=false")
+        gen_cfg = generator_config(model_cfg, cfg)
+        self.generator = Generator(model_cfg.hidden_size, gen_cfg)
+        # The generator predicts through the shared word embeddings: back to their width first.
+        self.mlm_head = MLMHead(gen_cfg, out_size=model_cfg.hidden_size)
+        self.rtd_head = DiscriminatorHead(model_cfg)
+        std = model_cfg.init_std
+        with torch.no_grad():
+            for module in (self.generator, self.rtd_head):
+                for m in module.modules():
+                    if isinstance(m, nn.Linear):
+                        m.weight.normal_(0.0, std)
+                        m.bias.zero_()
+
+    @torch.no_grad()
+    def corrupt(
+        self, ids: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, target: torch.Tensor, logits: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The discriminator's input: ``ids [B, T]`` with the chosen positions ``(rows, positions)
+        [N]`` replaced by samples from the generator's ``logits [N, V]`` (no gradient flows through
+        them), and ``replaced [B, T]`` (float 0/1): 1 where the sample differs from ``target [N]``."""
+        sampled = gumbel_sample(logits[:, : self.vocab_size], self.cfg.temperature)
+        corrupted = ids.clone()
+        corrupted[rows, positions] = sampled
+        replaced = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+        replaced[rows, positions] = (sampled != target).float()
+        return corrupted, replaced
+
+    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+        ids = batch["input_ids"]  # [B, T], [MASK] (or the kept token) at the chosen positions
+        attention_mask = batch.get("attention_mask")
+        token_types = batch.get("token_type_ids")
+        labels = batch["mlm_labels"]
+        rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
+        positions = batch["mlm_positions"][rows, slots]
+        target = labels[rows, slots]  # [N] original tokens at the chosen positions
+
+        # Generator: MLM on the masked input, only at the chosen positions.
+        g = self.generator(backbone.embeddings(ids, token_types), attention_mask)  # [B, T, H_g]
+        word_embeddings = backbone.embeddings.word_embeddings.weight
+        logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
+        mlm_loss = F.cross_entropy(logits.float(), target)
+
+        corrupted, replaced = self.corrupt(ids, rows, positions, target, logits)
+
+        # Discriminator: was each token replaced?
+        out = backbone(corrupted, attention_mask=attention_mask, token_type_ids=token_types)
+        scores = self.rtd_head(out.last_hidden_state).float()  # [B, T]
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
+        rtd_loss = F.binary_cross_entropy_with_logits(scores[real], replaced[real])
+        with torch.no_grad():
+            predicted = scores[real] > 0
+            is_replaced = replaced[real] > 0
+            metrics = {
+                "mlm_loss": mlm_loss.detach(),
+                "mlm_acc": (logits.argmax(-1) == target).float().mean(),
+                "rtd_loss": rtd_loss.detach(),
+                "rtd_acc": (predicted == is_replaced).float().mean(),
+                # Recall on the replaced tokens: the accuracy alone is dominated by the originals.
+                "rtd_recall": (predicted & is_replaced).sum() / is_replaced.sum().clamp(min=1),
+                "replaced": is_replaced.float().mean(),
+            }
+        n_tokens = int(real.sum())
+        return StepOutput(loss=mlm_loss + self.cfg.disc_weight * rtd_loss, metrics=metrics,
+                          n_tokens=n_tokens, n_predictions=n_tokens)
