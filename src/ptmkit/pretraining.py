@@ -261,6 +261,47 @@ def _print_static_summary(model: str, run_dir: Path) -> None:
     print(f"{model}: {n:,} words x {dim} dimensions{timing}\nvectors: {run_dir / 'vectors.bin'}", flush=True)
 
 
+def init_from_corpus(backbone, objective, corpus, train_spans, train_cfg: TrainConfig, verbose: bool = False) -> None:
+    """The data-dependent part of the initial weights (before step 1): the objective's own
+    (``Objective.init_from_corpus``), then with ``train.init_embeddings`` word2vec vectors of the
+    training examples' tokens as the word embeddings.  Deterministic (word2vec on one thread with
+    a fixed seed), so every DDP rank computes the same weights."""
+    objective.init_from_corpus(corpus, train_spans)
+    if train_cfg.init_embeddings == "none":
+        return
+    from ptmkit.static.init_embeddings import init_word_embeddings
+
+    n_set = init_word_embeddings(
+        backbone.embeddings.word_embeddings.weight, corpus, train_spans, train_cfg.init_embeddings,
+        std=backbone.config.init_std, epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
+        progress=verbose,
+    )
+    if verbose:
+        print(f"  word embeddings: {n_set:,} rows initialised from {train_cfg.init_embeddings} vectors", flush=True)
+
+
+def initial_model(run_dir: str | Path):
+    """A pre-training run's starting point (step 0) as a ``Pretrained``: fresh weights from the
+    run's seed plus ``init_from_corpus`` on its prepared corpus (``RUN_DIR/data``) and training
+    split.  With ``train.init_embeddings`` this is "word vectors only, no Transformer objective"."""
+    from ptmkit.data.batches import split_spans
+    from ptmkit.data.corpus import Corpus
+
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / RUN_CONFIG).read_text())
+    if not _is_corpus(run_dir / DATA_DIR):
+        raise PtmError(f"{run_dir} has no prepared corpus in {DATA_DIR}/ (it was trained on a corpus directory)")
+    corpus = Corpus.open(run_dir / DATA_DIR)
+    tokenizer = corpus.load_tokenizer()
+    train_cfg = from_dict(TrainConfig, config["train"], "train")
+    seed_everything(train_cfg.seed)
+    backbone, objective = ckpt.build_model(config, tokenizer)
+    spans = objective.example_spans(corpus, train_cfg.seq_len)
+    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)[0] if train_cfg.eval_fraction > 0 else spans
+    init_from_corpus(backbone, objective, corpus, train_spans, train_cfg)
+    return ckpt.Pretrained(config, tokenizer, backbone, objective)
+
+
 def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info) -> Path:
     from ptmkit.data.batches import PretrainBatches, split_spans
     from ptmkit.objectives.base import PretrainModel
@@ -290,18 +331,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)
     else:
         eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
-    objective.init_from_corpus(corpus, train_spans)
-    if train_cfg.init_embeddings != "none" and not (resume and ckpt.checkpoint_steps(run_dir)):
-        from ptmkit.static.init_embeddings import init_word_embeddings
-
-        # Deterministic (one thread, fixed seed), so every DDP rank computes the same vectors.
-        n_set = init_word_embeddings(
-            backbone.embeddings.word_embeddings.weight, corpus, train_spans, train_cfg.init_embeddings,
-            std=backbone.config.init_std, epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
-            progress=verbose and info.is_main,
-        )
-        if verbose and info.is_main:
-            print(f"  word embeddings: {n_set:,} rows initialised from {train_cfg.init_embeddings} vectors", flush=True)
+    if not (resume and ckpt.checkpoint_steps(run_dir)):  # a resumed run loads its weights instead
+        init_from_corpus(backbone, objective, corpus, train_spans, train_cfg, verbose and info.is_main)
     if len(train_spans) < train_cfg.batch_size:
         raise PtmError(
             f"the corpus gives {len(train_spans)} training examples of <= {seq_len} tokens, fewer than "

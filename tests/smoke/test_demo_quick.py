@@ -11,10 +11,10 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     for heading in ("[1/5] data", "[2/5] pre-train", "[3/5] fine-tune", "[4/5] results"):
         assert heading in printed
-    assert "with pre-training (MLM)" in printed and "without pre-training" in printed
+    assert "with pre-training (word2vec init + MLM)" in printed and "word2vec embeddings only" in printed and "without pre-training" in printed
     result = json.loads((out / "results.json").read_text())
-    assert set(result["summary"]) == {"pretrained", "random"}
-    assert len(result["runs"]) == 4  # 2 seeds x 2 conditions
+    assert set(result["summary"]) == {"pretrained", "random", "word2vec"}
+    assert len(result["runs"]) == 6  # 2 seeds x 3 conditions (with the word2vec-only ablation)
     assert result["sizes"]["test"] > 500  # scored on the full held-out MR test split
     assert result["pretrain"]["steps"] == 30
     # the gain is the per-seed difference of the two conditions' test accuracies

