@@ -95,6 +95,24 @@ def test_bert_export_import_cli(tmp_path, tokenizer, capsys) -> None:
     assert back.config["objective"]["nsp"] is True
 
 
+def test_electra_exports_its_discriminator_as_bert_model(tmp_path, tokenizer) -> None:
+    from transformers import BertModel
+
+    from ptmkit.objectives.electra import ELECTRA, ELECTRAConfig
+
+    cfg = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4,
+                            intermediate_size=64, max_position=32)
+    model = PretrainModel(Backbone(cfg), ELECTRA(ELECTRAConfig(), cfg, tokenizer))
+    _perturb(model)
+    save_pretrained(tmp_path / "ckpt", {"model": asdict(cfg), "objective": {"name": "electra", **asdict(ELECTRAConfig())}},
+                    model, tokenizer)
+    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "hf")]) == 0
+    hf = BertModel.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.tensor([tokenizer.encode(SENTENCE, add_special_tokens=True)])
+    with torch.no_grad():
+        assert_close(hf(ids).last_hidden_state, model.eval().backbone(ids).last_hidden_state, rtol=1e-5, atol=1e-5)
+
+
 def test_gpt2_export_import_cli(tmp_path, tokenizer, capsys) -> None:
     model = _checkpoint(tmp_path / "ckpt", tokenizer, gpt2=True)
     assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "hf")]) == 0

@@ -130,6 +130,8 @@ class ELECTRA(MaskedLM):
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
 
     config_class = ELECTRAConfig
+    # Its MLM head belongs to the smaller generator: HF export writes the discriminator as BertModel.
+    bert_heads = False
 
     def __init__(self, cfg: ELECTRAConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, model_cfg, tokenizer)
