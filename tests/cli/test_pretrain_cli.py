@@ -124,3 +124,33 @@ def test_prepared_corpus_eval_data_and_overwrite(first_run, tmp_path, capsys):
 def test_missing_data_is_an_error(tmp_path, capsys):
     rc = main(["pretrain", "bert-tiny", "--data", str(tmp_path / "nope.txt"), "-o", str(tmp_path / "r"), *TINY])
     assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+def test_init_embeddings_start_is_reproducible(tmp_path):
+    """``train.init_embeddings=skipgram``: the run starts from word2vec embeddings, and
+    ``initial_model(run)`` rebuilds exactly that start (the demo's word2vec-only condition)."""
+    import torch
+
+    from ptmkit.pretraining import initial_model
+
+    text = write_corpus(tmp_path / "train.txt")
+    run = tmp_path / "run"
+    # One step at a negligible LR: the checkpoint is the starting point to ~1e-9.
+    over = [o for o in TINY if not o.startswith(("train.max_steps", "train.warmup_steps", "train.save_every", "train.eval_every"))]
+    over += ["train.max_steps=1", "train.lr=1e-9", "train.init_embeddings=skipgram", "train.init_embeddings_epochs=2"]
+    assert main(["pretrain", "bert-tiny", "--data", str(text), "-o", str(run), *over]) == 0
+    trained = ckpt.load_pretrained(run).backbone.state_dict()
+    start = initial_model(run).backbone.state_dict()
+    assert set(start) == set(trained)
+    for k in start:
+        torch.testing.assert_close(start[k], trained[k], rtol=0, atol=1e-6, msg=k)
+    # ... and that start is the plain seeded initialisation except for the corpus's word embeddings.
+    from ptmkit.train.trainer import seed_everything
+
+    start_model = initial_model(run)
+    seed_everything(start_model.config["train"]["seed"])
+    plain, _ = ckpt.build_model(start_model.config, start_model.tokenizer)
+    plain_state = plain.state_dict()
+    words = start_model.tokenizer.encode_batch(["cat dog house"])[0]
+    assert not torch.allclose(start["embeddings.word_embeddings.weight"][words], plain_state["embeddings.word_embeddings.weight"][words])
+    torch.testing.assert_close(start["layers.0.attn.qkv.weight"], plain_state["layers.0.attn.qkv.weight"])
