@@ -283,7 +283,9 @@ def init_from_corpus(backbone, objective, corpus, train_spans, train_cfg: TrainC
 def initial_model(run_dir: str | Path):
     """A pre-training run's starting point (step 0) as a ``Pretrained``: fresh weights from the
     run's seed plus ``init_from_corpus`` on its prepared corpus (``RUN_DIR/data``) and training
-    split.  With ``train.init_embeddings`` this is "word vectors only, no Transformer objective"."""
+    split.  With ``train.init_embeddings`` this is "word vectors only, no Transformer objective".
+    (A run whose ``--eval-data`` was a prepared corpus directory left no trace of it in RUN_DIR: its
+    start is rebuilt as if ``eval_fraction`` had been held out.)"""
     from ptmkit.data.batches import split_spans
     from ptmkit.data.corpus import Corpus
 
@@ -297,7 +299,8 @@ def initial_model(run_dir: str | Path):
     seed_everything(train_cfg.seed)
     backbone, objective = ckpt.build_model(config, tokenizer)
     spans = objective.example_spans(corpus, train_cfg.seq_len)
-    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)[0] if train_cfg.eval_fraction > 0 else spans
+    held_out = train_cfg.eval_fraction > 0 and not (run_dir / EVAL_DATA_DIR).exists()  # as _pretrain splits
+    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)[0] if held_out else spans
     init_from_corpus(backbone, objective, corpus, train_spans, train_cfg)
     return ckpt.Pretrained(config, tokenizer, backbone, objective)
 
