@@ -180,7 +180,7 @@ def _with_bert_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 def _full_state(pretrained: Any) -> dict[str, torch.Tensor]:
     state = {f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}
     # An objective whose heads are not BERT's (ELECTRA: a generator's MLM head) exports the backbone alone.
-    if pretrained.objective is not None and getattr(pretrained.objective, "bert_heads", True):
+    if pretrained.objective is not None and pretrained.objective.bert_heads:
         state.update({f"objective.{k}": v for k, v in pretrained.objective.state_dict().items()})
     return state
 

@@ -50,6 +50,9 @@ class Objective(nn.Module):
     """
 
     config_class: ClassVar[type]
+    # Whether the objective's heads are BERT's pre-training heads (``mlm_head`` on the backbone's
+    # width, ``nsp_head``), which HF export writes as ``cls.*``; False exports the backbone alone.
+    bert_heads: ClassVar[bool] = True
 
     def __init__(self, cfg: Any, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
         super().__init__()
