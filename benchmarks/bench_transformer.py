@@ -2,10 +2,10 @@
 
 Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
 
-* ``mlm``: BERT masked LM.  ptmkit: ``Backbone`` + ``MaskedLM`` (no NSP), whose head runs only on
+* ``mlm``: BERT masked LM.  ptmkit: ``TransformerEncoder`` + ``MaskedLM`` (no NSP), whose head runs only on
   the masked positions.  HF: ``BertForMaskedLM`` with ``labels`` = -100 everywhere except the masked
   positions (the HF way; its head projects every position onto the vocabulary).
-* ``clm``: GPT-2 causal LM.  ptmkit: ``Backbone`` (pre-LN, causal) + ``CausalLM``.  HF: ``GPT2LMHeadModel``
+* ``clm``: GPT-2 causal LM.  ptmkit: ``TransformerEncoder`` (pre-LN, causal) + ``CausalLM``.  HF: ``GPT2LMHeadModel``
   with ``labels = input_ids``.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
@@ -53,7 +53,7 @@ WORKLOADS = ("mlm", "clm")
 
 def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
     """``n`` batches as ``{"ptmkit": batch dict, "hf": kwargs}`` with identical content."""
-    from ptmkit.models import TransformerConfig
+    from ptmkit.encoders import TransformerConfig, TransformerEncoder
     from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
     rng = np.random.default_rng(seed)
@@ -65,7 +65,7 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
             attention = np.ones_like(ids)
             cfg = TransformerConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=1, num_heads=HEADS,
                                     intermediate_size=FFN, max_position=POSITIONS)
-            masker = MaskedLM(MLMConfig(nsp=False), cfg, TOKENIZER)
+            masker = MaskedLM(MLMConfig(nsp=False), TransformerEncoder(cfg), TOKENIZER)
             positions, labels = masker.mask_tokens(ids, attention, rng)
             dense = np.full_like(ids, -100)
             used = labels != -100
@@ -86,7 +86,7 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
 def build_model(framework: str, workload: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if framework == "ptmkit":
-        from ptmkit.models import Backbone, TransformerConfig
+        from ptmkit.encoders import TransformerConfig, TransformerEncoder
         from ptmkit.objectives.base import PretrainModel
         from ptmkit.objectives.clm import CausalLM, CLMConfig
         from ptmkit.objectives.mlm import MaskedLM, MLMConfig
@@ -96,10 +96,12 @@ def build_model(framework: str, workload: str) -> torch.nn.Module:
         if workload == "mlm":
             # BertForMaskedLM has no pooler; neither does this model.
             cfg = TransformerConfig(**common, pooler=False)
-            return PretrainModel(Backbone(cfg), MaskedLM(MLMConfig(nsp=False), cfg, TOKENIZER))
+            encoder = TransformerEncoder(cfg)
+            return PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, TOKENIZER))
         cfg = TransformerConfig(**common, type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
-                                causal=True, embedding_norm=False, pooler=False, scaled_residual_init=True)
-        return PretrainModel(Backbone(cfg), CausalLM(CLMConfig(), cfg, TOKENIZER))
+                                embedding_norm=False, pooler=False, scaled_residual_init=True)
+        encoder = TransformerEncoder(cfg)
+        return PretrainModel(encoder, CausalLM(CLMConfig(), encoder, TOKENIZER))
     import transformers
 
     if workload == "mlm":

@@ -2,7 +2,7 @@
 
 ``pretrain("bert-tiny", "corpus.txt", "runs/tiny", ["train.max_steps=200"])`` resolves the
 preset with the overrides, trains a tokenizer and prepares the corpus when given raw text (or
-opens a prepared corpus directory), builds ``Backbone`` + the objective, and runs the
+opens a prepared corpus directory), builds the encoder + the objective (:mod:`ptmkit.build`), and runs the
 :class:`~ptmkit.train.trainer.Trainer`.  The run directory receives ``config.json`` (the fully
 resolved config), ``metrics.jsonl``, ``loss.png`` and ``checkpoints/``.
 """
@@ -16,9 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ptmkit import registry
-from ptmkit.config import apply_overrides, from_dict, to_dict
+from ptmkit.build import build_model, resolve_config
+from ptmkit.config import apply_overrides, from_dict
 from ptmkit.errors import PtmError
+from ptmkit.pretrained import Pretrained
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
@@ -106,53 +107,6 @@ def _open_eval_data(data: DataArg, tokenizer: Any, run_dir: Path, info: dist.Dis
         prepare(paths, tokenizer, out, overwrite=True)
     dist.barrier()
     return Corpus.open(out)
-
-
-def _pinned(overrides: Iterable[str], key: str) -> bool:
-    return any(o.partition("=")[0].strip() == key for o in overrides)
-
-
-def resolve(raw: dict[str, Any], tokenizer: Any, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Build every section's config; return the fully resolved, JSON-ready config dict.
-
-    ``model.vocab_size`` follows the tokenizer unless pinned by an override, which must then be
-    at least the tokenizer's size.
-    """
-    from ptmkit.models.config import TransformerConfig
-
-    raw = copy.deepcopy(raw)
-    for section in ("model", "objective", "train"):
-        if not isinstance(raw.get(section), dict):
-            raise PtmError(f"the config has no {section!r} section")
-    vocab = int(tokenizer.vocab_size)
-    if _pinned(overrides, "model.vocab_size"):
-        if int(raw["model"]["vocab_size"]) < vocab:
-            raise PtmError(
-                f"model.vocab_size={raw['model']['vocab_size']} is smaller than the tokenizer's {vocab} tokens "
-                f"(vocab mismatch); drop the override or set model.vocab_size >= {vocab}"
-            )
-    else:
-        raw["model"]["vocab_size"] = vocab
-    model_cfg = from_dict(TransformerConfig, raw["model"], "model")
-    train_cfg = from_dict(TrainConfig, raw["train"], "train")
-    if train_cfg.seq_len > model_cfg.max_position:
-        raise PtmError(
-            f"train.seq_len={train_cfg.seq_len} exceeds model.max_position={model_cfg.max_position}; "
-            f"lower train.seq_len or raise model.max_position"
-        )
-    section = dict(raw["objective"])
-    name = section.pop("name", None)
-    if not name:
-        raise PtmError("the objective section needs a 'name' (e.g. mlm, clm)")
-    cls = registry.get("objective", name)
-    obj_cfg = from_dict(cls.config_class, section, "objective")
-    resolved = {
-        "model": to_dict(model_cfg),
-        "objective": {"name": name, **to_dict(obj_cfg)},
-        "tokenizer": dict(raw.get("tokenizer") or {}),
-        "train": to_dict(train_cfg),
-    }
-    return json.loads(json.dumps(resolved))  # tuples -> lists: the form config.json stores
 
 
 def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
@@ -261,7 +215,7 @@ def _print_static_summary(model: str, run_dir: Path) -> None:
     print(f"{model}: {n:,} words x {dim} dimensions{timing}\nvectors: {run_dir / 'vectors.bin'}", flush=True)
 
 
-def init_from_corpus(backbone, objective, corpus, train_spans, train_cfg: TrainConfig, verbose: bool = False) -> None:
+def init_from_corpus(encoder, objective, corpus, train_spans, train_cfg: TrainConfig, verbose: bool = False) -> None:
     """The data-dependent part of the initial weights (before step 1): the objective's own
     (``Objective.init_from_corpus``), then with ``train.init_embeddings`` word2vec vectors of the
     training examples' tokens as the word embeddings.  Deterministic (word2vec on one thread with
@@ -271,9 +225,12 @@ def init_from_corpus(backbone, objective, corpus, train_spans, train_cfg: TrainC
         return
     from ptmkit.static.init_embeddings import init_word_embeddings
 
+    table = encoder.input_embeddings()
+    if table is None:
+        raise PtmError(f"train.init_embeddings needs a word embedding table; the {encoder.name} encoder has none")
     n_set = init_word_embeddings(
-        backbone.embeddings.word_embeddings.weight, corpus, train_spans, train_cfg.init_embeddings,
-        std=backbone.config.init_std, epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
+        table.weight, corpus, train_spans, train_cfg.init_embeddings,
+        std=float(getattr(encoder.config, "init_std", 0.02)), epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
         progress=verbose,
     )
     if verbose:
@@ -297,22 +254,21 @@ def initial_model(run_dir: str | Path):
     tokenizer = corpus.load_tokenizer()
     train_cfg = from_dict(TrainConfig, config["train"], "train")
     seed_everything(train_cfg.seed)
-    backbone, objective = ckpt.build_model(config, tokenizer)
-    spans = objective.example_spans(corpus, train_cfg.seq_len)
+    model = build_model(config, tokenizer)
+    spans = model.objective.example_spans(corpus, train_cfg.seq_len)
     held_out = train_cfg.eval_fraction > 0 and not (run_dir / EVAL_DATA_DIR).exists()  # as _pretrain splits
     train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)[0] if held_out else spans
-    init_from_corpus(backbone, objective, corpus, train_spans, train_cfg)
-    return ckpt.Pretrained(config, tokenizer, backbone, objective)
+    init_from_corpus(model.backbone, model.objective, corpus, train_spans, train_cfg)
+    return Pretrained(config, tokenizer, model.backbone, model.objective, None, model)
 
 
 def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info) -> Path:
     from ptmkit.data.batches import PretrainBatches, split_spans
-    from ptmkit.objectives.base import PretrainModel
 
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
     _prepare_run_dir(run_dir, resume, overwrite, info)
     corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume)
-    config = resolve(raw, tokenizer, overrides)
+    config = resolve_config(raw, tokenizer, overrides)
     stored_file = run_dir / RUN_CONFIG
     if resume and ckpt.checkpoint_steps(run_dir):
         latest = ckpt.latest_checkpoint(run_dir)
@@ -321,8 +277,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     train_cfg = from_dict(TrainConfig, config["train"], "train")
 
     seed_everything(train_cfg.seed)  # identical initial weights for a given seed
-    backbone, objective = ckpt.build_model(config, tokenizer)
-    model = PretrainModel(backbone, objective)
+    model = build_model(config, tokenizer)
+    backbone, objective = model.backbone, model.objective
 
     seq_len = train_cfg.seq_len
     spans = objective.example_spans(corpus, seq_len)
@@ -350,7 +306,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     trainer = Trainer(model, batches, train_cfg, run_dir, eval_source, {"config": config, "tokenizer": tokenizer}, callbacks)
     if verbose and info.is_main:
         n_params = count_parameters(model)
-        n_emb = backbone.embeddings.word_embeddings.weight.numel()
+        table = backbone.input_embeddings()
+        n_emb = table.weight.numel() if table is not None else 0
         tokens_per_step = train_cfg.batch_size * seq_len
         epochs = train_cfg.max_steps / max(1, batches.steps_per_epoch)
         print(

@@ -22,7 +22,7 @@ _REGISTRY: dict[str, dict[str, Any]] = defaultdict(dict)
 _imported = False
 
 # Sub-packages whose modules register components.
-_PACKAGES = ("objectives", "models", "static", "tasks", "data.sources")
+_PACKAGES = ("encoders", "objectives", "static", "tasks", "data.sources", "interop")
 
 
 def register(kind: str, name: str) -> Callable[[Any], Any]:

@@ -12,12 +12,12 @@ transformers = pytest.importorskip("transformers")
 from transformers import AutoTokenizer, BertForPreTraining, GPT2LMHeadModel  # noqa: E402
 
 from ptmkit.cli import main  # noqa: E402
-from ptmkit.models import Backbone, TransformerConfig  # noqa: E402
+from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.clm import CausalLM, CLMConfig  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
 from ptmkit.tokenization import Tokenizer  # noqa: E402
-from ptmkit.train.checkpoint import load_pretrained, save_pretrained  # noqa: E402
+from ptmkit.pretrained import load_pretrained, save_pretrained  # noqa: E402
 
 TEXT = """\
 the cat sat on the mat .
@@ -48,14 +48,16 @@ def _checkpoint(path, tokenizer, gpt2: bool = False):
         cfg = TransformerConfig(
             vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
             max_position=32, type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
-            causal=True, embedding_norm=False, pooler=False, scaled_residual_init=True,
+            embedding_norm=False, pooler=False, scaled_residual_init=True,
         )
-        objective, section = CausalLM(CLMConfig(), cfg, tokenizer), {"name": "clm", **asdict(CLMConfig())}
+        encoder = TransformerEncoder(cfg)
+        objective, section = CausalLM(CLMConfig(), encoder, tokenizer), {"name": "clm", **asdict(CLMConfig())}
     else:
         cfg = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4,
                                 intermediate_size=64, max_position=32)
-        objective, section = MaskedLM(MLMConfig(), cfg, tokenizer), {"name": "mlm", **asdict(MLMConfig())}
-    model = PretrainModel(Backbone(cfg), objective)
+        encoder = TransformerEncoder(cfg)
+        objective, section = MaskedLM(MLMConfig(), encoder, tokenizer), {"name": "mlm", **asdict(MLMConfig())}
+    model = PretrainModel(encoder, objective)
     _perturb(model)
     save_pretrained(path, {"model": asdict(cfg), "objective": section}, model, tokenizer)
     return model.eval()
@@ -82,7 +84,7 @@ def test_bert_export_import_cli(tmp_path, tokenizer, capsys) -> None:
     with torch.no_grad():
         theirs = hf(**batch)
         out = model.backbone(**batch)
-        mlm = model.objective.mlm_head(out.last_hidden_state, model.backbone.embeddings.word_embeddings.weight)
+        mlm = model.objective.mlm_head(out.last_hidden_state, model.backbone.output_embeddings())
         nsp = model.objective.nsp_head(out.pooled)
     assert_close(theirs.prediction_logits, mlm, rtol=1e-5, atol=1e-5)
     assert_close(theirs.seq_relationship_logits, nsp, rtol=1e-5, atol=1e-5)
@@ -102,7 +104,8 @@ def test_electra_exports_its_discriminator_as_bert_model(tmp_path, tokenizer) ->
 
     cfg = TransformerConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4,
                             intermediate_size=64, max_position=32)
-    model = PretrainModel(Backbone(cfg), ELECTRA(ELECTRAConfig(), cfg, tokenizer))
+    encoder = TransformerEncoder(cfg)
+    model = PretrainModel(encoder, ELECTRA(ELECTRAConfig(), encoder, tokenizer))
     _perturb(model)
     save_pretrained(tmp_path / "ckpt", {"model": asdict(cfg), "objective": {"name": "electra", **asdict(ELECTRAConfig())}},
                     model, tokenizer)
@@ -120,7 +123,7 @@ def test_gpt2_export_import_cli(tmp_path, tokenizer, capsys) -> None:
     hf = GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     ids = torch.tensor([tokenizer.encode(SENTENCE)])
     with torch.no_grad():
-        ours = torch.nn.functional.linear(model.backbone(ids).last_hidden_state, model.backbone.embeddings.word_embeddings.weight)
+        ours = torch.nn.functional.linear(model.backbone(ids, causal=True).last_hidden_state, model.backbone.output_embeddings())
         assert_close(hf(ids).logits, ours, rtol=1e-5, atol=1e-5)
     assert main(["import", str(tmp_path / "hf"), "-o", str(tmp_path / "back")]) == 0
     back = load_pretrained(tmp_path / "back")

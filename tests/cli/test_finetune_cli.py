@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from ptmkit.cli import main
-from ptmkit.models.config import TransformerConfig
+from ptmkit.encoders import TransformerConfig
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.tokenization import Tokenizer
-from ptmkit.train.checkpoint import build_model, save_pretrained
+from ptmkit.build import build_model
+from ptmkit.pretrained import save_pretrained
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,7 @@ def files(tmp_path_factory):
     cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=1, num_heads=2,
                             intermediate_size=64, max_position=32)
     config = {"model": cfg.__dict__.copy(), "objective": {"name": "mlm", "nsp": False}, "tokenizer": {}, "train": {}}
-    backbone, objective = build_model(config, tok)
-    save_pretrained(d / "ck", config, PretrainModel(backbone, objective), tok)
+    save_pretrained(d / "ck", config, build_model(config, tok), tok)
     return d
 
 

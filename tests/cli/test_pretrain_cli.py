@@ -7,7 +7,9 @@ import random
 
 import pytest
 
+from ptmkit.build import build_model
 from ptmkit.cli import main
+from ptmkit.pretrained import load_pretrained
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.trainer import read_metrics
 
@@ -66,7 +68,7 @@ def test_outputs_of_a_run(first_run, capsys):
     assert [r["step"] for r in train] == [2, 4, 6]
     assert all({"loss", "mlm_loss", "mlm_acc", "lr", "tokens_per_s"} <= set(r) for r in train)
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl", "eval")] == [3, 6]
-    loaded = ckpt.load_pretrained(run)
+    loaded = load_pretrained(run)
     assert loaded.backbone.config.hidden_size == 32
 
 
@@ -139,7 +141,7 @@ def test_init_embeddings_start_is_reproducible(tmp_path):
     over = [o for o in TINY if not o.startswith(("train.max_steps", "train.warmup_steps", "train.save_every", "train.eval_every"))]
     over += ["train.max_steps=1", "train.lr=1e-9", "train.init_embeddings=skipgram", "train.init_embeddings_epochs=2"]
     assert main(["pretrain", "bert-tiny", "--data", str(text), "-o", str(run), *over]) == 0
-    trained = ckpt.load_pretrained(run).backbone.state_dict()
+    trained = load_pretrained(run).backbone.state_dict()
     start = initial_model(run).backbone.state_dict()
     assert set(start) == set(trained)
     for k in start:
@@ -149,8 +151,7 @@ def test_init_embeddings_start_is_reproducible(tmp_path):
 
     start_model = initial_model(run)
     seed_everything(start_model.config["train"]["seed"])
-    plain, _ = ckpt.build_model(start_model.config, start_model.tokenizer)
-    plain_state = plain.state_dict()
+    plain_state = build_model(start_model.config, start_model.tokenizer).backbone.state_dict()
     words = start_model.tokenizer.encode_batch(["cat dog house"])[0]
     assert not torch.allclose(start["embeddings.word_embeddings.weight"][words], plain_state["embeddings.word_embeddings.weight"][words])
     torch.testing.assert_close(start["layers.0.attn.qkv.weight"], plain_state["layers.0.attn.qkv.weight"])

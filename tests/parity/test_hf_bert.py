@@ -15,10 +15,10 @@ from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, BertMo
 
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.interop.hf_bert import export_bert, import_bert, to_hf_config  # noqa: E402
-from ptmkit.models import Backbone, TransformerConfig  # noqa: E402
+from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
-from ptmkit.train.checkpoint import Pretrained  # noqa: E402
+from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V, H, L, HEADS, I, P = 100, 32, 2, 4, 64, 64
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -64,7 +64,8 @@ def hf_tiny(attn: str = "eager", seed: int = 0) -> BertForPreTraining:
 
 
 def ptm_model(cfg: TransformerConfig, nsp: bool = True) -> PretrainModel:
-    return PretrainModel(Backbone(cfg), MaskedLM(MLMConfig(nsp=nsp), cfg, special_ids(cfg.vocab_size))).eval()
+    encoder = TransformerEncoder(cfg)
+    return PretrainModel(encoder, MaskedLM(MLMConfig(nsp=nsp), encoder, special_ids(cfg.vocab_size))).eval()
 
 
 @torch.no_grad()
@@ -73,7 +74,7 @@ def ptm_outputs(model: PretrainModel, batch: dict[str, torch.Tensor]) -> dict[st
     obj = model.objective
     res = {
         "hidden": out.hidden_states,
-        "mlm": obj.mlm_head(out.last_hidden_state, model.backbone.embeddings.word_embeddings.weight),
+        "mlm": obj.mlm_head(out.last_hidden_state, model.backbone.output_embeddings()),
     }
     if out.pooled is not None:
         res["pooled"] = out.pooled
@@ -135,7 +136,7 @@ def _random_pretrained(cfg: TransformerConfig, nsp: bool = True, seed: int = 3) 
     torch.manual_seed(seed)
     model = ptm_model(cfg, nsp=nsp)
     perturb(model, seed)
-    return Pretrained({"model": {}, "objective": {}}, None, model.backbone, model.objective, None, model)
+    return Pretrained({"model": {}, "objective": {"name": "mlm"}}, None, model.backbone, model.objective, None, model)
 
 
 BERT_CFG = TransformerConfig(

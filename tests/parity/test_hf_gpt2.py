@@ -16,11 +16,11 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model  # noqa: E402
 
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.interop.hf_gpt2 import export_gpt2, import_gpt2, to_hf_config  # noqa: E402
-from ptmkit.models import Backbone, TransformerConfig  # noqa: E402
+from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.clm import CausalLM, CLMConfig  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
-from ptmkit.train.checkpoint import Pretrained  # noqa: E402
+from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V, H, L, HEADS, P = 100, 32, 2, 4, 64
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -61,13 +61,14 @@ def hf_tiny(attn: str = "eager", seed: int = 0, n_inner: int | None = None) -> G
 
 
 def ptm_model(cfg: TransformerConfig) -> PretrainModel:
-    return PretrainModel(Backbone(cfg), CausalLM(CLMConfig(), cfg, special_ids(cfg.vocab_size))).eval()
+    encoder = TransformerEncoder(cfg)
+    return PretrainModel(encoder, CausalLM(CLMConfig(), encoder, special_ids(cfg.vocab_size))).eval()
 
 
 @torch.no_grad()
 def ptm_outputs(model: PretrainModel, batch: dict[str, torch.Tensor]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    out = model.backbone(**batch, output_hidden_states=True)
-    return out.hidden_states, F.linear(out.last_hidden_state, model.backbone.embeddings.word_embeddings.weight)
+    out = model.backbone(**batch, causal=True, output_hidden_states=True)
+    return out.hidden_states, F.linear(out.last_hidden_state, model.backbone.output_embeddings())
 
 
 @torch.no_grad()
@@ -89,7 +90,7 @@ def test_import_matches_hf(attn: str) -> None:
     hf = hf_tiny(attn)
     cfg, state, tok = import_gpt2(hf)
     assert tok is None
-    assert (cfg.norm, cfg.causal, cfg.activation, cfg.layer_norm_eps, cfg.intermediate_size) == ("pre", True, "gelu_tanh", 1e-5, 4 * H)
+    assert (cfg.norm, cfg.activation, cfg.layer_norm_eps, cfg.intermediate_size) == ("pre", "gelu_tanh", 1e-5, 4 * H)
     model = ptm_model(cfg)
     model.load_state_dict(state, strict=True)
     batch = inputs()
@@ -110,7 +111,7 @@ def test_import_gpt2model_and_n_inner() -> None:
 
 GPT2_CFG = TransformerConfig(
     vocab_size=V, hidden_size=H, num_layers=L, num_heads=HEADS, intermediate_size=4 * H, max_position=P,
-    type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5, causal=True,
+    type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
     embedding_norm=False, pooler=False, scaled_residual_init=True,
 )
 
@@ -119,7 +120,7 @@ def _random_pretrained(cfg: TransformerConfig = GPT2_CFG, seed: int = 3) -> Pret
     torch.manual_seed(seed)
     model = ptm_model(cfg)
     perturb(model, seed)
-    return Pretrained({"model": {}, "objective": {}}, None, model.backbone, model.objective, None, model)
+    return Pretrained({"model": {}, "objective": {"name": "clm"}}, None, model.backbone, model.objective, None, model)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -156,9 +157,9 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path) -> None:
     with pytest.raises(PtmError, match="segment"):
         to_hf_config(replace(GPT2_CFG, type_vocab_size=2))
     # An MLM-trained pre-LN model has heads GPT-2 cannot hold.
-    cfg = replace(GPT2_CFG, causal=False)
-    model = PretrainModel(Backbone(cfg), MaskedLM(MLMConfig(nsp=False), cfg, special_ids()))
-    pre = Pretrained({}, None, model.backbone, model.objective, None, model)
+    encoder = TransformerEncoder(GPT2_CFG)
+    model = PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, special_ids()))
+    pre = Pretrained({"objective": {"name": "mlm"}}, None, model.backbone, model.objective, None, model)
     with pytest.raises(PtmError):
         export_gpt2(pre, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()

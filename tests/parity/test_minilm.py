@@ -98,7 +98,7 @@ def test_sentence_pair_matches_hf(hf_model, imported) -> None:
 
 def test_ptm_import_writes_a_loadable_checkpoint(minilm_dir, hf_model, hf_tokenizer, tmp_path) -> None:
     from ptmkit.cli import main
-    from ptmkit.train.checkpoint import load_pretrained
+    from ptmkit.pretrained import load_pretrained
 
     assert main(["import", str(minilm_dir), "-o", str(tmp_path / "ckpt")]) == 0
     loaded = load_pretrained(tmp_path / "ckpt")

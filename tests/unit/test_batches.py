@@ -108,7 +108,7 @@ def test_real_objectives_over_a_prepared_corpus(name, tmp_path):
     from ptmkit.data.prepare import prepare
     from ptmkit.tokenization import Tokenizer
 
-    from ptmkit.models.config import TransformerConfig
+    from ptmkit.encoders import TransformerConfig, TransformerEncoder
 
     cls = registry.get("objective", name)
     text = tmp_path / "t.txt"
@@ -117,8 +117,8 @@ def test_real_objectives_over_a_prepared_corpus(name, tmp_path):
     tok = Tokenizer.train([text], "wordpiece", 200, min_frequency=1)
     corpus = prepare([text], tok, tmp_path / "c", workers=1, progress=False)
     model_cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2,
-                                  intermediate_size=32, max_position=64, causal=name == "clm")
-    objective = cls(from_dict(cls.config_class, {}), model_cfg, tok)
+                                  intermediate_size=32, max_position=64)
+    objective = cls(from_dict(cls.config_class, {}), TransformerEncoder(model_cfg), tok)
     spans = objective.example_spans(corpus, 32)
     train, held = split_spans(spans, 0.1, seed=0)
     src = PretrainBatches(corpus, objective, train, 32, 4, seed=1)

@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch import nn
 
+from ptmkit.build import build_model
 from ptmkit.errors import PtmError
+from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.train import checkpoint as ckpt
 
 
@@ -161,17 +163,16 @@ def _tiny_pretrained(tmp_path):
         "tokenizer": {"kind": "wordpiece", "vocab_size": 60},
         "train": {},
     }
-    backbone, objective = ckpt.build_model(config, tok)
-    return config, tok, PretrainModel(backbone, objective)
+    return config, tok, build_model(config, tok)
 
 
 def test_save_and_load_pretrained(tmp_path):
     pytest.importorskip("ptmkit.objectives.mlm")
     torch.manual_seed(0)
     config, tok, model = _tiny_pretrained(tmp_path)
-    out = ckpt.save_pretrained(tmp_path / "model", config, model, tok)
+    out = save_pretrained(tmp_path / "model", config, model, tok)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
-    loaded = ckpt.load_pretrained(out)
+    loaded = load_pretrained(out)
     assert loaded.config == json.loads(json.dumps(config))
     assert loaded.tokenizer.vocab_size == tok.vocab_size
     ids = torch.tensor([tok.encode("the cat sat on the mat", add_special_tokens=True)])
@@ -179,11 +180,11 @@ def test_save_and_load_pretrained(tmp_path):
     ref = model.backbone(ids).last_hidden_state
     got = loaded.backbone(ids).last_hidden_state
     torch.testing.assert_close(got, ref, rtol=0, atol=0)
-    dec = loaded.backbone.embeddings.word_embeddings.weight
-    assert torch.equal(dec, model.backbone.embeddings.word_embeddings.weight)
+    dec = loaded.backbone.output_embeddings()
+    assert torch.equal(dec, model.backbone.output_embeddings())
     for (n, a), (_, b) in zip(model.state_dict().items(), loaded.model.state_dict().items()):
         assert torch.equal(a, b), n
     # A run directory resolves to its latest checkpoint.
     run = tmp_path / "run"
     ckpt.save_checkpoint(run, 7, model, {"step": 7}, {"config": config, "tokenizer": tok})
-    assert ckpt.load_pretrained(run).path.name == "step-0000007"
+    assert load_pretrained(run).path.name == "step-0000007"

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from ptmkit import registry
 from ptmkit.errors import PtmError
-from ptmkit.models import Backbone, TransformerConfig
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.clm import CausalLM, CLMConfig
 
@@ -21,7 +21,7 @@ TOK = SimpleNamespace(vocab_size=100, pad_id=0, unk_id=1, cls_id=2, sep_id=3, ma
 def gpt_cfg(**kw) -> TransformerConfig:
     base = dict(
         vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=64,
-        type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5, causal=True,
+        type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
         embedding_norm=False, pooler=False, scaled_residual_init=True,
     )
     base.update(kw)
@@ -44,7 +44,7 @@ def reference_stream(c: SimpleNamespace, sep: int) -> np.ndarray:
 
 
 def test_blocks_cover_the_stream_with_separators() -> None:
-    obj = CausalLM(CLMConfig(), gpt_cfg(), TOK)
+    obj = CausalLM(CLMConfig(), TransformerEncoder(gpt_cfg()), TOK)
     assert registry.get("objective", "clm") is CausalLM
     c = corpus()
     stream = reference_stream(c, 3)
@@ -62,13 +62,13 @@ def test_blocks_cover_the_stream_with_separators() -> None:
 
 def test_loss_is_next_token_cross_entropy() -> None:
     torch.manual_seed(0)
-    obj = CausalLM(CLMConfig(), gpt_cfg(), TOK)
-    backbone = Backbone(gpt_cfg()).eval()
+    obj = CausalLM(CLMConfig(), TransformerEncoder(gpt_cfg()), TOK)
+    backbone = TransformerEncoder(gpt_cfg()).eval()
     c = corpus()
     batch = obj.collate(c, obj.example_spans(c, 16)[:4], np.random.default_rng(0))
     out = obj(backbone, batch)
-    h = backbone(batch["input_ids"]).last_hidden_state
-    logits = h @ backbone.embeddings.word_embeddings.weight.T
+    h = backbone(batch["input_ids"], causal=True).last_hidden_state
+    logits = h @ backbone.output_embeddings().T
     ref = F.cross_entropy(logits[:, :-1].reshape(-1, 100), batch["input_ids"][:, 1:].reshape(-1), reduction="sum")
     ref = (ref + F.cross_entropy(logits[:, -1], batch["labels"][:, -1], reduction="sum")) / 64
     torch.testing.assert_close(out.loss, ref)
@@ -76,9 +76,10 @@ def test_loss_is_next_token_cross_entropy() -> None:
 
 
 def test_errors() -> None:
-    with pytest.raises(PtmError, match="causal"):
-        CausalLM(CLMConfig(), gpt_cfg(causal=False), TOK)
-    obj = CausalLM(CLMConfig(), gpt_cfg(), TOK)
+    assert CausalLM.causal  # it asks the encoder for causal attention; downstream use follows
+    with pytest.raises(PtmError, match="embedding_size"):
+        CausalLM(CLMConfig(), TransformerEncoder(gpt_cfg(embedding_size=16)), TOK)
+    obj = CausalLM(CLMConfig(), TransformerEncoder(gpt_cfg()), TOK)
     tiny = SimpleNamespace(tokens=np.arange(5, 10, dtype=np.uint16), sentences=np.array([0, 5]), documents=np.array([0, 1]))
     with pytest.raises(PtmError, match="too few"):
         obj.example_spans(tiny, 16)
@@ -94,7 +95,8 @@ def test_learns_and_trains_tied_embeddings() -> None:
     c = SimpleNamespace(tokens=tokens, sentences=np.arange(0, len(tokens) + 1, 11, dtype=np.int64),
                         documents=np.array([0, 60], dtype=np.int64))
     cfg = gpt_cfg(dropout=0.0, attention_dropout=0.0)
-    model = PretrainModel(Backbone(cfg), CausalLM(CLMConfig(), cfg, TOK))
+    encoder = TransformerEncoder(cfg)
+    model = PretrainModel(encoder, CausalLM(CLMConfig(), encoder, TOK))
     assert not list(model.objective.parameters())  # the LM head is the embedding matrix
     spans = model.objective.example_spans(c, 24)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -105,7 +107,7 @@ def test_learns_and_trains_tied_embeddings() -> None:
         opt.zero_grad()
         out.loss.backward()
         if step == 0:
-            grad = model.backbone.embeddings.word_embeddings.weight.grad
+            grad = model.backbone.input_embeddings().weight.grad
             absent = sorted(set(range(100)) - set(batch["input_ids"].unique().tolist()))
             assert grad[absent].abs().sum() > 0  # only reachable through the tied output layer
         opt.step()

@@ -11,7 +11,7 @@ import torch
 from ptmkit import registry
 from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
-from ptmkit.models import Backbone, TransformerConfig
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.electra import ELECTRA, ELECTRAConfig, generator_config, gumbel_sample
 
@@ -33,7 +33,8 @@ def model_cfg(**kw) -> TransformerConfig:
 
 def model(**kw) -> PretrainModel:
     cfg = model_cfg()
-    return PretrainModel(Backbone(cfg), ELECTRA(ELECTRAConfig(**kw), cfg, TOK))
+    encoder = TransformerEncoder(cfg)
+    return PretrainModel(encoder, ELECTRA(ELECTRAConfig(**kw), encoder, TOK))
 
 
 def test_registered_defaults_and_errors() -> None:
@@ -45,8 +46,7 @@ def test_registered_defaults_and_errors() -> None:
         ELECTRAConfig(nsp=True)
     with pytest.raises(PtmError, match="generator_size"):
         ELECTRAConfig(generator_size=0.0)
-    with pytest.raises(PtmError, match="causal"):
-        ELECTRA(ELECTRAConfig(), model_cfg(causal=True), TOK)
+    assert not ELECTRA.causal and ELECTRA.encoders == ("transformer",)
 
 
 def test_generator_is_a_fraction_of_the_backbone() -> None:
@@ -119,7 +119,8 @@ def test_learns_to_detect_replacements() -> None:
                         documents=np.array([0, 60], dtype=np.int64))
     tok = SimpleNamespace(vocab_size=40, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
     cfg = model_cfg(vocab_size=40, dropout=0.0, attention_dropout=0.0)
-    m = PretrainModel(Backbone(cfg), ELECTRA(ELECTRAConfig(mask_prob=0.3), cfg, tok))
+    encoder = TransformerEncoder(cfg)
+    m = PretrainModel(encoder, ELECTRA(ELECTRAConfig(mask_prob=0.3), encoder, tok))
     spans = m.objective.example_spans(c, 32)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     history = []

@@ -8,12 +8,12 @@ import torch
 
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
-from ptmkit.models.config import TransformerConfig
-from ptmkit.models.transformer import Backbone
+from ptmkit.build import build_model
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.tasks.classification import SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.finetune import FinetuneConfig, finetune, format_table, run_seeds, summarize
 from ptmkit.tokenization import Tokenizer
-from ptmkit.train.checkpoint import build_model, load_pretrained, save_pretrained
+from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.objectives.base import PretrainModel
 
 WORDS = "the a film movie plot actors scene story was is very quite rather".split()
@@ -41,7 +41,7 @@ def task():
 def _tiny_config(vocab, causal=False):
     return TransformerConfig(
         vocab_size=vocab, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position=32,
-        causal=causal, norm="pre" if causal else "post", type_vocab_size=0 if causal else 2, pooler=not causal,
+        norm="pre" if causal else "post", type_vocab_size=0 if causal else 2, pooler=not causal,
         dropout=0.0, attention_dropout=0.0,
     )
 
@@ -58,8 +58,7 @@ def checkpoint(tmp_path_factory, task):
         "tokenizer": {"kind": "wordpiece"},
         "train": {},
     }
-    backbone, objective = build_model(config, tok)
-    return save_pretrained(d / "ck", config, PretrainModel(backbone, objective), tok)
+    return save_pretrained(d / "ck", config, build_model(config, tok), tok)
 
 
 def test_encode_inputs_bert_and_gpt():
@@ -85,15 +84,15 @@ def test_collate_pads_right():
 
 def test_pooling_cls_and_last_token():
     torch.manual_seed(0)
-    bert = SequenceClassifier(Backbone(_tiny_config(40)), 3).eval()
-    gpt = SequenceClassifier(Backbone(_tiny_config(40, causal=True)), 3).eval()
+    bert = SequenceClassifier(TransformerEncoder(_tiny_config(40)), 3).eval()
+    gpt = SequenceClassifier(TransformerEncoder(_tiny_config(40, causal=True)), 3, causal=True).eval()
     assert bert.pooling == "cls" and gpt.pooling == "last"
     ids = torch.tensor([[2, 7, 8, 3, 0, 0], [2, 7, 8, 9, 10, 3]])
     mask = (torch.arange(6)[None] < torch.tensor([[4], [6]])).long()
     batch = {"input_ids": ids, "attention_mask": mask}
     out = bert.backbone(ids, attention_mask=mask)
     torch.testing.assert_close(bert.pool(batch), out.pooled)
-    out = gpt.backbone(ids, attention_mask=mask)
+    out = gpt.backbone(ids, attention_mask=mask, causal=True)
     torch.testing.assert_close(gpt.pool(batch), out.last_hidden_state[[0, 1], [3, 5]])
     # causal: the pooled state of row 0 must not depend on its padding
     ids2 = ids.clone()

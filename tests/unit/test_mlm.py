@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from ptmkit import registry
 from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
-from ptmkit.models import Backbone, TransformerConfig
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
@@ -36,7 +36,7 @@ def model_cfg(**kw) -> TransformerConfig:
 
 
 def objective(**kw) -> MaskedLM:
-    return MaskedLM(MLMConfig(**kw), model_cfg(), TOK)
+    return MaskedLM(MLMConfig(**kw), TransformerEncoder(model_cfg()), TOK)
 
 
 def test_registered_and_config() -> None:
@@ -46,9 +46,9 @@ def test_registered_and_config() -> None:
     with pytest.raises(PtmError, match="mask_pro"):
         from_dict(MaskedLM.config_class, {"mask_probb": 0.2})
     with pytest.raises(PtmError, match="type_vocab_size"):
-        MaskedLM(MLMConfig(nsp=True), model_cfg(type_vocab_size=0), TOK)
+        MaskedLM(MLMConfig(nsp=True), TransformerEncoder(model_cfg(type_vocab_size=0)), TOK)
     with pytest.raises(PtmError, match="vocab"):
-        MaskedLM(MLMConfig(), model_cfg(vocab_size=100), TOK)
+        MaskedLM(MLMConfig(), TransformerEncoder(model_cfg(vocab_size=100)), TOK)
 
 
 @pytest.mark.parametrize("nsp", [True, False])
@@ -161,13 +161,13 @@ def test_full_sentence_packing_without_nsp() -> None:
 def test_sparse_head_equals_dense_head_on_chosen_positions() -> None:
     torch.manual_seed(0)
     obj = objective(nsp=True)
-    backbone = Backbone(model_cfg()).eval()
+    backbone = TransformerEncoder(model_cfg()).eval()
     obj.eval()
     c = corpus()
     batch = obj.collate(c, obj.example_spans(c, 64)[:8], np.random.default_rng(0))
     out = obj(backbone, batch)
     h = backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    logits = obj.mlm_head(h.last_hidden_state, backbone.embeddings.word_embeddings.weight)  # all positions
+    logits = obj.mlm_head(h.last_hidden_state, backbone.output_embeddings())  # all positions
     labels = batch["mlm_labels"]
     used = labels != -100
     rows = torch.nonzero(used)[:, 0]
@@ -183,7 +183,7 @@ def test_sparse_head_equals_dense_head_on_chosen_positions() -> None:
 def test_state_dict_keys_and_tied_gradient() -> None:
     torch.manual_seed(0)
     obj = objective(nsp=True)
-    model = PretrainModel(Backbone(model_cfg()), obj)
+    model = PretrainModel(TransformerEncoder(model_cfg()), obj)
     keys = set(model.state_dict())
     assert {"objective.mlm_head.dense.weight", "objective.mlm_head.norm.weight", "objective.mlm_head.bias",
             "objective.nsp_head.weight", "backbone.embeddings.word_embeddings.weight"} <= keys
@@ -205,7 +205,8 @@ def test_loss_falls_on_repeated_corpus() -> None:
                         documents=np.array([0, 20, 40], dtype=np.int64))
     tok = SimpleNamespace(vocab_size=40, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
     cfg = model_cfg(vocab_size=40, dropout=0.0, attention_dropout=0.0)
-    model = PretrainModel(Backbone(cfg), MaskedLM(MLMConfig(nsp=True), cfg, tok))
+    encoder = TransformerEncoder(cfg)
+    model = PretrainModel(encoder, MaskedLM(MLMConfig(nsp=True), encoder, tok))
     spans = model.objective.example_spans(c, 32)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []

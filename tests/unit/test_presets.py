@@ -10,7 +10,8 @@ import torch
 from ptmkit import registry
 from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
-from ptmkit.models import Backbone, TransformerConfig
+from ptmkit.build import build_model, encoder_config
+from ptmkit.encoders import TransformerConfig
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.presets import list_presets, load_preset
 
@@ -21,12 +22,10 @@ EXPECTED = {"bert-tiny", "bert-mini", "bert-small", "bert-base", "gpt2-tiny", "g
 
 def build(name: str) -> PretrainModel:
     data = load_preset(name)
-    cfg = from_dict(TransformerConfig, data["model"], "model")
-    obj_section = dict(data["objective"])
-    cls = registry.get("objective", obj_section.pop("name"))
+    _, cfg = encoder_config(data["model"])
     tok = SimpleNamespace(vocab_size=cfg.vocab_size, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
     with torch.device("meta"):  # count parameters without allocating them
-        return PretrainModel(Backbone(cfg), cls(from_dict(cls.config_class, obj_section, "objective"), cfg, tok))
+        return build_model(data, tok)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -54,11 +53,12 @@ def test_parameter_counts(name: str, millions: float, tol: float) -> None:
 
 
 def test_model_shapes() -> None:
-    base = from_dict(TransformerConfig, load_preset("bert-base")["model"])
+    _, base = encoder_config(load_preset("bert-base")["model"])
     assert (base.num_layers, base.hidden_size, base.num_heads, base.intermediate_size) == (12, 768, 12, 3072)
     assert base.layer_norm_eps == 1e-12 and base.norm == "post" and base.type_vocab_size == 2
-    gpt = from_dict(TransformerConfig, load_preset("gpt2-small")["model"])
-    assert (gpt.vocab_size, gpt.max_position, gpt.norm, gpt.causal, gpt.activation) == (50257, 1024, "pre", True, "gelu_tanh")
+    _, gpt = encoder_config(load_preset("gpt2-small")["model"])
+    assert (gpt.vocab_size, gpt.max_position, gpt.norm, gpt.activation) == (50257, 1024, "pre", "gelu_tanh")
+    assert load_preset("gpt2-small")["objective"]["name"] == "clm"  # which makes the attention causal
     assert gpt.scaled_residual_init and gpt.layer_norm_eps == 1e-5
     assert list_presets() == sorted(list_presets()) and EXPECTED <= set(list_presets())
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ptmkit.config import from_dict
+from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.optim import Schedule, build_optimizer, param_groups
@@ -137,9 +138,13 @@ def test_scheduler_drives_optimizer_lr(tmp_path):
 # -- parameter groups -----------------------------------------------------------------------
 
 
-class Tied(nn.Module):
+class TinyEncoder(Encoder):
+    """Two "layers"; depth comes from its own declaration (``layer_index``), not from names."""
+
+    name = "tiny"
+
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(None)
         self.embeddings = nn.Module()
         self.embeddings.word_embeddings = nn.Embedding(10, 4)
         self.embeddings.norm = nn.LayerNorm(4)
@@ -147,25 +152,42 @@ class Tied(nn.Module):
         for layer in self.layers:
             layer.ffn = nn.Linear(4, 4)
             layer.attn_norm = nn.LayerNorm(4)
+
+    @property
+    def num_layers(self) -> int:
+        return 2
+
+    def layer_index(self, name: str) -> int:
+        return 0 if name.startswith("embeddings.") else int(name.split(".")[1]) + 1
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = TinyEncoder()
         self.decoder = nn.Linear(4, 10)
-        self.decoder.weight = self.embeddings.word_embeddings.weight  # tied
+        self.decoder.weight = self.backbone.embeddings.word_embeddings.weight  # tied
+        # named like an encoder layer but outside the encoder (as ELECTRA's generator): not a layer
+        self.generator = nn.Module()
+        self.generator.layers = nn.ModuleList([nn.Linear(4, 4)])
 
 
 def test_param_groups_no_decay_and_layer_decay():
     m = Tied()
     groups = param_groups(m, weight_decay=0.1, lr=1.0)
     names = {n: g["weight_decay"] for g in groups for n in g["names"]}
-    assert names["embeddings.word_embeddings.weight"] == 0.1
-    assert names["layers.0.ffn.weight"] == 0.1
-    for n in ("embeddings.norm.weight", "embeddings.norm.bias", "layers.1.attn_norm.weight", "layers.0.ffn.bias", "decoder.bias"):
+    assert names["backbone.embeddings.word_embeddings.weight"] == 0.1
+    assert names["backbone.layers.0.ffn.weight"] == 0.1
+    for n in ("backbone.embeddings.norm.weight", "backbone.embeddings.norm.bias", "backbone.layers.1.attn_norm.weight",
+              "backbone.layers.0.ffn.bias", "decoder.bias"):
         assert names[n] == 0.0
     assert "decoder.weight" not in names  # the tied alias is not a second parameter
     assert sum(len(g["params"]) for g in groups) == len(list(m.parameters()))
     groups = param_groups(m, 0.1, lr=1.0, layer_decay=0.5)
     lr = {n: g["lr"] for g in groups for n in g["names"]}
-    assert lr["decoder.bias"] == 1.0
-    assert lr["layers.1.ffn.weight"] == 0.5 and lr["layers.0.ffn.weight"] == 0.25
-    assert lr["embeddings.word_embeddings.weight"] == 0.125
+    assert lr["decoder.bias"] == 1.0 and lr["generator.layers.0.weight"] == 1.0
+    assert lr["backbone.layers.1.ffn.weight"] == 0.5 and lr["backbone.layers.0.ffn.weight"] == 0.25
+    assert lr["backbone.embeddings.word_embeddings.weight"] == 0.125
     opt = build_optimizer(m, TrainConfig(lr=1e-3, layer_decay=0.5))
     assert isinstance(opt, torch.optim.AdamW)
 

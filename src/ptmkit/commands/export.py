@@ -31,20 +31,20 @@ then in Python: transformers.BertForMaskedLM.from_pretrained("hf/tiny")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ptmkit.interop import FORMATS
+    from ptmkit.interop import formats
 
     p = subparsers.add_parser(
         "export", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("source", metavar="RUN_OR_CKPT", help="run directory or checkpoint directory")
     p.add_argument("--out", "-o", required=True, metavar="HF_DIR", help="output directory (new or empty)")
-    p.add_argument("--format", "-f", choices=FORMATS, default=None, help="HF model family (default: inferred)")
+    p.add_argument("--format", "-f", choices=formats(), default=None, help="HF model family (default: inferred)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ptmkit.interop import export_hf, infer_format
-    from ptmkit.train.checkpoint import load_pretrained
+    from ptmkit.pretrained import load_pretrained
 
     pretrained = load_pretrained(args.source)
     fmt = args.format or infer_format(pretrained)

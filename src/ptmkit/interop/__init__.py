@@ -1,12 +1,10 @@
 """Exchange models with HF transformers, one file per family, by explicit key maps.
 
-* :mod:`ptmkit.interop.hf_bert`: post-LN encoders <-> ``BertModel`` / ``BertForMaskedLM`` /
-  ``BertForPreTraining`` (MLM and NSP heads included).
-* :mod:`ptmkit.interop.hf_gpt2`: pre-LN causal models <-> ``GPT2Model`` / ``GPT2LMHeadModel``.
-
-The entry points here pick the family: :func:`export_hf` (``ptm export``) writes an HF directory
-from a ptmkit run or checkpoint, :func:`import_hf` (``ptm import``) writes a ptmkit checkpoint
-from an HF directory, :func:`load_hf` returns the imported model in memory.
+Each family (:class:`ptmkit.interop.hf_common.HFFamily`, registered as ``hf_family``) lives in
+its own file with its key map and config conversion: ``hf_bert`` (BERT), ``hf_gpt2`` (GPT-2), ...
+The entry points here ask the families, never name them: :func:`export_hf` (``ptm export``)
+writes an HF directory from a ptmkit run or checkpoint, :func:`import_hf` (``ptm import``) writes
+a ptmkit checkpoint from an HF directory, :func:`load_hf` returns the imported model in memory.
 """
 
 from __future__ import annotations
@@ -16,49 +14,58 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ptmkit import registry
 from ptmkit.errors import PtmError, suggest
 
 log = logging.getLogger(__name__)
 
-# Export formats: "bert" = BertModel (backbone + pooler), "bert-mlm" = with the MLM head (and the
-# NSP head when the objective has one: BertForPreTraining), "gpt2" = GPT2LMHeadModel.
-FORMATS = ("bert", "bert-mlm", "gpt2")
-IMPORTABLE = ("bert", "gpt2")  # HF model_type values
+
+def families() -> list[Any]:
+    """One instance of every registered HF family, in name order."""
+    return [registry.get("hf_family", name)() for name in registry.names("hf_family")]
+
+
+def formats() -> tuple[str, ...]:
+    """Every export format some family writes (``bert``, ``bert-mlm``, ``gpt2``, ...)."""
+    return tuple(f for fam in families() for f in fam.formats)
+
+
+def importable() -> tuple[str, ...]:
+    """Every HF ``model_type`` some family imports."""
+    return tuple(t for fam in families() for t in fam.model_types)
 
 
 def infer_format(pretrained: Any) -> str:
-    """The export format matching a model: ``gpt2`` for pre-LN causal models (the clm
-    objective), ``bert-mlm`` for the mlm objective, ``bert`` for other post-LN encoders."""
-    cfg = pretrained.backbone.config
-    objective = (pretrained.config.get("objective") or {}).get("name")
-    if cfg.norm == "pre" and cfg.causal:
-        return "gpt2"
-    if cfg.norm == "post" and not cfg.causal:
-        return "bert-mlm" if objective == "mlm" else "bert"
+    """The export format of the first family that can express ``pretrained``."""
+    for fam in families():
+        fmt = fam.format_for(pretrained)
+        if fmt is not None:
+            return fmt
     raise PtmError(
-        f"no HF format fits a model with norm={cfg.norm!r} and causal={cfg.causal}: BERT is post-LN and "
-        f"bidirectional, GPT-2 pre-LN and causal"
+        f"no HF format fits this model (encoder {pretrained.backbone.name!r}, objective "
+        f"{(pretrained.config.get('objective') or {}).get('name')!r}); formats: {', '.join(formats())}"
     )
+
+
+def _family_of_format(fmt: str) -> Any:
+    for fam in families():
+        if fmt in fam.formats:
+            return fam
+    known = formats()
+    raise PtmError(f"unknown export format {fmt!r}{suggest(fmt, known)}; formats: {', '.join(known)}")
 
 
 def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -> Path:
     """Write ``pretrained`` (a ``Pretrained``, or a run / checkpoint directory) as an HF directory."""
-    from ptmkit.interop import hf_bert, hf_gpt2
     from ptmkit.interop.hf_common import require_transformers
 
     require_transformers()
     if isinstance(pretrained, (str, Path)):
-        from ptmkit.train.checkpoint import load_pretrained
+        from ptmkit.pretrained import load_pretrained
 
         pretrained = load_pretrained(pretrained)
     fmt = format or infer_format(pretrained)
-    if fmt not in FORMATS:
-        raise PtmError(f"unknown export format {fmt!r}{suggest(fmt, FORMATS)}; formats: {', '.join(FORMATS)}")
-    if fmt == "gpt2":
-        return hf_gpt2.export_gpt2(pretrained, out_dir)
-    if fmt == "bert-mlm" and (pretrained.objective is None or not hasattr(pretrained.objective, "mlm_head")):
-        raise PtmError("--format bert-mlm needs a model trained with the mlm objective; use --format bert for the encoder")
-    return hf_bert.export_bert(pretrained, out_dir, with_heads=fmt == "bert-mlm")
+    return _family_of_format(fmt).export(pretrained, out_dir, fmt)
 
 
 def hf_model_type(hf_dir: str | Path) -> str:
@@ -75,26 +82,25 @@ def hf_model_type(hf_dir: str | Path) -> str:
             f"{path} has no model_type, so it is not an HF transformers model directory "
             f"(a ptmkit checkpoint is used as it is, without import)"
         )
-    if model_type not in IMPORTABLE:
-        raise PtmError(f"cannot import model_type {model_type!r}; ptmkit imports: {', '.join(IMPORTABLE)}")
+    if model_type not in importable():
+        raise PtmError(f"cannot import model_type {model_type!r}; ptmkit imports: {', '.join(importable())}")
     return model_type
 
 
 def load_hf(hf_dir: str | Path) -> Any:
-    """Import an HF BERT or GPT-2 directory as a ``Pretrained`` (eval mode)."""
-    from ptmkit.interop import hf_bert, hf_gpt2
+    """Import an HF directory (any family's ``model_type``) as a ``Pretrained`` (eval mode)."""
     from ptmkit.interop.hf_common import require_transformers
 
     require_transformers()
-    if hf_model_type(hf_dir) == "bert":
-        return hf_bert.load_hf_bert(hf_dir)
-    return hf_gpt2.load_hf_gpt2(hf_dir)
+    model_type = hf_model_type(hf_dir)
+    fam = next(f for f in families() if model_type in f.model_types)
+    return fam.load(hf_dir)
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
-    """Convert an HF BERT or GPT-2 directory into a ptmkit checkpoint directory ``out_dir``
+    """Convert an HF directory into a ptmkit checkpoint directory ``out_dir``
     (``config.json``, ``model.safetensors``, ``tokenizer.json``) that ``ptm finetune`` reads."""
-    from ptmkit.train.checkpoint import save_pretrained
+    from ptmkit.pretrained import save_pretrained
 
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -105,4 +111,4 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     return out
 
 
-__all__ = ["FORMATS", "export_hf", "hf_model_type", "import_hf", "infer_format", "load_hf"]
+__all__ = ["export_hf", "families", "formats", "hf_model_type", "import_hf", "importable", "infer_format", "load_hf"]

@@ -36,15 +36,18 @@ from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
+    HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
+    export_heads,
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
     staged_output,
 )
-from ptmkit.models.config import TransformerConfig
+from ptmkit.encoders.transformer import TransformerConfig
+from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +55,29 @@ _WB = ("weight", "bias")  # the two tensors of a Linear or LayerNorm
 
 
 # -- configs -------------------------------------------------------------------------------------
-def to_hf_config(model_cfg: TransformerConfig) -> Any:
+def problems(model_cfg: Any, causal: bool = False) -> list[str]:
+    """What keeps a model from being a BERT (empty when it is one)."""
+    if not isinstance(model_cfg, TransformerConfig):
+        return [f"its encoder is not a Transformer ({type(model_cfg).__name__})"]
+    out = []
+    if model_cfg.norm != "post":
+        out.append(f"norm={model_cfg.norm!r} (BERT is post-LN; export a pre-LN model with --format gpt2)")
+    if causal:
+        out.append("its objective reads left to right (BERT attends in both directions; export it with --format gpt2)")
+    if model_cfg.positions != "absolute" or model_cfg.embedding_size is not None or model_cfg.sharing != "none":
+        out.append("relative positions, factorized embeddings or shared layers (not part of BERT)")
+    if not model_cfg.embedding_norm:
+        out.append("embedding_norm=false (BERT always normalises the embedding sum)")
+    return out
+
+
+def to_hf_config(model_cfg: TransformerConfig, causal: bool = False) -> Any:
     """``TransformerConfig`` -> ``transformers.BertConfig``; :class:`PtmError` if BERT cannot express it."""
     from transformers import BertConfig
 
-    problems = []
-    if model_cfg.norm != "post":
-        problems.append(f"norm={model_cfg.norm!r} (BERT is post-LN; export a pre-LN model with --format gpt2)")
-    if model_cfg.causal:
-        problems.append("causal=true (BERT attends in both directions; export a causal model with --format gpt2)")
-    if not model_cfg.embedding_norm:
-        problems.append("embedding_norm=false (BERT always normalises the embedding sum)")
-    if problems:
-        raise PtmError("this model cannot be exported as BERT: " + "; ".join(problems))
+    found = problems(model_cfg, causal)
+    if found:
+        raise PtmError("this model cannot be exported as BERT: " + "; ".join(found))
     return BertConfig(
         vocab_size=model_cfg.vocab_size,
         hidden_size=model_cfg.hidden_size,
@@ -107,7 +120,6 @@ def from_hf_config(hf_cfg: Any, pooler: bool = True) -> TransformerConfig:
         layer_norm_eps=float(hf_cfg.layer_norm_eps),
         dropout=float(hf_cfg.hidden_dropout_prob),
         attention_dropout=float(hf_cfg.attention_probs_dropout_prob),
-        causal=False,
         embedding_norm=True,
         pooler=pooler,
         init_std=float(hf_cfg.initializer_range),
@@ -180,7 +192,7 @@ def _with_bert_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 def _full_state(pretrained: Any) -> dict[str, torch.Tensor]:
     state = {f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}
     # An objective whose heads are not BERT's (ELECTRA: a generator's MLM head) exports the backbone alone.
-    if pretrained.objective is not None and pretrained.objective.bert_heads:
+    if "mlm" in export_heads(pretrained):
         state.update({f"objective.{k}": v for k, v in pretrained.objective.state_dict().items()})
     return state
 
@@ -195,7 +207,7 @@ def build_hf_bert(pretrained: Any, with_heads: bool = True) -> tuple[Any, dict[s
     from transformers import BertForMaskedLM, BertForPreTraining, BertModel
 
     cfg: TransformerConfig = pretrained.backbone.config
-    hf_cfg = to_hf_config(cfg)
+    hf_cfg = to_hf_config(cfg, pretrained.causal)
     hf_state = state_dict_to_hf(_full_state(pretrained), cfg)
     has_mlm = with_heads and "cls.predictions.bias" in hf_state
     has_nsp = has_mlm and "cls.seq_relationship.weight" in hf_state and cfg.pooler
@@ -286,3 +298,24 @@ def load_hf_bert(hf_dir: str | Path) -> Any:
     if not section["nsp"]:  # an NSP head without segment embeddings has no use in ptmkit
         state = {k: v for k, v in state.items() if not k.startswith("objective.nsp_head.")}
     return assemble(cfg, section, state, tokenizer, source=str(hf_dir))
+
+
+@register("hf_family", "bert")
+class BertFamily(HFFamily):
+    """Post-LN bidirectional Transformers <-> ``BertModel`` / ``BertForMaskedLM`` / ``BertForPreTraining``."""
+
+    formats = ("bert", "bert-mlm")
+    model_types = ("bert",)
+
+    def format_for(self, pretrained: Any) -> str | None:
+        if problems(pretrained.backbone.config, pretrained.causal):
+            return None
+        return "bert-mlm" if "mlm" in export_heads(pretrained) else "bert"
+
+    def export(self, pretrained: Any, out_dir: str | Path, format: str) -> Path:
+        if format == "bert-mlm" and "mlm" not in export_heads(pretrained):
+            raise PtmError("--format bert-mlm needs a model trained with the mlm objective; use --format bert for the encoder")
+        return export_bert(pretrained, out_dir, with_heads=format == "bert-mlm")
+
+    def load(self, hf_dir: str | Path) -> Any:
+        return load_hf_bert(hf_dir)

@@ -131,12 +131,42 @@ def staged_output(out_dir: str | Path) -> Iterator[Path]:
         raise
 
 
+class HFFamily:
+    """One family of HF transformers models that ptmkit exchanges checkpoints with.
+
+    A family lives in its own file, registered with ``@register("hf_family", name)``, and
+    declares its key map and config conversion there.  Class attributes: ``formats`` (the export
+    formats it writes, e.g. ``("bert", "bert-mlm")``) and ``model_types`` (the HF ``model_type``
+    values it imports).  :func:`ptmkit.interop.export_hf` asks every family :meth:`format_for`
+    a model, so no other file names a family.
+    """
+
+    formats: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()
+
+    def format_for(self, pretrained: Any) -> str | None:
+        """The default export format for ``pretrained``, or ``None`` when this family cannot express it."""
+        raise NotImplementedError
+
+    def export(self, pretrained: Any, out_dir: str | Path, format: str) -> Path:
+        raise NotImplementedError
+
+    def load(self, hf_dir: str | Path) -> Any:
+        """Import an HF directory of one of ``model_types`` as a ``Pretrained`` (eval mode)."""
+        raise NotImplementedError
+
+
+def export_heads(pretrained: Any) -> tuple[str, ...]:
+    """The heads the objective declares for export (none when loaded without heads)."""
+    return tuple(pretrained.objective.exported_heads()) if pretrained.objective is not None else ()
+
+
 def checkpoint_config(model_cfg: Any, objective: dict[str, Any], tokenizer: Any, source: str) -> dict[str, Any]:
     """The resolved config a ptmkit checkpoint stores for an imported model."""
     from ptmkit.config import to_dict
     from ptmkit.train.config import TrainConfig
 
-    config: dict[str, Any] = {"model": to_dict(model_cfg), "objective": dict(objective)}
+    config: dict[str, Any] = {"model": {"encoder": "transformer", **to_dict(model_cfg)}, "objective": dict(objective)}
     if tokenizer is not None:
         config["tokenizer"] = {
             "kind": tokenizer.kind,
@@ -154,14 +184,14 @@ def assemble(model_cfg: Any, objective: dict[str, Any], state: dict[str, torch.T
     Every backbone tensor must be in ``state``; objective heads the source did not have keep
     their fresh initialisation (logged), so the result is a complete, saveable model.
     """
-    from ptmkit.objectives.base import PretrainModel
-    from ptmkit.train.checkpoint import Pretrained, build_model
+    from ptmkit.build import build_model
+    from ptmkit.pretrained import Pretrained
 
     if tokenizer is None:
         raise PtmError(f"{source} has no tokenizer files (tokenizer.json or vocab.txt); ptmkit needs one to build the model")
     config = checkpoint_config(model_cfg, objective, tokenizer, source)
-    backbone, obj = build_model(config, tokenizer)
-    model = PretrainModel(backbone, obj)
+    model = build_model(config, tokenizer)
+    backbone, obj = model.backbone, model.objective
     result = model.load_state_dict(state, strict=False)
     if result.unexpected_keys:
         raise PtmError(f"imported weights that the ptmkit model has no place for: {result.unexpected_keys[:4]}")

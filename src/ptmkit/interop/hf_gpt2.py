@@ -32,13 +32,15 @@ from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     activation_from_hf,
     assemble,
+    HFFamily,
     check_tied,
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
     staged_output,
 )
-from ptmkit.models.config import TransformerConfig
+from ptmkit.encoders.transformer import TransformerConfig
+from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +48,31 @@ _WB = ("weight", "bias")  # the two tensors of a Linear or LayerNorm
 
 
 # -- configs -------------------------------------------------------------------------------------
-def to_hf_config(model_cfg: TransformerConfig, eos_token_id: int | None = None) -> Any:
+def problems(model_cfg: Any, causal: bool = True) -> list[str]:
+    """What keeps a model from being a GPT-2 (empty when it is one)."""
+    if not isinstance(model_cfg, TransformerConfig):
+        return [f"its encoder is not a Transformer ({type(model_cfg).__name__})"]
+    out = []
+    if model_cfg.norm != "pre":
+        out.append(f"norm={model_cfg.norm!r} (GPT-2 is pre-LN; export a post-LN encoder with --format bert)")
+    if not causal:
+        out.append("its objective reads in both directions (GPT-2 attends to the left only)")
+    if model_cfg.embedding_norm:
+        out.append("embedding_norm=true (GPT-2 has no LayerNorm after the embeddings)")
+    if model_cfg.type_vocab_size > 0:
+        out.append(f"type_vocab_size={model_cfg.type_vocab_size} (GPT-2 has no segment embeddings)")
+    if model_cfg.positions != "absolute" or model_cfg.embedding_size is not None or model_cfg.sharing != "none":
+        out.append("relative positions, factorized embeddings or shared layers (not part of GPT-2)")
+    return out
+
+
+def to_hf_config(model_cfg: TransformerConfig, eos_token_id: int | None = None, causal: bool = True) -> Any:
     """``TransformerConfig`` -> ``transformers.GPT2Config``; :class:`PtmError` if GPT-2 cannot express it."""
     from transformers import GPT2Config
 
-    problems = []
-    if model_cfg.norm != "pre":
-        problems.append(f"norm={model_cfg.norm!r} (GPT-2 is pre-LN; export a post-LN encoder with --format bert)")
-    if not model_cfg.causal:
-        problems.append("causal=false (GPT-2 attends to the left only)")
-    if model_cfg.embedding_norm:
-        problems.append("embedding_norm=true (GPT-2 has no LayerNorm after the embeddings)")
-    if model_cfg.type_vocab_size > 0:
-        problems.append(f"type_vocab_size={model_cfg.type_vocab_size} (GPT-2 has no segment embeddings)")
-    if problems:
-        raise PtmError("this model cannot be exported as GPT-2: " + "; ".join(problems))
+    found = problems(model_cfg, causal)
+    if found:
+        raise PtmError("this model cannot be exported as GPT-2: " + "; ".join(found))
     return GPT2Config(
         vocab_size=model_cfg.vocab_size,
         n_positions=model_cfg.max_position,
@@ -107,7 +119,6 @@ def from_hf_config(hf_cfg: Any) -> TransformerConfig:
         layer_norm_eps=float(hf_cfg.layer_norm_epsilon),
         dropout=float(hf_cfg.resid_pdrop),
         attention_dropout=float(hf_cfg.attn_pdrop),
-        causal=True,
         embedding_norm=False,
         pooler=False,
         init_std=float(hf_cfg.initializer_range),
@@ -175,7 +186,7 @@ def build_hf_gpt2(pretrained: Any) -> Any:
     if tok is not None:
         eos = getattr(tok, "eos_id", None)
         eos = int(eos if eos is not None else tok.sep_id)
-    hf_cfg = to_hf_config(cfg, eos_token_id=eos)
+    hf_cfg = to_hf_config(cfg, eos_token_id=eos, causal=pretrained.causal)
     if cfg.pooler:
         log.warning("GPT-2 has no pooler; the model's pooler is not exported")
     state = {f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}
@@ -243,3 +254,20 @@ def load_hf_gpt2(hf_dir: str | Path) -> Any:
     """Import an HF GPT-2 directory as a ready ``Pretrained`` (backbone + clm objective, eval mode)."""
     cfg, state, tokenizer = import_gpt2(hf_dir)
     return assemble(cfg, objective_section(), state, tokenizer, source=str(hf_dir))
+
+
+@register("hf_family", "gpt2")
+class GPT2Family(HFFamily):
+    """Pre-LN causal Transformers trained with a tied LM head <-> ``GPT2LMHeadModel``."""
+
+    formats = ("gpt2",)
+    model_types = ("gpt2",)
+
+    def format_for(self, pretrained: Any) -> str | None:
+        return None if problems(pretrained.backbone.config, pretrained.causal) else "gpt2"
+
+    def export(self, pretrained: Any, out_dir: str | Path, format: str) -> Path:
+        return export_gpt2(pretrained, out_dir)
+
+    def load(self, hf_dir: str | Path) -> Any:
+        return load_hf_gpt2(hf_dir)

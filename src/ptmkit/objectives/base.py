@@ -14,9 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
-from ptmkit.models.config import TransformerConfig
-from ptmkit.models.transformer import Backbone
 from ptmkit.train.step import StepOutput
 
 __all__ = ["CorpusLike", "Objective", "PretrainModel", "StepOutput", "TokenizerLike"]
@@ -46,22 +45,32 @@ class TokenizerLike(Protocol):
 class Objective(nn.Module):
     """Base class of pre-training objectives; subclasses register with ``@register("objective", name)``.
 
-    ``config_class`` is the frozen dataclass built from the preset's ``objective`` section.
+    Class attributes every objective declares:
+
+    * ``config_class``: the frozen dataclass built from the preset's ``objective`` section.
+    * ``encoders``: the registered encoder names it can train (the builder refuses other pairings).
+    * ``causal``: it trains the encoder to read left to right, so downstream use attends causally.
+    * ``hf_heads``: the pre-training heads an HF export may carry (e.g. ``("mlm", "nsp")``);
+      :meth:`exported_heads` narrows them to those this instance has.
+
+    It is constructed as ``cls(cfg, encoder, tokenizer)``: heads are sized from the encoder
+    (``encoder.output_size``, its config) and tie to ``encoder.output_embeddings()`` at forward time.
     """
 
     config_class: ClassVar[type]
-    # Whether the objective's heads are BERT's pre-training heads (``mlm_head`` on the backbone's
-    # width, ``nsp_head``), which HF export writes as ``cls.*``; False exports the backbone alone.
-    bert_heads: ClassVar[bool] = True
+    encoders: ClassVar[tuple[str, ...]] = ("transformer",)
+    causal: ClassVar[bool] = False
+    hf_heads: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, cfg: Any, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
+    def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()
         self.cfg = cfg
-        self.model_cfg = model_cfg
+        self.model_cfg = encoder.config
+        model_vocab = int(getattr(encoder.config, "vocab_size", 0))
         vocab = int(tokenizer.vocab_size)
-        if vocab > model_cfg.vocab_size:
+        if vocab > model_vocab:
             raise PtmError(
-                f"the tokenizer has {vocab} tokens but the model's vocab_size is {model_cfg.vocab_size} "
+                f"the tokenizer has {vocab} tokens but the model's vocab_size is {model_vocab} "
                 f"(vocab mismatch): set model.vocab_size >= {vocab}"
             )
         self.vocab_size = vocab
@@ -81,8 +90,12 @@ class Objective(nn.Module):
         a resumed run loads its weights instead).  The default does nothing."""
 
     # -- model ------------------------------------------------------------------------------
-    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+    def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         raise NotImplementedError
+
+    def exported_heads(self) -> tuple[str, ...]:
+        """The heads of ``hf_heads`` this instance has (an HF export writes these)."""
+        return tuple(self.hf_heads)
 
 
 def token_counts(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> np.ndarray:
@@ -98,9 +111,9 @@ def token_counts(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> np.n
 
 
 class PretrainModel(nn.Module):
-    """``Backbone`` + ``Objective``; state-dict keys start with ``backbone.`` and ``objective.``."""
+    """Encoder + ``Objective``; state-dict keys start with ``backbone.`` and ``objective.``."""
 
-    def __init__(self, backbone: Backbone, objective: Objective) -> None:
+    def __init__(self, backbone: Encoder, objective: Objective) -> None:
         super().__init__()
         self.backbone = backbone
         self.objective = objective

@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.models.config import TransformerConfig
-from ptmkit.models.transformer import Backbone
+from ptmkit.encoders.base import Encoder
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.registry import register
@@ -39,13 +38,18 @@ class CausalLM(Objective):
     (``labels[:, t]`` is the token after ``input_ids[:, t]``; -100 = not predicted)."""
 
     config_class = CLMConfig
+    causal = True
+    hf_heads = ("lm",)
 
-    def __init__(self, cfg: CLMConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
-        super().__init__(cfg, model_cfg, tokenizer)
+    def __init__(self, cfg: CLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, encoder, tokenizer)
         eos = getattr(tokenizer, "eos_id", None)
         self.eos_id = int(eos if eos is not None else tokenizer.sep_id)
-        if not model_cfg.causal:
-            raise PtmError("the clm objective needs a causal model (set model.causal=true)")
+        if encoder.output_embeddings() is None or encoder.output_embeddings().shape[1] != encoder.output_size:
+            raise PtmError(
+                "the clm objective ties its output to the word embeddings, which need the encoder's width "
+                "(unset model.embedding_size)"
+            )
         self._stream_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     def _stream_starts(self, corpus: CorpusLike) -> np.ndarray:
@@ -58,7 +62,7 @@ class CausalLM(Objective):
         return self._stream_cache[1]
 
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
-        if seq_len > self.model_cfg.max_position:
+        if getattr(self.model_cfg, "positions", "absolute") == "absolute" and seq_len > self.model_cfg.max_position:
             raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
         total = int(self._stream_starts(corpus)[-1])
         n = (total - 1) // seq_len
@@ -89,13 +93,13 @@ class CausalLM(Objective):
             batch["attention_mask"] = torch.from_numpy(inside[:, :-1].astype(np.int64))
         return batch
 
-    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+    def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch.get("attention_mask")
-        out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"), causal=True)
         labels = batch["labels"]
         # Tied decoder + cross-entropy in row chunks: the [B, T, V] logits are never stored.
         loss = linear_cross_entropy(
-            out.last_hidden_state.flatten(0, 1), backbone.embeddings.word_embeddings.weight, None, labels.flatten()
+            out.last_hidden_state.flatten(0, 1), backbone.output_embeddings(), None, labels.flatten()
         )
         n_pred = int((labels != IGNORE).sum()) if attention_mask is not None else labels.numel()
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ptmkit.errors import PtmError
-from ptmkit.models.config import TransformerConfig
-from ptmkit.models.transformer import Backbone, TransformerLayer
+from ptmkit.encoders.base import Encoder
+from ptmkit.encoders.transformer import TransformerConfig, TransformerLayer
 from ptmkit.nn.activations import get_activation
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.objectives.base import StepOutput, TokenizerLike
@@ -130,17 +130,16 @@ class ELECTRA(MaskedLM):
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
 
     config_class = ELECTRAConfig
-    # Its MLM head belongs to the smaller generator: HF export writes the discriminator as BertModel.
-    bert_heads = False
+    # Its MLM head belongs to the smaller generator: HF export writes the discriminator alone.
+    hf_heads = ()
 
-    def __init__(self, cfg: ELECTRAConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
-        super().__init__(cfg, model_cfg, tokenizer)
-        if model_cfg.causal:
-            raise PtmError("ELECTRA's discriminator reads the whole sequence: set model.causal=false")
+    def __init__(self, cfg: ELECTRAConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, encoder, tokenizer)
+        model_cfg = encoder.config
         gen_cfg = generator_config(model_cfg, cfg)
         self.generator = Generator(model_cfg.hidden_size, gen_cfg)
         # The generator predicts through the shared word embeddings: back to their width first.
-        self.mlm_head = MLMHead(gen_cfg, out_size=model_cfg.hidden_size)
+        self.mlm_head = MLMHead(gen_cfg, out_size=encoder.output_embeddings().shape[1])
         self.rtd_head = DiscriminatorHead(model_cfg)
         std = model_cfg.init_std
         with torch.no_grad():
@@ -164,7 +163,10 @@ class ELECTRA(MaskedLM):
         replaced[rows, positions] = (sampled != target).float()
         return corrupted, replaced
 
-    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+    def exported_heads(self) -> tuple[str, ...]:
+        return ()
+
+    def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         ids = batch["input_ids"]  # [B, T], [MASK] (or the kept token) at the chosen positions
         attention_mask = batch.get("attention_mask")
         token_types = batch.get("token_type_ids")
@@ -174,8 +176,8 @@ class ELECTRA(MaskedLM):
         target = labels[rows, slots]  # [N] original tokens at the chosen positions
 
         # Generator: MLM on the masked input, only at the chosen positions.
-        g = self.generator(backbone.embeddings(ids, token_types), attention_mask)  # [B, T, H_g]
-        word_embeddings = backbone.embeddings.word_embeddings.weight
+        g = self.generator(backbone.embed(ids, token_types), attention_mask)  # [B, T, H_g]
+        word_embeddings = backbone.output_embeddings()
         logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
         mlm_loss = F.cross_entropy(logits.float(), target)
 

@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ptmkit.errors import PtmError
-from ptmkit.models.config import TransformerConfig
-from ptmkit.models.transformer import Backbone
+from ptmkit.encoders.base import Encoder
 from ptmkit.nn.activations import get_activation
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, token_counts
 from ptmkit.objectives.spans import pack_sentences
@@ -72,10 +71,12 @@ class MLMHead(nn.Module):
     """``h [N, H] -> logits [N, V]``: dense + activation + LayerNorm, then the decoder tied to the
     word embeddings plus its own bias.  Parameters: ``dense.*``, ``norm.*``, ``bias [V]``.
 
-    out_size: width of the word embeddings when it differs from ``cfg.hidden_size`` (a smaller
-    generator predicting through a larger model's embeddings, as in ELECTRA)."""
+    cfg: a Transformer config (``hidden_size``, ``vocab_size``, ``activation``, ``layer_norm_eps``,
+    ``init_std``).  out_size: width of the word embeddings when it differs from
+    ``cfg.hidden_size`` (factorized embeddings as ALBERT's; a smaller generator predicting
+    through a larger model's embeddings, as ELECTRA's)."""
 
-    def __init__(self, cfg: TransformerConfig, out_size: int | None = None) -> None:
+    def __init__(self, cfg, out_size: int | None = None) -> None:
         super().__init__()
         out_size = out_size or cfg.hidden_size
         self.dense = nn.Linear(cfg.hidden_size, out_size)
@@ -97,9 +98,11 @@ class MaskedLM(Objective):
     ``mlm_labels [B, P]``, and ``nsp_labels [B]`` with NSP."""
 
     config_class = MLMConfig
+    hf_heads = ("mlm", "nsp")
 
-    def __init__(self, cfg: MLMConfig, model_cfg: TransformerConfig, tokenizer: TokenizerLike) -> None:
-        super().__init__(cfg, model_cfg, tokenizer)
+    def __init__(self, cfg: MLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
+        super().__init__(cfg, encoder, tokenizer)
+        model_cfg = encoder.config
         self.cls_id = int(tokenizer.cls_id)
         self.sep_id = int(tokenizer.sep_id)
         self.mask_id = int(tokenizer.mask_id)
@@ -117,7 +120,7 @@ class MaskedLM(Objective):
                 f"next sentence prediction needs segment embeddings (model.type_vocab_size >= 2, got "
                 f"{model_cfg.type_vocab_size}); set objective.nsp=false or model.type_vocab_size=2"
             )
-        self.mlm_head = MLMHead(model_cfg)
+        self.mlm_head = MLMHead(model_cfg, out_size=encoder.output_embeddings().shape[1])
         self.nsp_head = nn.Linear(model_cfg.hidden_size, 2) if cfg.nsp else None
         if self.nsp_head is not None:
             with torch.no_grad():
@@ -279,7 +282,10 @@ class MaskedLM(Objective):
         return positions, labels
 
     # -- model ------------------------------------------------------------------------------
-    def forward(self, backbone: Backbone, batch: dict[str, torch.Tensor]) -> StepOutput:
+    def exported_heads(self) -> tuple[str, ...]:
+        return ("mlm", "nsp") if self.nsp_head is not None else ("mlm",)
+
+    def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
         labels = batch["mlm_labels"]
@@ -287,7 +293,7 @@ class MaskedLM(Objective):
         rows, slots = used.nonzero(as_tuple=True)
         target = labels[rows, slots]
         h = out.last_hidden_state[rows, batch["mlm_positions"][rows, slots]]  # [N, H]: only chosen positions
-        logits = self.mlm_head(h, backbone.embeddings.word_embeddings.weight)  # [N, V]
+        logits = self.mlm_head(h, backbone.output_embeddings())  # [N, V]
         mlm_loss = F.cross_entropy(logits.float(), target)
         metrics = {
             "mlm_loss": mlm_loss.detach(),

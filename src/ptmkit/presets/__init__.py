@@ -1,9 +1,14 @@
 """Named presets: model size + objective + tokenizer + training defaults, as YAML files.
 
 ``load_preset("bert-base")`` returns the preset as a plain nested dict with the sections
-``model``, ``objective``, ``tokenizer`` and ``train``; ``ptm pretrain`` applies ``key=value``
-overrides to it and builds each section's config with ``ptmkit.config.from_dict``.
-A path to a ``.yaml`` file of the same layout is accepted too.
+``model`` (``encoder`` names a registered encoder), ``objective``, ``tokenizer`` and ``train``;
+``ptm pretrain`` applies ``key=value`` overrides to it and :mod:`ptmkit.build` builds each
+section's config.  A path to a ``.yaml`` file of the same layout is accepted too.
+
+A preset may inherit: ``base: bert-tiny`` starts from that preset and the file states only what
+differs.  Sections merge key by key, except that a section naming another component
+(``objective.name``, ``model.encoder``) replaces the base's section, whose keys belong to the
+other component.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import yaml
 from ptmkit.errors import PtmError, suggest
 
 SECTIONS = ("model", "objective", "tokenizer", "train")
+# The key that names a section's component: when it changes, the base's section does not carry over.
+_COMPONENT_KEY = {"model": "encoder", "objective": "name"}
 
 
 def _is_static(text: str) -> bool:
@@ -35,13 +42,30 @@ def list_presets() -> list[str]:
     )
 
 
-def _read(text: str, where: str) -> dict[str, Any]:
+def _merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = {k: dict(v) for k, v in base.items()}
+    for section, values in child.items():
+        key = _COMPONENT_KEY.get(section)
+        own = out.get(section, {})
+        if key is not None and key in values and own.get(key, values[key]) != values[key]:
+            own = {}
+        out[section] = {**own, **values}
+    return out
+
+
+def _read(text: str, where: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise PtmError(f"preset {where} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise PtmError(f"preset {where} must be a mapping with the sections {', '.join(SECTIONS)}")
+    base_name = data.pop("base", None)
+    if base_name is not None:
+        if base_name in seen:
+            raise PtmError(f"preset {where}: 'base: {base_name}' makes a cycle ({' -> '.join(seen + (base_name,))})")
+        base = _raw(str(base_name), seen + (str(base_name),))
+        data = _merge(base, {k: dict(v or {}) if isinstance(v, dict) else v for k, v in data.items()})
     for key in data:
         if key not in SECTIONS:
             raise PtmError(f"preset {where}: unknown section {key!r}{suggest(str(key), SECTIONS)}; sections: {', '.join(SECTIONS)}")
@@ -55,19 +79,24 @@ def _read(text: str, where: str) -> dict[str, Any]:
 
 
 def load_preset(name: str) -> dict[str, Any]:
-    """The preset ``name`` (or a YAML file path) as a nested dict; unknown names suggest the nearest."""
+    """The preset ``name`` (or a YAML file path) as a nested dict, its ``base`` chain merged in;
+    unknown names suggest the nearest."""
+    return _raw(name, (name,))
+
+
+def _raw(name: str, seen: tuple[str, ...]) -> dict[str, Any]:
     names = list_presets()
     bundled = resources.files(__name__).joinpath(f"{name}.yaml")
     if name not in names and bundled.is_file():
         raise PtmError(f"{name!r} is a static word-vector preset; train it with `ptm pretrain {name} --data FILE -o DIR`")
     if name in names:
         text = resources.files(__name__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
-        return _read(text, repr(name))
+        return _read(text, repr(name), seen)
     path = Path(name)
     if path.suffix in {".yaml", ".yml"} or path.exists():
         if not path.is_file():
             raise PtmError(f"preset file {str(path)!r} does not exist")
-        return _read(path.read_text(encoding="utf-8"), str(path))
+        return _read(path.read_text(encoding="utf-8"), str(path), seen)
     raise PtmError(f"unknown preset {name!r}{suggest(name, names)}; presets: {', '.join(names)}")
 
 

@@ -1,4 +1,4 @@
-"""Sequence classification on top of a Transformer ``Backbone``.
+"""Sequence classification on top of an encoder (any registered one).
 
 Inputs follow the papers:
 
@@ -34,9 +34,11 @@ class SequenceClassifier(nn.Module):
     pooling: ``"cls"`` (BERT), ``"last"`` (GPT: last non-pad token), ``"mean"`` (masked mean of
     the last layer) or ``"auto"`` (``"last"`` for a causal backbone, else ``"cls"``).
     dropout: before the classifier; ``None`` uses the backbone's ``config.dropout``.
+    causal: run the encoder with causal attention (a model pre-trained left to right).
     """
 
-    def __init__(self, backbone: nn.Module, num_labels: int, pooling: str = "auto", dropout: float | None = None) -> None:
+    def __init__(self, backbone: nn.Module, num_labels: int, pooling: str = "auto", dropout: float | None = None,
+                 causal: bool = False) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
@@ -44,20 +46,22 @@ class SequenceClassifier(nn.Module):
             raise PtmError(f"a classifier needs at least 2 labels, got {num_labels}")
         cfg = backbone.config
         if pooling == "auto":
-            pooling = "last" if cfg.causal else "cls"
+            pooling = "last" if causal else "cls"
         self.backbone = backbone
+        self.causal = causal
         self.pooling = pooling
         self.num_labels = num_labels
-        self.dropout = nn.Dropout(cfg.dropout if dropout is None else dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
+        self.classifier = nn.Linear(backbone.output_size, num_labels)
         with torch.no_grad():  # BERT's initialisation for the new head
-            self.classifier.weight.normal_(0.0, cfg.init_std)
+            self.classifier.weight.normal_(0.0, getattr(cfg, "init_std", 0.02))
             self.classifier.bias.zero_()
 
     def pool(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The sequence representation ``[B, H]``."""
         mask = batch["attention_mask"]
-        out = self.backbone(batch["input_ids"], attention_mask=mask, token_type_ids=batch.get("token_type_ids"))
+        out = self.backbone(batch["input_ids"], attention_mask=mask, token_type_ids=batch.get("token_type_ids"),
+                            causal=self.causal)
         hidden = out.last_hidden_state  # [B, T, H]
         if self.pooling == "cls":
             return out.pooled if out.pooled is not None else hidden[:, 0]

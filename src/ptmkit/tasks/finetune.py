@@ -115,9 +115,9 @@ def load_model(model: Any):
     if model is None:
         raise PtmError("no model given: pass a pre-training run or checkpoint directory")
     if isinstance(model, (str, os.PathLike)):
-        from ptmkit.train.checkpoint import load_pretrained
+        from ptmkit.pretrained import load_pretrained
 
-        return load_pretrained(model)
+        return load_pretrained(model, heads=False)
     return model
 
 
@@ -139,16 +139,18 @@ def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init
     if init == "pretrained":
         backbone = copy.deepcopy(pretrained.backbone)
     else:
-        backbone = type(pretrained.backbone)(pretrained.backbone.config)
-    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout)
+        from ptmkit.build import build_encoder
+
+        backbone = build_encoder(pretrained.config["model"], pretrained.tokenizer)
+    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=pretrained.causal)
 
 
 def _depths(clf: SequenceClassifier) -> dict[str, int]:
-    """Each parameter's depth: embeddings 0, ``layers.i`` i + 1, pooler and classifier L + 1."""
-    from ptmkit.train.optim import layer_id
+    """Each parameter's depth, as the encoder declares it: embeddings 0, layer ``i`` i + 1, the
+    rest (pooler, classifier) L + 1."""
+    from ptmkit.train.optim import parameter_depths
 
-    num_layers = clf.backbone.config.num_layers
-    return {name: layer_id(name, num_layers) for name, _ in clf.named_parameters()}
+    return parameter_depths(clf)[0]
 
 
 def _set_trainable(clf: SequenceClassifier, depths: dict[str, int], epoch: int, cfg: FinetuneConfig) -> None:
@@ -157,7 +159,7 @@ def _set_trainable(clf: SequenceClassifier, depths: dict[str, int], epoch: int, 
     A frozen parameter gets no gradient, and AdamW skips parameters without one, so neither
     its moments nor weight decay move it.
     """
-    top = clf.backbone.config.num_layers + 1
+    top = clf.backbone.num_layers + 1
     lowest = max(0, top - (epoch - 1)) if cfg.gradual_unfreeze else 0
     if cfg.freeze_embeddings:
         lowest = max(lowest, 1)
@@ -256,11 +258,13 @@ def finetune(
     out = prepare_out_dir(out_dir, overwrite) if out_dir is not None else None
     tokenizer = pretrained.tokenizer
     mcfg = pretrained.backbone.config
-    if cfg.max_seq_len > mcfg.max_position:
-        raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={mcfg.max_position}")
-    with_types = mcfg.type_vocab_size >= (2 if task_data.is_pair else 1)
+    max_position = getattr(mcfg, "max_position", None)
+    if max_position is not None and getattr(mcfg, "positions", "absolute") == "absolute" and cfg.max_seq_len > max_position:
+        raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={max_position}")
+    with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if task_data.is_pair else 1)
 
-    encoded = {s: encode_split(task_data.split(s), tokenizer, cfg.max_seq_len, mcfg.causal) for s in ("train", "dev", "test")}
+    causal = pretrained.causal
+    encoded = {s: encode_split(task_data.split(s), tokenizer, cfg.max_seq_len, causal) for s in ("train", "dev", "test")}
     train_labels = task_data.train.labels
     clf = build_classifier(pretrained, task_data.num_labels, cfg, init, seed)
 

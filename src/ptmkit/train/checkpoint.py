@@ -311,6 +311,35 @@ def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
         raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
 
 
+def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:
+    """Load the tensors of checkpoint ``ck`` whose names start with ``prefix`` into ``module``
+    (e.g. ``backbone.`` into an encoder, leaving the pre-training heads unread).
+
+    Tensors that a module shares between several names (tied or cross-layer shared weights) are
+    stored once; a name missing from the file is accepted when its tensor is one that was loaded.
+    """
+    from safetensors import safe_open
+
+    f = Path(ck) / MODEL_FILE
+    check_safetensors(f)
+    with safe_open(str(f), framework="pt") as handle:
+        state = {k[len(prefix):]: handle.get_tensor(k) for k in handle.keys() if k.startswith(prefix)}
+    if not state:
+        raise PtmError(f"{f} holds no weights under {prefix!r}; it is not a checkpoint of this kind of model")
+    try:
+        result = module.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
+    own = module.state_dict(keep_vars=True)
+    loaded = {id(own[k]) for k in state if k in own}
+    missing = [k for k in result.missing_keys if id(own[k]) not in loaded]
+    if missing or result.unexpected_keys:
+        raise PtmError(
+            f"the weights in {f} do not fit the model built from its config: missing {missing[:4]}, "
+            f"unexpected {list(result.unexpected_keys)[:4]}"
+        )
+
+
 def load_trainer_state(ck: Path) -> dict[str, Any]:
     f = Path(ck) / STATE_FILE
     if not f.is_file() or f.stat().st_size == 0:
@@ -320,77 +349,3 @@ def load_trainer_state(ck: Path) -> dict[str, Any]:
         return torch.load(f, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises many kinds for a damaged pickle/zip
         raise PtmError(f"{f} cannot be read ({type(exc).__name__}: {exc}); the checkpoint is corrupt or truncated") from exc
-
-
-# -- pretrained models ----------------------------------------------------------------------
-
-
-@dataclass
-class Pretrained:
-    """A loaded pre-trained model: its resolved config, tokenizer, backbone and objective (heads)."""
-
-    config: dict[str, Any]
-    tokenizer: Any
-    backbone: nn.Module
-    objective: nn.Module
-    path: Path | None = None
-    _model: nn.Module | None = field(default=None, repr=False)
-
-    @property
-    def model(self) -> nn.Module:
-        """The ``PretrainModel`` (backbone + objective) sharing these modules."""
-        if self._model is None:
-            from ptmkit.objectives.base import PretrainModel
-
-            self._model = PretrainModel(self.backbone, self.objective)
-        return self._model
-
-
-def save_pretrained(directory: Path | str, config: dict[str, Any], model: nn.Module, tokenizer: Any) -> Path:
-    """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically."""
-    directory = Path(directory)
-    with atomic_dir(directory) as tmp:
-        write_config(tmp, config)
-        write_model(tmp, model)
-        write_tokenizer(tmp, tokenizer)
-    return directory
-
-
-def build_model(config: dict[str, Any], tokenizer: Any) -> tuple[nn.Module, nn.Module]:
-    """``(backbone, objective)`` freshly initialised from a resolved config."""
-    from ptmkit import registry
-    from ptmkit.config import from_dict
-    from ptmkit.models.config import TransformerConfig
-    from ptmkit.models.transformer import Backbone
-
-    if "model" not in config or "objective" not in config:
-        raise PtmError("the config has no 'model' or 'objective' section; is this a ptmkit checkpoint?")
-    model_cfg = from_dict(TransformerConfig, config["model"], "model")
-    section = dict(config["objective"])
-    name = section.pop("name", None)
-    if not name:
-        raise PtmError("the config's 'objective' section has no 'name'")
-    cls = registry.get("objective", name)
-    obj_cfg = from_dict(cls.config_class, section, "objective")
-    backbone = Backbone(model_cfg)
-    objective = cls(obj_cfg, model_cfg, tokenizer)
-    return backbone, objective
-
-
-def load_pretrained(path: Path | str, device: str | torch.device = "cpu") -> Pretrained:
-    """Load a run directory (its latest checkpoint) or a checkpoint directory, in eval mode."""
-    from ptmkit.objectives.base import PretrainModel
-    from ptmkit.tokenization import Tokenizer
-
-    ck = resolve_checkpoint(path)
-    validate_checkpoint(ck)
-    config = read_config(ck)
-    tok_file = ck / TOKENIZER_FILE
-    if not tok_file.is_file():
-        raise PtmError(f"checkpoint {ck} has no {TOKENIZER_FILE}")
-    tokenizer = Tokenizer.load(tok_file)
-    backbone, objective = build_model(config, tokenizer)
-    model = PretrainModel(backbone, objective)
-    load_model_weights(model, ck)
-    model.to(device).eval()
-    return Pretrained(config, tokenizer, backbone, objective, ck, model)

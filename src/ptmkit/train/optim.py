@@ -3,7 +3,8 @@
 Parameter groups follow BERT: no weight decay on biases and normalisation weights (every
 parameter with fewer than two dimensions, and anything named ``*norm*``); weight matrices,
 including embedding tables, are decayed.  Optional layer-wise LR decay (ELECTRA, Clark et al.
-2020) scales the LR of ``layers.{i}`` by ``layer_decay ** (L - i)``.
+2020) scales the LR of layer ``i`` by ``layer_decay ** (L - i)``; the layers are the ones the
+encoder declares (``Encoder.layer_index``), never guessed from parameter names.
 
 Schedules are multipliers of the peak LR as a function of the number of completed optimizer
 steps ``s`` (0 for the first step), used through :class:`torch.optim.lr_scheduler.LambdaLR`.
@@ -13,15 +14,12 @@ Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trai
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ptmkit.train.config import TrainConfig
-
-_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 def no_decay(name: str, param: torch.Tensor) -> bool:
@@ -30,14 +28,28 @@ def no_decay(name: str, param: torch.Tensor) -> bool:
     return param.ndim < 2 or name.endswith(".bias") or "norm" in owner.lower()
 
 
-def layer_id(name: str, num_layers: int) -> int:
-    """Depth of a parameter for layer-wise LR decay: embeddings 0, ``layers.i`` i+1, heads L+1."""
-    match = _LAYER_RE.search(name)
-    if match:
-        return int(match.group(1)) + 1
-    if "embeddings." in name:
-        return 0
-    return num_layers + 1
+def parameter_depths(model: nn.Module) -> tuple[dict[str, int], int]:
+    """``({name: depth}, L)`` for every parameter of ``model``.
+
+    The encoder (the model itself, or its ``backbone`` child) declares the depth of its own
+    parameters: 0 embeddings, ``i + 1`` layer ``i``, ``L + 1`` on top.  Everything outside it
+    (pre-training heads, an ELECTRA generator, a task head) is on top, ``L + 1``.
+    """
+    from ptmkit.encoders.base import Encoder
+
+    encoder, prefix = None, ""
+    if isinstance(model, Encoder):
+        encoder = model
+    elif isinstance(getattr(model, "backbone", None), Encoder):
+        encoder, prefix = model.backbone, "backbone."
+    num_layers = encoder.num_layers if encoder is not None else 0
+    depths = {}
+    for name, _ in model.named_parameters():
+        if encoder is not None and name.startswith(prefix):
+            depths[name] = encoder.layer_index(name[len(prefix):])
+        else:
+            depths[name] = num_layers + 1
+    return depths, num_layers
 
 
 def param_groups(model: nn.Module, weight_decay: float, lr: float, layer_decay: float = 1.0) -> list[dict]:
@@ -47,12 +59,11 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float, layer_decay: 
     ``lr`` (the peak LR times its layer factor) and ``weight_decay``.
     """
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    layers = [int(m.group(1)) for n, _ in named if (m := _LAYER_RE.search(n))]
-    num_layers = max(layers) + 1 if layers else 0
+    depths, num_layers = parameter_depths(model)
     groups: dict[tuple[bool, int], dict] = {}
     for name, param in named:
         decay = not no_decay(name, param)
-        depth = layer_id(name, num_layers) if layer_decay != 1.0 else num_layers + 1
+        depth = depths[name] if layer_decay != 1.0 else num_layers + 1
         scale = layer_decay ** (num_layers + 1 - depth)
         key = (decay, depth)
         if key not in groups:

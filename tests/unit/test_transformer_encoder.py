@@ -1,4 +1,4 @@
-"""Backbone: shapes, parameter names, masks as data, causality, errors, initialisation, HF sanity."""
+"""TransformerEncoder: shapes, parameter names, masks as data, causality, errors, initialisation, HF sanity."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.models import Backbone, BackboneOutput, TransformerConfig
+from ptmkit.encoders import EncoderOutput, TransformerConfig, TransformerEncoder
 
 
 def bert_cfg(**kw) -> TransformerConfig:
@@ -20,29 +20,29 @@ def bert_cfg(**kw) -> TransformerConfig:
 def gpt_cfg(**kw) -> TransformerConfig:
     base = dict(
         vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position=40,
-        type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5, causal=True,
+        type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
         embedding_norm=False, pooler=False, scaled_residual_init=True,
     )
     base.update(kw)
     return TransformerConfig(**base)
 
 
-def make(cfg: TransformerConfig, seed: int = 0) -> Backbone:
+def make(cfg: TransformerConfig, seed: int = 0) -> TransformerEncoder:
     torch.manual_seed(seed)
-    return Backbone(cfg).eval()
+    return TransformerEncoder(cfg).eval()
 
 
 def test_shapes_and_hidden_states() -> None:
     model = make(bert_cfg())
     ids = torch.randint(0, 50, (3, 7))
     out = model(ids, output_hidden_states=True)
-    assert isinstance(out, BackboneOutput)
+    assert isinstance(out, EncoderOutput)
     assert out.last_hidden_state.shape == (3, 7, 32)
     assert out.pooled is not None and out.pooled.shape == (3, 32)
     assert out.hidden_states is not None and len(out.hidden_states) == 3
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
     gpt = make(gpt_cfg())
-    out = gpt(ids, output_hidden_states=True)
+    out = gpt(ids, output_hidden_states=True, causal=True)
     assert out.pooled is None and len(out.hidden_states) == 3
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)  # after final_norm, as HF
     assert model(ids).hidden_states is None
@@ -65,12 +65,16 @@ def test_parameter_names_follow_contract() -> None:
     assert not any("token_type" in k or k.startswith("pooler") or k.startswith("embeddings.norm") for k in gnames)
 
 
-@pytest.mark.parametrize("cfg", [bert_cfg(), gpt_cfg()], ids=["bert", "gpt"])
-def test_fully_padded_rows_are_finite(cfg: TransformerConfig) -> None:
+CASES = [(bert_cfg(), False), (gpt_cfg(), True), (bert_cfg(positions="relative"), False), (gpt_cfg(positions="relative"), True)]
+CASE_IDS = ["bert", "gpt", "bert-relative", "gpt-relative"]
+
+
+@pytest.mark.parametrize("cfg, causal", CASES, ids=CASE_IDS)
+def test_fully_padded_rows_are_finite(cfg: TransformerConfig, causal: bool) -> None:
     model = make(cfg).train()
     ids = torch.randint(0, 50, (3, 6))
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1]])  # right, all, left padding
-    out = model(ids, attention_mask=mask, output_hidden_states=True)
+    out = model(ids, attention_mask=mask, output_hidden_states=True, causal=causal)
     assert all(torch.isfinite(h).all() for h in out.hidden_states)
     out.last_hidden_state.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
@@ -83,14 +87,14 @@ def test_fully_padded_rows_are_finite(cfg: TransformerConfig) -> None:
     assert torch.isfinite(model(ids, attn_mask=additive).last_hidden_state).all()
 
 
-@pytest.mark.parametrize("cfg", [bert_cfg(), gpt_cfg()], ids=["bert", "gpt"])
-def test_padding_does_not_change_real_positions(cfg: TransformerConfig) -> None:
+@pytest.mark.parametrize("cfg, causal", CASES, ids=CASE_IDS)
+def test_padding_does_not_change_real_positions(cfg: TransformerConfig, causal: bool) -> None:
     model = make(cfg)
     ids = torch.randint(5, 50, (2, 5))
-    alone = model(ids).last_hidden_state
+    alone = model(ids, causal=causal).last_hidden_state
     padded = torch.cat([ids, torch.randint(0, 50, (2, 3))], dim=1)  # arbitrary tokens under padding
     mask = torch.tensor([[1] * 5 + [0] * 3] * 2)
-    out = model(padded, attention_mask=mask).last_hidden_state
+    out = model(padded, attention_mask=mask, causal=causal).last_hidden_state
     torch.testing.assert_close(out[:, :5], alone, rtol=1e-5, atol=1e-5)
 
 
@@ -99,7 +103,7 @@ def test_causal_future_does_not_change_past() -> None:
     a = torch.randint(0, 50, (2, 8))
     b = a.clone()
     b[:, 5:] = torch.randint(0, 50, (2, 3))
-    ha, hb = model(a).last_hidden_state, model(b).last_hidden_state
+    ha, hb = model(a, causal=True).last_hidden_state, model(b, causal=True).last_hidden_state
     torch.testing.assert_close(ha[:, :5], hb[:, :5], rtol=1e-5, atol=1e-6)
     assert not torch.allclose(ha[:, 5:], hb[:, 5:])
     # a bidirectional model does see the future
@@ -109,19 +113,19 @@ def test_causal_future_does_not_change_past() -> None:
 
 def test_explicit_mask_overrides_causality() -> None:
     ids = torch.randint(0, 50, (2, 6))
-    causal = make(gpt_cfg(), seed=1)
-    bidir = make(gpt_cfg(causal=False), seed=1)
+    model = make(gpt_cfg(), seed=1)
     tril = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]
-    torch.testing.assert_close(bidir(ids, attn_mask=tril).last_hidden_state, causal(ids).last_hidden_state)
+    causal = model(ids, causal=True).last_hidden_state
+    torch.testing.assert_close(model(ids, attn_mask=tril).last_hidden_state, causal)
     additive = torch.zeros(6, 6).masked_fill(~tril[0, 0], -math.inf)[None, None]
-    torch.testing.assert_close(bidir(ids, attn_mask=additive).last_hidden_state, causal(ids).last_hidden_state)
+    torch.testing.assert_close(model(ids, attn_mask=additive).last_hidden_state, causal)
     full = torch.ones(1, 1, 6, 6, dtype=torch.bool)
-    torch.testing.assert_close(causal(ids, attn_mask=full).last_hidden_state, bidir(ids).last_hidden_state)
+    torch.testing.assert_close(model(ids, attn_mask=full, causal=True).last_hidden_state, model(ids).last_hidden_state)
     # causal + padding combined (left padding as in batched generation)
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
-    out = causal(ids, attention_mask=mask, position_ids=None).last_hidden_state
+    out = model(ids, attention_mask=mask, position_ids=None, causal=True).last_hidden_state
     assert torch.isfinite(out).all()
-    torch.testing.assert_close(out[1], causal(ids[1:]).last_hidden_state[0])
+    torch.testing.assert_close(out[1], model(ids[1:], causal=True).last_hidden_state[0])
 
 
 def test_errors() -> None:
@@ -140,7 +144,7 @@ def test_errors() -> None:
 
 def test_initialisation() -> None:
     cfg = gpt_cfg(hidden_size=128, intermediate_size=512, num_layers=8, vocab_size=2000)
-    model = Backbone(cfg)
+    model = TransformerEncoder(cfg)
     emb = model.embeddings.word_embeddings.weight
     assert abs(emb.std().item() - 0.02) < 0.001
     layer = model.layers[3]
@@ -148,11 +152,11 @@ def test_initialisation() -> None:
     assert abs(layer.ffn.fc2.weight.std().item() - 0.02 / math.sqrt(16)) < 0.0005
     assert abs(layer.attn.out.weight.std().item() - 0.02 / math.sqrt(16)) < 0.0007
     assert torch.all(layer.attn.qkv.bias == 0) and torch.all(layer.attn_norm.weight == 1)
-    bert = Backbone(bert_cfg(hidden_size=128, intermediate_size=512, num_layers=8))
+    bert = TransformerEncoder(bert_cfg(hidden_size=128, intermediate_size=512, num_layers=8))
     assert abs(bert.layers[3].ffn.fc2.weight.std().item() - 0.02) < 0.001
 
 
-def _copy_to_hf_bert(model: Backbone, hf) -> None:
+def _copy_to_hf_bert(model: TransformerEncoder, hf) -> None:
     sd = model.state_dict()
     H = model.config.hidden_size
     new = {
@@ -216,7 +220,7 @@ def test_matches_hf_bert_and_gpt2() -> None:
     missing, unexpected = hf2.load_state_dict(new, strict=False)
     assert not unexpected and not [m for m in missing if "bias" not in m or "attn.bias" not in m]
     ref = hf2(input_ids=ids, output_hidden_states=True)
-    out = gpt(ids, output_hidden_states=True)
+    out = gpt(ids, output_hidden_states=True, causal=True)
     torch.testing.assert_close(out.last_hidden_state, ref.last_hidden_state, rtol=1e-4, atol=1e-5)
     for a, b in zip(out.hidden_states, ref.hidden_states):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,97 @@
+"""The encoder contract: what every architecture (Transformer, LSTM, encoder–decoder, ...) offers.
+
+An encoder is registered by name (``@register("encoder", "transformer")``) with a frozen config
+class of its own; presets name it (``model: {encoder: transformer, ...}``) and
+:mod:`ptmkit.build` constructs it.  Objectives and task heads see only this interface:
+
+* ``forward(input_ids, attention_mask=None, ..., causal=False, output_hidden_states=False,
+  **extras) -> EncoderOutput``.  The attention pattern is data given by the caller
+  (``causal=True``, or an explicit ``attn_mask``), never a model-type switch.
+* ``input_embeddings()`` / ``output_embeddings()`` for weight tying: an output projection onto
+  the vocabulary uses ``output_embeddings()`` (``[V, E]``), never an attribute path.
+* ``output_size``: the width of ``last_hidden_state``; ``num_layers`` and ``layer_index(name)``
+  declare depth for layer-wise LR decay and gradual unfreezing (0 = embeddings, ``1..L`` = the
+  layers, ``L + 1`` = anything on top, such as a pooler).
+* ``bind_tokenizer(tokenizer)``: encoders that derive buffers from the vocabulary (a char-CNN's
+  spelling table) fill them here; the builder calls it for every encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass
+class EncoderOutput:
+    """last_hidden_state ``[B, T, H]``; hidden_states: the embedding output then every layer's
+    ``[B, T, H]`` (``None`` unless asked for); pooled ``[B, H]`` or ``None``; extras: encoder
+    specific tensors (e.g. an encoder–decoder's ``encoder_last_hidden_state``)."""
+
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    pooled: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+class Encoder(nn.Module):
+    """Base class of registered encoders (see the module docstring for the contract)."""
+
+    name: ClassVar[str]
+    config_class: ClassVar[type]
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+
+    # -- weight tying -----------------------------------------------------------------------
+    def input_embeddings(self) -> nn.Embedding | None:
+        """The token embedding table ``[V, E]``, or ``None`` when tokens are not embedded by id."""
+        return None
+
+    def output_embeddings(self) -> torch.Tensor | None:
+        """The matrix ``[V, output_size]`` an output softmax ties to, or ``None`` (untied)."""
+        emb = self.input_embeddings()
+        return emb.weight if emb is not None else None
+
+    # -- shape and depth --------------------------------------------------------------------
+    @property
+    def output_size(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def num_layers(self) -> int:
+        raise NotImplementedError
+
+    def layer_index(self, name: str) -> int:
+        """Depth of the parameter ``name`` (relative to this module): 0 embeddings, ``i + 1``
+        for layer ``i``, ``num_layers + 1`` for what sits on top."""
+        return self.num_layers + 1
+
+    def bind_tokenizer(self, tokenizer: Any) -> None:
+        """Derive vocabulary-dependent buffers from ``tokenizer`` (default: nothing to do)."""
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> EncoderOutput:
+        raise NotImplementedError
+
+
+def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise :class:`PtmError` for a non-2-D input or an id outside ``[0, vocab_size)``."""
+    from ptmkit.errors import PtmError
+
+    if input_ids.dim() != 2:
+        raise PtmError(f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
+    if input_ids.numel():
+        lo, hi = (int(v) for v in torch.aminmax(input_ids))  # one pass over the batch
+        if hi >= vocab_size or lo < 0:
+            bad = hi if hi >= vocab_size else lo
+            raise PtmError(
+                f"token id {bad} is outside the model's vocabulary of size {vocab_size}: "
+                f"the tokenizer does not match the model (vocab mismatch)"
+            )

@@ -1,0 +1,338 @@
+"""The Transformer encoder (Vaswani et al. 2017) in the variants the BERT and GPT families use.
+
+One config describes them all:
+
+* BERT (Devlin et al. 2019): ``norm="post"``, ``activation="gelu"`` (exact erf),
+  ``layer_norm_eps=1e-12``, ``embedding_norm=True``, ``type_vocab_size=2``, ``pooler=True``.
+* GPT-2 (Radford et al. 2019): ``norm="pre"`` with a final LayerNorm, ``activation="gelu_tanh"``,
+  ``layer_norm_eps=1e-5``, ``type_vocab_size=0``, ``scaled_residual_init=True``; its objective
+  asks for causal attention (``forward(..., causal=True)``).
+* ALBERT (Lan et al. 2020): ``embedding_size=128`` (factorized embeddings ``V x E`` then
+  ``E -> H``) and ``sharing="all"`` (one set of layer weights used ``num_layers`` times), or
+  ``"attention"`` / ``"ffn"`` to share only that sub-layer.
+* ``positions="relative"``: no position embeddings; a learned bias per head and bucketed offset
+  is added to the attention scores (T5), computed once and shared by all layers.
+  ``positions="none"``: no position information at all (a bag of tokens, or causal attention alone).
+
+Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
+``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
+``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
+(``embedding_norm``), ``embeddings.project.*`` (``E != H``), ``relative_bias.bias.weight [buckets, heads]``
+(relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked),
+``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``, ``layers.{i}.ffn.fc1.*``, ``layers.{i}.ffn.fc2.*``,
+``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*`` (``pooler``).  With sharing,
+the shared tensors are stored once, under the first layer's name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
+from ptmkit.errors import PtmError, suggest
+from ptmkit.nn.attention import MultiHeadSelfAttention
+from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.masks import build_attention_mask
+from ptmkit.nn.positions import RelativePositionBias
+from ptmkit.registry import register
+
+NORMS = ("post", "pre")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+POSITIONS = ("absolute", "relative", "none")
+SHARING = ("none", "all", "attention", "ffn")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position: int = 512
+    type_vocab_size: int = 2  # 0 = no segment embeddings
+    norm: str = "post"  # "post" (BERT) | "pre" (GPT-2, adds final_norm)
+    activation: str = "gelu"  # "gelu" (exact erf) | "gelu_tanh" | "relu"
+    layer_norm_eps: float = 1e-12
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    embedding_norm: bool = True  # BERT: LayerNorm after the embedding sum
+    pooler: bool = True  # BERT: pooled = tanh(W h_[CLS] + b)
+    init_std: float = 0.02
+    scaled_residual_init: bool = False  # GPT-2: residual projections ~ N(0, init_std / sqrt(2 L))
+    pad_token_id: int = 0
+    positions: str = "absolute"  # "absolute" (learned) | "relative" (T5 buckets) | "none"
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    embedding_size: int | None = None  # E; None = hidden_size (ALBERT: 128, then a projection E -> H)
+    sharing: str = "none"  # cross-layer parameter sharing (ALBERT): none | all | attention | ffn
+
+    def __post_init__(self) -> None:
+        # YAML 1.1 reads "1e-12" as a string; accept any float spelling.
+        for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                try:
+                    object.__setattr__(self, name, float(value))
+                except ValueError:
+                    raise PtmError(f"model.{name} must be a number, got {value!r}") from None
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position",
+                     "relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PtmError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size <= 0):
+            raise PtmError(f"model.embedding_size must be a positive integer or null, got {self.embedding_size!r}")
+        if not isinstance(self.type_vocab_size, int) or self.type_vocab_size < 0:
+            raise PtmError(f"model.type_vocab_size must be an integer >= 0, got {self.type_vocab_size!r}")
+        if self.hidden_size % self.num_heads:
+            raise PtmError(
+                f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
+                f"pick a number of heads that divides the hidden size"
+            )
+        for name, allowed in (("norm", NORMS), ("activation", ACTIVATIONS), ("positions", POSITIONS), ("sharing", SHARING)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise PtmError(f"model.{name}={value!r} is not one of {allowed}{suggest(str(value), allowed)}")
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= float(value) < 1.0:
+                raise PtmError(f"model.{name} must be in [0, 1), got {value!r}")
+        if float(self.layer_norm_eps) <= 0 or float(self.init_std) <= 0:
+            raise PtmError("model.layer_norm_eps and model.init_std must be positive")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise PtmError(f"model.pad_token_id={self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def embedding_dim(self) -> int:
+        """E: the width of the embedding tables (= ``hidden_size`` unless factorized)."""
+        return self.embedding_size or self.hidden_size
+
+
+class Embeddings(nn.Module):
+    """``input_ids [B, T] -> [B, T, H]``: token (+ absolute position) (+ segment) embeddings of
+    width E, optional LayerNorm, dropout, and a projection E -> H when factorized (ALBERT)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        E = cfg.embedding_dim
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, E)
+        self.position_embeddings = nn.Embedding(cfg.max_position, E) if cfg.positions == "absolute" else None
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        T = input_ids.shape[1]
+        x = self.word_embeddings(input_ids)
+        if self.position_embeddings is not None:
+            if position_ids is None:
+                x = x + self.position_embeddings.weight[:T]  # [T, E] broadcast over the batch, no gather
+            else:
+                x = x + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]  # every token in segment 0
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
+        if self.norm is not None:
+            x = self.norm(x)
+        x = self.dropout(x)
+        return self.project(x) if self.project is not None else x
+
+
+class TransformerLayer(nn.Module):
+    """One block: self-attention and feed-forward sub-layers, each with a residual connection.
+
+    post-LN (BERT):  ``h = LN(x + drop(attn(x)))``; ``y = LN(h + drop(ffn(h)))``.
+    pre-LN (GPT-2):  ``h = x + drop(attn(LN(x)))``; ``y = h + drop(ffn(LN(h)))``.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.pre_norm = cfg.norm == "pre"
+        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal))
+            return x + self.dropout(self.ffn(self.ffn_norm(x)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
+
+
+def build_layers(cfg: TransformerConfig) -> nn.ModuleList:
+    """``num_layers`` layers; with ``sharing`` the shared sub-modules are one object reused."""
+    if cfg.sharing == "all":
+        layer = TransformerLayer(cfg)
+        return nn.ModuleList([layer] * cfg.num_layers)
+    layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_layers))
+    first = layers[0]
+    for layer in layers[1:]:
+        if cfg.sharing == "attention":
+            layer.attn, layer.attn_norm = first.attn, first.attn_norm
+        elif cfg.sharing == "ffn":
+            layer.ffn, layer.ffn_norm = first.ffn, first.ffn_norm
+    return layers
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: ``tanh(dense(h[:, 0]))``, ``[B, T, H] -> [B, H]``."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+_LAYER_RE = re.compile(r"^layers\.(\d+)\.")
+
+
+@register("encoder", "transformer")
+class TransformerEncoder(Encoder):
+    """Embeddings followed by ``num_layers`` Transformer layers (see the module docstring)."""
+
+    name = "transformer"
+    config_class = TransformerConfig
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        self.embeddings = Embeddings(config)
+        self.relative_bias = (
+            RelativePositionBias(config.num_heads, config.relative_buckets, config.relative_max_distance)
+            if config.positions == "relative" else None
+        )
+        self.layers = build_layers(config)
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm == "pre" else None
+        self.pooler = Pooler(config.hidden_size) if config.pooler else None
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """BERT / GPT-2 initialisation: weights ~ N(0, init_std), biases 0, LayerNorm gain 1.
+
+        With ``scaled_residual_init`` (GPT-2) the projections that write into the residual
+        stream (``attn.out``, ``ffn.fc2``) use ``init_std / sqrt(2 * num_layers)``, so the
+        variance of the residual sum does not grow with depth.
+        """
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+        if self.config.scaled_residual_init:
+            scaled = std / math.sqrt(2 * self.config.num_layers)
+            for layer in self.layers:
+                layer.attn.out.weight.normal_(0.0, scaled)
+                layer.ffn.fc2.weight.normal_(0.0, scaled)
+
+    # -- the Encoder contract ---------------------------------------------------------------
+    def input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    @property
+    def output_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.num_layers
+
+    def layer_index(self, name: str) -> int:
+        if name.startswith("embeddings."):
+            return 0
+        match = _LAYER_RE.match(name)
+        if match:
+            return int(match.group(1)) + 1
+        if name.startswith("relative_bias."):
+            return 1  # used by every layer, computed with the first
+        return self.num_layers + 1
+
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The embedding layer's output ``[B, T, H]`` (ELECTRA's generator shares it)."""
+        return self.embeddings(input_ids, token_type_ids, position_ids)
+
+    def _check_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None) -> None:
+        check_token_ids(input_ids, self.config.vocab_size)
+        T = input_ids.shape[1]
+        P = self.config.max_position
+        if self.config.positions != "absolute":
+            return
+        if position_ids is None and T > P:
+            raise PtmError(
+                f"sequence length {T} is longer than the model's max_position {P}; "
+                f"use seq_len <= {P} or a model with more positions"
+            )
+        if position_ids is not None and position_ids.numel() and int(position_ids.max()) >= P:
+            raise PtmError(f"position id {int(position_ids.max())} >= the model's max_position {P}")
+
+    def _mask(self, attention_mask, attn_mask, causal: bool, T: int, dtype: torch.dtype, device) -> tuple[Any, bool]:
+        mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, T, dtype)
+        if self.relative_bias is None:
+            return mask, is_causal
+        bias = self.relative_bias(T, T, bidirectional=not causal, device=device).to(dtype)  # [1, heads, T, T]
+        if mask is None and is_causal:
+            from ptmkit.nn.masks import causal_mask
+
+            mask = causal_mask(T, device)[None, None]
+        if mask is None:
+            return bias, False
+        if mask.dtype == torch.bool:
+            return bias.masked_fill(~mask, torch.finfo(dtype).min), False
+        return bias + mask, False
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding);
+        token_type_ids ``[B, T]``; position_ids ``[B or 1, T]``; attn_mask ``[B|1, heads|1, T, T]``
+        (boolean, True = may attend; or additive float; overrides ``causal``); causal: each
+        position attends only to itself and the positions before it."""
+        self._check_inputs(input_ids, position_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
+        hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
+        for layer in self.layers:
+            x = layer(x, mask, is_causal)
+            if hidden is not None:
+                hidden.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden is not None:
+                hidden[-1] = x
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled)

@@ -1,0 +1,91 @@
+"""Loading and saving pre-trained models: ``Pretrained``, ``load_pretrained``, ``save_pretrained``.
+
+``load_pretrained(path)`` accepts a run directory (its latest checkpoint) or a checkpoint
+directory, builds the model with :mod:`ptmkit.build` and loads its weights.  Downstream use
+(fine-tuning, features) passes ``heads=False``: only the encoder is built and read, so an
+objective's pre-training machinery (an ELECTRA generator, an MLM head) is never constructed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ptmkit.errors import PtmError
+from ptmkit.train import checkpoint as ckpt
+
+
+@dataclass
+class Pretrained:
+    """A loaded pre-trained model: its resolved config, tokenizer, encoder (``backbone``) and
+    objective (heads; ``None`` when loaded with ``heads=False``)."""
+
+    config: dict[str, Any]
+    tokenizer: Any
+    backbone: nn.Module
+    objective: nn.Module | None
+    path: Path | None = None
+    _model: nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> nn.Module:
+        """The ``PretrainModel`` (encoder + objective) sharing these modules."""
+        if self._model is None:
+            if self.objective is None:
+                raise PtmError("this model was loaded without its pre-training heads (heads=False)")
+            from ptmkit.objectives.base import PretrainModel
+
+            self._model = PretrainModel(self.backbone, self.objective)
+        return self._model
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.backbone
+
+    @property
+    def causal(self) -> bool:
+        """Whether the encoder was trained to read left to right (downstream use must too)."""
+        from ptmkit.build import is_causal
+
+        return is_causal(self.config)
+
+
+def save_pretrained(directory: Path | str, config: dict[str, Any], model: nn.Module, tokenizer: Any) -> Path:
+    """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically."""
+    directory = Path(directory)
+    with ckpt.atomic_dir(directory) as tmp:
+        ckpt.write_config(tmp, config)
+        ckpt.write_model(tmp, model)
+        ckpt.write_tokenizer(tmp, tokenizer)
+    return directory
+
+
+def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads: bool = True) -> Pretrained:
+    """Load a run directory (its latest checkpoint) or a checkpoint directory, in eval mode.
+
+    heads: build and load the objective's heads too (``False``: the encoder alone, for
+    downstream use).
+    """
+    from ptmkit.build import build_encoder, build_model
+    from ptmkit.tokenization import Tokenizer
+
+    ck = ckpt.resolve_checkpoint(path)
+    ckpt.validate_checkpoint(ck)
+    config = ckpt.read_config(ck)
+    tok_file = ck / ckpt.TOKENIZER_FILE
+    if not tok_file.is_file():
+        raise PtmError(f"checkpoint {ck} has no {ckpt.TOKENIZER_FILE}")
+    tokenizer = Tokenizer.load(tok_file)
+    if heads:
+        model = build_model(config, tokenizer)
+        ckpt.load_model_weights(model, ck)
+        model.to(device).eval()
+        return Pretrained(config, tokenizer, model.backbone, model.objective, ck, model)
+    encoder = build_encoder(config.get("model"), tokenizer)
+    ckpt.load_submodule_weights(encoder, ck, "backbone.")
+    encoder.to(device).eval()
+    return Pretrained(config, tokenizer, encoder, None, ck)
