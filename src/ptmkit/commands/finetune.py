@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from ptmkit.commands import IntermixedParser
 import json
 from pathlib import Path
+
+from ptmkit.commands import IntermixedParser
 
 HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
 
 DESCRIPTION = """\
-Fine-tune a pre-trained Transformer for sentence (or sentence-pair) classification, select the
-epoch with the best dev score, and report its test score.
+Fine-tune a pre-trained encoder (Transformer, LSTM, ...) for sentence (or sentence-pair)
+classification, select the epoch with the best dev score, and report its test score.  Runs go
+through the same trainer as pre-training: a checkpoint every epoch, metrics.jsonl, loss.png,
+and --resume continues an interrupted run exactly where it stopped.
 
 RUN_OR_CKPT is a pre-training run directory (its latest checkpoint) or a checkpoint directory.
 The task is either built in (--task mr: movie-review polarity, fetched on first use) or given as
@@ -28,7 +31,12 @@ Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch
 (fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
 mean), select (accuracy | macro_f1 | f1 | loss), and the fine-tuning strategies
 layer_decay (discriminative LRs; ULMFiT: 0.385 = 1/2.6), gradual_unfreeze (true: one more layer
-per epoch, top down) and freeze_embeddings (true: keep the pre-trained embeddings fixed).
+per epoch, top down), freeze_embeddings (true: keep the pre-trained embeddings fixed) and
+schedule (linear | slanted_triangular).
+
+Transfer mode: mode=finetune (default: every weight trains) or mode=features (the encoder stays
+fixed; a scalar mix of all its layers and a small task network learn); mix (auto | last |
+scalar), head (linear | mlp | bilstm), head_hidden.  Training loop: precision, device, num_threads.
 """
 
 EPILOG = """\
@@ -36,6 +44,8 @@ examples:
   ptm finetune runs/tiny --task mr -o out/mr
   ptm finetune runs/tiny --task mr --init both --seeds 1 2 3 --train-size 500 -o out/mr500 lr=1e-4 epochs=10
   ptm finetune runs/tiny --task mr -o out/ulmfit layer_decay=0.385 gradual_unfreeze=true
+  ptm finetune runs/elmo --task mr -o out/elmo-features mode=features head=bilstm
+  ptm finetune runs/tiny --task mr --seeds 1 2 3 -o out/mr --resume     continue an interrupted grid
   ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
   ptm finetune runs/tiny --train t.jsonl --dev d.jsonl --test e.jsonl --text-column premise \\
       --pair-column hypothesis -o out/nli
@@ -68,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--train-size", type=int, default=None, metavar="N",
                    help="use a fixed random subset of N training examples")
     p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run in OUT: finished runs are read back, an interrupted "
+                        "one continues from its last epoch checkpoint, the rest start")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.__class__ = IntermixedParser
     p.set_defaults(func=run)
@@ -112,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     data = load_data(args)
     if args.train_size:
         data = data.with_train_size(args.train_size)
-    out = prepare_out_dir(args.out)
+    out = prepare_out_dir(args.out, resume=args.resume)
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     print(
         f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
@@ -120,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         f"seeds {' '.join(map(str, args.seeds))}",
         flush=True,
     )
-    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet, lrs=args.lrs)
+    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet, lrs=args.lrs,
+                        resume=args.resume)
     for r in results:
         r["model"] = str(args.model)
     summary = summarize(results)

@@ -23,70 +23,122 @@ from torch import nn
 from torch.nn import functional as F
 
 from ptmkit.errors import PtmError
+from ptmkit.nn.scalar_mix import ScalarMix
 from ptmkit.train.step import StepOutput
 
 POOLINGS = ("auto", "cls", "last", "mean")
+MIXES = ("last", "scalar")
+HEADS = ("linear", "mlp", "bilstm")
 
 
 class SequenceClassifier(nn.Module):
-    """``backbone`` + dropout + linear layer ``[H] -> [num_labels]``.
+    """encoder -> token states -> sequence vector -> task head -> ``[num_labels]`` logits.
 
-    pooling: ``"cls"`` (BERT), ``"last"`` (GPT: last non-pad token), ``"mean"`` (masked mean of
-    the last layer) or ``"auto"`` (``"last"`` for a causal backbone, else ``"cls"``).
-    dropout: before the classifier; ``None`` uses the backbone's ``config.dropout``.
+    pooling: ``"cls"`` (BERT: the pooler's output, else ``h_0``), ``"last"`` (GPT: the last
+        non-pad token), ``"mean"`` (masked mean) or ``"auto"`` (``"last"`` for a causal encoder,
+        else ``"cls"``, or ``"mean"`` for an encoder without a [CLS] pooler and a scalar mix).
+    dropout: before the head; ``None`` uses the encoder's ``config.dropout``.
     causal: run the encoder with causal attention (a model pre-trained left to right).
+    mix: ``"last"`` (the top layer) or ``"scalar"`` (ELMo's learned softmax-weighted sum of all
+        layers, :class:`~ptmkit.nn.scalar_mix.ScalarMix`).
+    head: ``"linear"`` (dropout + one linear layer, as BERT), ``"mlp"`` (a hidden layer of
+        ``head_hidden`` units), or ``"bilstm"`` (a BiLSTM of ``head_hidden`` units per direction
+        over the token states, mean-pooled: the small task network of feature-based transfer).
+    frozen: feature-based transfer: the encoder's weights stay fixed and it runs without dropout
+        or gradient; only the mix and the head learn.
     """
 
     def __init__(self, backbone: nn.Module, num_labels: int, pooling: str = "auto", dropout: float | None = None,
-                 causal: bool = False) -> None:
+                 causal: bool = False, mix: str = "last", head: str = "linear", head_hidden: int = 128,
+                 frozen: bool = False) -> None:
         super().__init__()
-        if pooling not in POOLINGS:
-            raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        for name, value, allowed in (("pooling", pooling, POOLINGS), ("mix", mix, MIXES), ("head", head, HEADS)):
+            if value not in allowed:
+                raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if num_labels < 2:
             raise PtmError(f"a classifier needs at least 2 labels, got {num_labels}")
         cfg = backbone.config
         if pooling == "auto":
-            pooling = "last" if causal else "cls"
+            pooling = "last" if causal else ("cls" if mix == "last" or head == "bilstm" else "mean")
         self.backbone = backbone
         self.causal = causal
         self.pooling = pooling
         self.num_labels = num_labels
+        self.frozen = frozen
+        self.mix = ScalarMix(backbone.num_layers + 1) if mix == "scalar" else None
         self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
-        self.classifier = nn.Linear(backbone.output_size, num_labels)
-        with torch.no_grad():  # BERT's initialisation for the new head
-            self.classifier.weight.normal_(0.0, getattr(cfg, "init_std", 0.02))
-            self.classifier.bias.zero_()
+        width = backbone.output_size
+        self.head_kind = head
+        if head == "bilstm":
+            self.lstm = nn.LSTM(width, head_hidden, batch_first=True, bidirectional=True)
+            width = 2 * head_hidden
+        if head == "mlp":
+            self.hidden = nn.Linear(width, head_hidden)
+            width = head_hidden
+        self.classifier = nn.Linear(width, num_labels)
+        std = getattr(cfg, "init_std", 0.02)
+        with torch.no_grad():  # BERT's initialisation for the new layers
+            for layer in (self.classifier, getattr(self, "hidden", None)):
+                if layer is not None:
+                    layer.weight.normal_(0.0, std)
+                    layer.bias.zero_()
+        if frozen:
+            self.backbone.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> "SequenceClassifier":
+        super().train(mode)
+        if self.frozen:
+            self.backbone.eval()  # fixed features: no dropout inside the encoder
+        return self
+
+    def _states(self, batch: dict[str, torch.Tensor]):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+            out = self.backbone(batch["input_ids"], attention_mask=batch["attention_mask"],
+                                token_type_ids=batch.get("token_type_ids"), causal=self.causal,
+                                output_hidden_states=self.mix is not None)
+        hidden = self.mix(out.hidden_states) if self.mix is not None else out.last_hidden_state  # [B, T, H]
+        return out, hidden
 
     def pool(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The sequence representation ``[B, H]``."""
+        """The sequence representation ``[B, H']`` fed to the classifier."""
         mask = batch["attention_mask"]
-        out = self.backbone(batch["input_ids"], attention_mask=mask, token_type_ids=batch.get("token_type_ids"),
-                            causal=self.causal)
-        hidden = out.last_hidden_state  # [B, T, H]
+        out, hidden = self._states(batch)
+        if self.head_kind == "bilstm":
+            lengths = mask.long().sum(dim=1).clamp(min=1).cpu()
+            packed = nn.utils.rnn.pack_padded_sequence(self.dropout(hidden), lengths, batch_first=True, enforce_sorted=False)
+            hidden, _ = nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=hidden.shape[1])
+            return _masked_mean(hidden, mask)
         if self.pooling == "cls":
-            return out.pooled if out.pooled is not None else hidden[:, 0]
+            return out.pooled if (out.pooled is not None and self.mix is None) else hidden[:, 0]
         if self.pooling == "last":
             last = mask.long().sum(dim=1).clamp(min=1) - 1  # [B] index of the last real token (right padding)
             return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        m = mask.to(hidden.dtype).unsqueeze(-1)  # [B, T, 1]
-        return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+        return _masked_mean(hidden, mask)
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Unnormalised class scores ``[B, num_labels]``."""
-        return self.classifier(self.dropout(self.pool(batch)))
+        x = self.dropout(self.pool(batch))
+        if self.head_kind == "mlp":
+            x = self.dropout(torch.relu(self.hidden(x)))
+        return self.classifier(x)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
-        """Cross-entropy on ``batch["labels"]``; metrics hold ``loss``, ``accuracy`` and the ``logits``."""
+        """Cross-entropy on ``batch["labels"]``; metrics: ``accuracy``."""
         logits = self.logits(batch)
         labels = batch["labels"]
-        loss = F.cross_entropy(logits, labels)
-        acc = (logits.argmax(dim=-1) == labels).float().mean()
+        loss = F.cross_entropy(logits.float(), labels)
+        acc = (logits.detach().argmax(dim=-1) == labels).float().mean()
         return StepOutput(
             loss=loss,
-            metrics={"loss": loss.detach(), "accuracy": acc, "logits": logits.detach()},
+            metrics={"accuracy": acc},
             n_tokens=int(batch["attention_mask"].sum()),
             n_predictions=int(labels.shape[0]),
         )
+
+
+def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(hidden.dtype).unsqueeze(-1)  # [B, T, 1]
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
 # ------------------------------------------------------------------------------------------ inputs

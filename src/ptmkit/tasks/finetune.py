@@ -1,12 +1,22 @@
-"""Fine-tuning a Transformer backbone for sequence classification (Devlin et al. 2019, §4).
+"""Fine-tuning a pre-trained encoder for sequence classification (Devlin et al. 2019, §4).
 
-``finetune`` trains ``SequenceClassifier(backbone)`` with AdamW (no decay on norms and biases),
-linear warmup and decay, evaluates on dev after every epoch and keeps the best epoch's weights
-(in memory), then scores the test split with them.  ``init="random"`` gives the baseline
-without pre-training: the same architecture, config and tokenizer, freshly initialised.
+``finetune`` builds ``SequenceClassifier(encoder)`` and trains it through the same
+:class:`~ptmkit.train.trainer.Trainer` as pre-training (AdamW without decay on norms and biases,
+linear warmup and decay or ULMFiT's slanted triangular schedule, AMP, DDP, the NaN guard,
+atomic checkpoints every epoch and exact resume).  Dev-based model selection and gradual
+unfreezing are Trainer callbacks (:mod:`ptmkit.tasks.callbacks`).  The test split is scored
+with the selected epoch's weights.  ``init="random"`` gives the baseline without pre-training:
+the same architecture, config and tokenizer, freshly initialised.
 
-Outputs in ``out_dir``: ``results.json`` (config, per-epoch history, dev and test metrics) and
-``predictions.jsonl`` (one test example per line: text, label, prediction, probabilities).
+Two transfer modes (Peters et al. 2018; Devlin et al. 2019): ``mode="finetune"`` trains every
+weight; ``mode="features"`` keeps the encoder fixed and trains only a scalar mix of its layers
+and a small task network (``head="mlp"`` or ``"bilstm"``).
+
+Outputs in ``out_dir``: ``results.json`` (config, per-epoch history, dev and test metrics),
+``predictions.jsonl`` (one test example per line: text, label, prediction, probabilities),
+``metrics.jsonl`` + ``loss.png`` (train loss per epoch, dev scores) and ``best.safetensors`` (the
+selected classifier's weights).  ``checkpoints/`` holds the resumable state while the run is
+under way and is removed when it has finished.
 """
 
 from __future__ import annotations
@@ -14,8 +24,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,18 +33,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
-from ptmkit.tasks.classification import POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
+from ptmkit.tasks.classification import HEADS, MIXES, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
 
 log = logging.getLogger(__name__)
 
 INITS = ("pretrained", "random")
 SELECT = ("accuracy", "macro_f1", "f1", "loss")
+MODES = ("finetune", "features")
+SCHEDULES = ("linear", "slanted_triangular")
+RESULTS_FILE = "results.json"
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,18 @@ class FinetuneConfig:
         the next layer down, the embeddings last (ULMFiT).
     freeze_embeddings: keep the (pre-trained) embedding layer fixed, so that words absent from a
         small training set keep their pre-trained neighbourhoods.
+    schedule: ``linear`` (warmup then linear decay, BERT) or ``slanted_triangular`` (ULMFiT).
+
+    Transfer mode and task network:
+
+    mode: ``finetune`` (train everything) or ``features`` (frozen encoder: only ``mix`` and the
+        head learn).
+    mix: ``auto`` (``scalar`` for features, ``last`` for fine-tuning), ``last`` (top layer) or
+        ``scalar`` (ELMo's softmax-weighted mix of all layers).
+    head: ``linear``, ``mlp`` or ``bilstm`` (``head_hidden`` units).
+
+    Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
+    pre-training's ``train`` section.
     """
 
     epochs: int = 10
@@ -75,6 +99,14 @@ class FinetuneConfig:
     layer_decay: float = 1.0
     gradual_unfreeze: bool = False
     freeze_embeddings: bool = False
+    schedule: str = "linear"
+    mode: str = "finetune"
+    mix: str = "auto"
+    head: str = "linear"
+    head_hidden: int = 128
+    precision: str = "fp32"
+    device: str = "auto"
+    num_threads: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len"):
@@ -105,6 +137,31 @@ class FinetuneConfig:
             raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.select not in SELECT:
             raise PtmError(f"select must be one of {', '.join(SELECT)}, got {self.select!r}")
+        for name, allowed in (("mode", MODES), ("schedule", SCHEDULES), ("mix", ("auto", *MIXES)), ("head", HEADS)):
+            if getattr(self, name) not in allowed:
+                raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.mode == "features" and (self.gradual_unfreeze or self.freeze_embeddings):
+            raise PtmError("mode=features keeps the whole encoder fixed; gradual_unfreeze and freeze_embeddings apply to mode=finetune")
+        if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
+            raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
+
+    @property
+    def resolved_mix(self) -> str:
+        return self.mix if self.mix != "auto" else ("scalar" if self.mode == "features" else "last")
+
+    def train_config(self, n_train: int, seed: int):
+        """The Trainer's settings for ``n_train`` examples: one checkpoint and one log line per epoch."""
+        from ptmkit.train.config import TrainConfig
+
+        steps_per_epoch = -(-n_train // self.batch_size)
+        total = steps_per_epoch * self.epochs
+        return TrainConfig(
+            batch_size=self.batch_size, lr=self.lr, betas=tuple(self.betas), eps=self.eps, weight_decay=self.weight_decay,
+            warmup_steps=int(round(self.warmup * total)), max_steps=total, schedule=self.schedule,
+            layer_decay=self.layer_decay, clip_norm=self.clip_norm, log_every=steps_per_epoch, save_every=steps_per_epoch,
+            eval_every=0, keep_checkpoints=1, seed=seed, precision=self.precision, device=self.device,
+            num_threads=self.num_threads,
+        )
 
 
 # ------------------------------------------------------------------------------------- the model
@@ -142,29 +199,21 @@ def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init
         from ptmkit.build import build_encoder
 
         backbone = build_encoder(pretrained.config["model"], pretrained.tokenizer)
-    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=pretrained.causal)
+    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=pretrained.causal,
+                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden, frozen=cfg.mode == "features")
 
 
-def _depths(clf: SequenceClassifier) -> dict[str, int]:
-    """Each parameter's depth, as the encoder declares it: embeddings 0, layer ``i`` i + 1, the
-    rest (pooler, classifier) L + 1."""
-    from ptmkit.train.optim import parameter_depths
-
-    return parameter_depths(clf)[0]
-
-
-def _set_trainable(clf: SequenceClassifier, depths: dict[str, int], epoch: int, cfg: FinetuneConfig) -> None:
-    """Freeze what ``cfg``'s strategies keep fixed in ``epoch`` (1-based); the rest trains.
-
-    A frozen parameter gets no gradient, and AdamW skips parameters without one, so neither
-    its moments nor weight decay move it.
-    """
+def _lowest_trainable(clf: SequenceClassifier, cfg: FinetuneConfig):
+    """``epoch -> lowest trainable depth`` for gradual unfreezing / frozen embeddings, or ``None``."""
+    if not (cfg.gradual_unfreeze or cfg.freeze_embeddings):
+        return None
     top = clf.backbone.num_layers + 1
-    lowest = max(0, top - (epoch - 1)) if cfg.gradual_unfreeze else 0
-    if cfg.freeze_embeddings:
-        lowest = max(lowest, 1)
-    for name, param in clf.named_parameters():
-        param.requires_grad_(depths[name] >= lowest)
+
+    def lowest(epoch: int) -> int:
+        floor = max(0, top - (epoch - 1)) if cfg.gradual_unfreeze else 0
+        return max(floor, 1) if cfg.freeze_embeddings else floor
+
+    return lowest
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -172,9 +221,10 @@ def _set_trainable(clf: SequenceClassifier, depths: dict[str, int], epoch: int, 
 
 @torch.no_grad()
 def predict(
-    model: SequenceClassifier, inputs: EncodedInputs, pad_id: int, batch_size: int, with_token_types: bool
+    model: SequenceClassifier, inputs: EncodedInputs, pad_id: int, batch_size: int, with_token_types: bool,
+    device: torch.device | str = "cpu",
 ) -> np.ndarray:
-    """Class probabilities ``[N, K]`` (float64), in the order of ``inputs``.
+    """Class probabilities ``[N, K]`` (float64), in the order of ``inputs`` (leaves ``model`` in eval mode).
 
     Examples are batched by length (sorted), which keeps padding, and CPU time, low.
     """
@@ -183,8 +233,8 @@ def predict(
     probs = np.zeros((len(inputs), model.num_labels), dtype=np.float64)
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
-        batch = collate(inputs, index, pad_id, with_token_types=with_token_types)
-        probs[index] = torch.softmax(model.logits(batch).double(), dim=-1).numpy()
+        batch = {k: v.to(device) for k, v in collate(inputs, index, pad_id, with_token_types=with_token_types).items()}
+        probs[index] = torch.softmax(model.logits(batch).double(), dim=-1).cpu().numpy()
     return probs
 
 
@@ -210,13 +260,16 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def prepare_out_dir(out_dir: str | Path, overwrite: bool = False) -> Path:
-    """Create ``out_dir``; an existing non-empty one is an error unless ``overwrite``."""
+def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
+    """Create ``out_dir``; an existing non-empty one is an error unless ``overwrite`` or ``resume``."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PtmError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise PtmError(f"output directory {out} is not empty; choose a new -o directory (nothing was overwritten)")
+    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
+        raise PtmError(
+            f"output directory {out} is not empty; choose a new -o directory, or --resume an interrupted run "
+            f"(nothing was overwritten)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -247,15 +300,32 @@ def finetune(
     overwrite: bool = False,
     progress: bool = True,
     desc: str | None = None,
+    resume: bool = False,
+    callbacks: tuple = (),
 ) -> dict[str, Any]:
     """Fine-tune ``model`` (a run/checkpoint path or a loaded ``Pretrained``) on ``task_data``.
 
     Returns the result dict also written to ``out_dir/results.json`` (``out_dir=None`` writes
-    nothing): ``dev``/``test`` metrics of the selected epoch, ``best_epoch``, per-epoch ``history``.
+    nothing and cannot be resumed): ``dev``/``test`` metrics of the selected epoch,
+    ``best_epoch``, per-epoch ``history``.  ``resume=True`` continues an interrupted run in
+    ``out_dir`` from its last epoch checkpoint (the result is the uninterrupted run's) and
+    returns a finished run's results as they are.  ``callbacks`` are passed on to the Trainer.
     """
+    from ptmkit.tasks.batches import LabelledBatches
+    from ptmkit.tasks.callbacks import DevSelection, StagedFreezing
+    from ptmkit.train import checkpoint as ckpt
+    from ptmkit.train.optim import parameter_depths
+    from ptmkit.train.trainer import Trainer
+
     started = time.time()
+    out = prepare_out_dir(out_dir, overwrite, resume) if out_dir is not None else None
+    if resume and out is not None and (out / RESULTS_FILE).is_file():
+        done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
+        asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed}))
+        if {k: done.get(k) for k in asked} != asked:
+            raise PtmError(f"{out} holds a finished run with other settings; resume with the same ones or choose a new -o")
+        return done
     pretrained = load_model(model)
-    out = prepare_out_dir(out_dir, overwrite) if out_dir is not None else None
     tokenizer = pretrained.tokenizer
     mcfg = pretrained.backbone.config
     max_position = getattr(mcfg, "max_position", None)
@@ -265,63 +335,28 @@ def finetune(
 
     causal = pretrained.causal
     encoded = {s: encode_split(task_data.split(s), tokenizer, cfg.max_seq_len, causal) for s in ("train", "dev", "test")}
-    train_labels = task_data.train.labels
     clf = build_classifier(pretrained, task_data.num_labels, cfg, init, seed)
+    train_cfg = cfg.train_config(len(task_data.train), seed)
+    batches = LabelledBatches(encoded["train"], task_data.train.labels, cfg.batch_size, tokenizer.pad_id, seed, with_types)
 
-    from ptmkit.train.optim import param_groups
+    def evaluate_dev(m: SequenceClassifier) -> dict[str, float]:
+        probs = predict(m, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types, next(m.parameters()).device)
+        return score(probs, task_data.dev.labels, task_data.num_labels)
 
-    groups = param_groups(clf, cfg.weight_decay, cfg.lr, cfg.layer_decay)
-    for g in groups:
-        g.pop("names", None)
-    depths = _depths(clf)
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
-    steps_per_epoch = math.ceil(len(task_data.train) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    warmup = int(round(cfg.warmup * total))
+    selection = DevSelection(evaluate_dev, cfg.select, batches.steps_per_epoch, out)
+    callbacks = [selection, *callbacks]
+    lowest = _lowest_trainable(clf, cfg)
+    if lowest is not None:
+        callbacks.append(StagedFreezing(parameter_depths(clf)[0], lowest, batches.steps_per_epoch))
+    trainer = Trainer(clf, batches, train_cfg, out, None, {"config": {"finetune": to_dict(cfg), "init": init, "seed": seed}},
+                      callbacks, desc=desc or f"fine-tune {init} seed={seed}", progress_bar=progress)
+    selection.is_main = trainer.is_main
+    trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
 
-    def lr_factor(s: int) -> float:  # linear warmup, then linear decay to 0 (BERT)
-        if s < warmup:
-            return (s + 1) / warmup
-        return max(0.0, (total - s) / max(1, total - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    rng = np.random.default_rng(seed)
-    history: list[dict[str, Any]] = []
-    best_state: dict[str, torch.Tensor] | None = None
-    best_value: float | None = None
-    best_epoch = 0
-    bar = tqdm(total=total, desc=desc or f"fine-tune {init} seed={seed}", unit="step", disable=not progress, leave=False)
-    for epoch in range(1, cfg.epochs + 1):
-        _set_trainable(clf, depths, epoch, cfg)
-        clf.train()
-        order = rng.permutation(len(task_data.train))
-        losses = []
-        for start in range(0, len(order), cfg.batch_size):
-            batch = collate(encoded["train"], order[start : start + cfg.batch_size], tokenizer.pad_id, train_labels, with_types)
-            loss = clf(batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_([p for p in clf.parameters() if p.grad is not None], cfg.clip_norm)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses[-20:]):.3f}")
-        dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
-        dev = score(dev_probs, task_data.dev.labels, task_data.num_labels)
-        history.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **{f"dev_{k}": v for k, v in dev.items()}})
-        if _better(cfg.select, dev[cfg.select], best_value):
-            best_value, best_epoch = dev[cfg.select], epoch
-            best_state = {k: v.detach().clone() for k, v in clf.state_dict().items()}
-        bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}", dev_acc=f"{dev['accuracy']:.3f}")
-        log.debug("epoch %d train_loss %.4f dev %s", epoch, np.mean(losses), dev)
-    bar.close()
-
-    assert best_state is not None
-    clf.load_state_dict(best_state)
-    dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
-    test_probs = predict(clf, encoded["test"], tokenizer.pad_id, cfg.eval_batch_size, with_types)
+    clf.load_state_dict(selection.best_state())
+    device = trainer.device
+    dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types, device)
+    test_probs = predict(clf, encoded["test"], tokenizer.pad_id, cfg.eval_batch_size, with_types, device)
     result: dict[str, Any] = {
         "task": task_data.name,
         "init": init,
@@ -329,17 +364,19 @@ def finetune(
         "model": str(model) if isinstance(model, (str, os.PathLike)) else None,
         "labels": [str(x) for x in task_data.label_names],
         "sizes": {s: len(task_data.split(s)) for s in ("train", "dev", "test")},
-        "best_epoch": best_epoch,
+        "best_epoch": selection.best_epoch,
         "dev": score(dev_probs, task_data.dev.labels, task_data.num_labels),
         "test": score(test_probs, task_data.test.labels, task_data.num_labels),
-        "history": history,
+        "history": selection.history,
         "config": to_dict(cfg),
         "num_parameters": sum(p.numel() for p in clf.parameters()),
+        "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters() if not (cfg.mode == "features" and n.startswith("backbone."))),
         "time_s": round(time.time() - started, 2),
     }
-    if out is not None:
+    if out is not None and trainer.is_main:
         write_predictions(out / "predictions.jsonl", task_data.test, task_data.label_names, test_probs)
-        _atomic_write(out / "results.json", json.dumps(result, indent=2) + "\n")
+        _atomic_write(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
+        shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
     return result
 
 
@@ -356,6 +393,7 @@ def run_seeds(
     overwrite: bool = False,
     progress: bool = True,
     lrs: list[float] | None = None,
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
     """``finetune`` for every (init, seed); run ``i`` writes into ``out_dir/{init}-seed{seed}``.
 
@@ -363,6 +401,8 @@ def run_seeds(
     (in ``.../lr-{lr}``) and the LR with the best dev score is kept, as Devlin et al. (2019)
     select the LR on dev.  Every condition gets the same grid, so neither is favoured by the
     choice of a single LR.  The result records all candidates under ``lr_search``.
+    resume: continue an interrupted grid: finished runs are read back, an interrupted one
+    resumes from its last epoch, the rest start.
     """
     pretrained = load_model(model)
     results = []
@@ -379,7 +419,7 @@ def run_seeds(
                 run_dir = (sub / f"lr-{lr:g}" if lrs else sub) if sub is not None else None
                 desc = f"[{done}/{n}] {init} seed={seed}" + (f" lr={lr:g}" if lrs else "")
                 r = finetune(pretrained, task_data, run_dir, run_cfg, init=init, seed=seed, overwrite=overwrite,
-                             progress=progress, desc=desc)
+                             progress=progress, desc=desc, resume=resume)
                 if isinstance(model, (str, os.PathLike)):
                     r["model"] = str(model)
                 log.info("%s: dev acc %.4f (epoch %d), test acc %.4f", desc, r["dev"]["accuracy"], r["best_epoch"], r["test"]["accuracy"])

@@ -17,7 +17,6 @@ small tolerance rather than exactly.)
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import random
@@ -35,14 +34,40 @@ from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
+from ptmkit.train.metrics_log import LOSS_PLOT, METRICS_FILE, append_metrics, plot_losses, read_metrics, truncate_metrics
+from ptmkit.train.progress import progress
 from ptmkit.train.step import BatchSource, StepOutput
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
-LOSS_PLOT = "loss.png"
+__all__ = ["LOSS_PLOT", "METRICS_FILE", "Callback", "Trainer", "TrainerCallback", "plot_losses", "read_metrics"]
 
-Callback = Callable[["Trainer", int], None]
+
+class TrainerCallback:
+    """A callback with hooks and state, for what a run decides as it goes (fine-tuning's dev-based
+    model selection, gradual unfreezing).
+
+    ``on_fit_start(trainer)`` runs once before the first step (after a resume has restored the
+    step), ``on_step_end(trainer, step)`` after every optimizer step and *before* that step's
+    evaluation and checkpoint, so the checkpoint holds the callback's ``state_dict()``; a resumed
+    run hands it back through ``load_state_dict``.  ``on_fit_end(trainer)`` runs after the last step.
+    """
+
+    def on_fit_start(self, trainer: "Trainer") -> None: ...
+
+    def on_step_end(self, trainer: "Trainer", step: int) -> None: ...
+
+    def on_fit_end(self, trainer: "Trainer") -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+# A plain callable ``callback(trainer, step)`` runs after every optimizer step (after logging,
+# evaluation and checkpointing); a TrainerCallback gets the hooks above.
+Callback = Callable[["Trainer", int], None] | TrainerCallback
 
 
 def seed_everything(seed: int) -> None:
@@ -127,7 +152,9 @@ class Trainer:
     eval_batches: a source whose ``eval_batches()`` yields evaluation batches (``None``: no evaluation).
     checkpoint_extra: ``callable(dir)`` or ``{"config": dict, "tokenizer": Tokenizer}``, written into
         each checkpoint next to the weights.
-    callbacks: ``callback(trainer, step)`` called after every optimizer step (after logging, eval, save).
+    callbacks: :class:`TrainerCallback` objects, or plain ``callback(trainer, step)`` functions
+        called after every optimizer step (after logging, eval, save).
+    desc: the progress bar's label; progress_bar: show it (on the main rank).
     """
 
     def __init__(
@@ -139,8 +166,12 @@ class Trainer:
         eval_batches: BatchSource | None = None,
         checkpoint_extra: ckpt.Extra = None,
         callbacks: Iterable[Callback] = (),
+        desc: str = "train",
+        progress_bar: bool = True,
     ) -> None:
         self.cfg = cfg
+        self.desc = desc
+        self.progress_bar = progress_bar
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.train_batches = train_batches
         self.eval_source = eval_batches
@@ -183,9 +214,15 @@ class Trainer:
     def _write(self, record: dict[str, Any]) -> None:
         if self.run_dir is None or not self.is_main:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / METRICS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_metrics(self.run_dir / METRICS_FILE, record)
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        """Append a record (e.g. a callback's dev scores) to the run's metrics file (main rank)."""
+        self._write(record)
+
+    @property
+    def stateful_callbacks(self) -> list[TrainerCallback]:
+        return [cb for cb in self.callbacks if isinstance(cb, TrainerCallback)]
 
     def _lr(self) -> float:
         return max(g["lr"] for g in self.optimizer.param_groups)
@@ -329,6 +366,7 @@ class Trainer:
                 "elapsed": self.elapsed + time.perf_counter() - self._t0,
                 "world_size": self.dist.world_size,
                 "train_config": to_dict(self.cfg),
+                "callbacks": [cb.state_dict() for cb in self.stateful_callbacks],
             }
             path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, self._extra(), self.cfg.keep_checkpoints)
         dist.barrier()
@@ -355,12 +393,15 @@ class Trainer:
         self.window = Window()
         if self.is_main:
             self.window.load_state_dict(state.get("window", {}))
+        saved = state.get("callbacks", [])
+        for cb, cb_state in zip(self.stateful_callbacks, saved):
+            cb.load_state_dict(cb_state)
         rngs = state["rng"]
         set_rng_state(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
         if len(rngs) != self.dist.world_size:
             log.warning("resuming a %d-process run with %d processes: dropout RNG streams differ", len(rngs), self.dist.world_size)
         if self.is_main and self.run_dir is not None:
-            _truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+            truncate_metrics(self.run_dir / METRICS_FILE, self.step)
 
     # -- the loop ---------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
@@ -382,11 +423,13 @@ class Trainer:
             elif self.is_main and self.run_dir is not None and (self.run_dir / METRICS_FILE).exists():
                 (self.run_dir / METRICS_FILE).unlink()
             seed_everything(cfg.seed + self.dist.rank)
+        for cb in self.stateful_callbacks:
+            cb.on_fit_start(self)
         self.ddp_model = dist.wrap(self.model, self.device)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         start = self.step
-        bar = _progress(cfg.max_steps, start, disable=not self.is_main)
+        bar = progress(cfg.max_steps, start, desc=self.desc, disable=not (self.is_main and self.progress_bar))
         window_start = time.perf_counter()
         try:
             while self.step < cfg.max_steps:
@@ -398,13 +441,16 @@ class Trainer:
                     if rec is not None and "loss" in rec:
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
                 bar.update(1)
+                for cb in self.stateful_callbacks:
+                    cb.on_step_end(self, step)
                 if step < cfg.max_steps:
                     if cfg.eval_every and step % cfg.eval_every == 0:
                         self.evaluate()
                     if cfg.save_every and step % cfg.save_every == 0:
                         self.save()
                 for cb in self.callbacks:
-                    cb(self, step)
+                    if not isinstance(cb, TrainerCallback):
+                        cb(self, step)
             if self.window.steps or self.window.skipped:
                 self.flush_log(window_start)
             if self.step > start or self.run_dir is None or not (self.run_dir / METRICS_FILE).exists():
@@ -414,6 +460,8 @@ class Trainer:
                 final_eval = done[-1] if done else self.evaluate()
             if self.step > start or ckpt.latest_checkpoint(self.run_dir or Path("/nonexistent")) is None:
                 self.save()
+            for cb in self.stateful_callbacks:
+                cb.on_fit_end(self)
         finally:
             bar.close()
             self.ddp_model = self.model
@@ -430,60 +478,3 @@ class Trainer:
 
 def _exp(x: float) -> float:
     return math.exp(x) if x < 700 else float("inf")
-
-
-def _progress(total: int, initial: int, disable: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=initial, disable=disable, unit="step", dynamic_ncols=True, desc="train")
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop log lines written after checkpoint ``step`` (by the run that was interrupted)."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
-        except json.JSONDecodeError:  # a line cut by the kill
-            continue
-    ckpt.atomic_write_text(path, "".join(line + "\n" for line in keep))
-
-
-def read_metrics(path: Path, split: str | None = None) -> list[dict[str, Any]]:
-    """Records of a ``metrics.jsonl`` file (optionally only ``split`` ``train`` or ``eval``)."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            if split is None or rec.get("split") == split:
-                out.append(rec)
-    return out
-
-
-def plot_losses(metrics: Path, out: Path) -> Path | None:
-    """Plot train and eval loss against the step into ``out`` (PNG)."""
-    if not Path(metrics).exists():
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train = [r for r in read_metrics(metrics, "train") if "loss" in r]
-    evals = [r for r in read_metrics(metrics, "eval") if "loss" in r]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train")
-    if evals:
-        ax.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="eval")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return Path(out)

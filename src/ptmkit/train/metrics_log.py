@@ -1,0 +1,76 @@
+"""The run's ``metrics.jsonl`` (one JSON object per log or evaluation) and its loss plot.
+
+Records carry ``step`` and ``split`` (``train`` or ``eval``, or any name a caller writes, such as
+``dev`` for fine-tuning's per-epoch scores) and the averaged metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
+LOSS_PLOT = "loss.png"
+
+
+def append_metrics(path: Path, record: dict[str, Any]) -> None:
+    """Append one record (a line) to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def read_metrics(path: Path, split: str | None = None) -> list[dict[str, Any]]:
+    """Records of a ``metrics.jsonl`` file (optionally only those of ``split``)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if split is None or rec.get("split") == split:
+                out.append(rec)
+    return out
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop log lines written after checkpoint ``step`` (by the run that was interrupted)."""
+    from ptmkit.train.checkpoint import atomic_write_text
+
+    if not Path(path).exists():
+        return
+    keep = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except json.JSONDecodeError:  # a line cut by the kill
+            continue
+    atomic_write_text(Path(path), "".join(line + "\n" for line in keep))
+
+
+def plot_losses(metrics: Path, out: Path) -> Path | None:
+    """Plot train and eval loss (and any other split's ``loss``) against the step into ``out`` (PNG)."""
+    if not Path(metrics).exists():
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [r for r in read_metrics(metrics) if "loss" in r]
+    splits = list(dict.fromkeys(r.get("split", "train") for r in records))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for split in splits:
+        rows = [r for r in records if r.get("split", "train") == split]
+        style = "-" if split == "train" else "o-"
+        ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], style, label=split)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    if splits:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return Path(out)
