@@ -294,3 +294,21 @@ def test_batch_not_divisible_by_micro_batches():
         Trainer(ToyLM(), ToySource(8), TrainConfig(batch_size=6, grad_accum=4), None)
     with pytest.raises(PtmError, match="fewer examples"):
         Trainer(ToyLM(), ToySource(8, n=4), TrainConfig(batch_size=8), None)
+
+
+def test_max_seconds_stops_early_then_evaluates_and_saves(tmp_path):
+    torch.manual_seed(0)
+    src = ToySource(8)
+
+    def slow(trainer, step):  # each step "takes" 0.05 s
+        import time
+
+        time.sleep(0.05)
+
+    tr = Trainer(ToyLM(), src, cfg(max_steps=1000, max_seconds=0.3, eval_every=0), tmp_path, eval_batches=src, callbacks=[slow])
+    result = tr.fit()
+    assert result["stopped_early"] and 2 <= result["step"] < 100
+    assert "eval_loss" in result
+    assert (tmp_path / "checkpoints" / f"step-{result['step']:07d}").is_dir()
+    with pytest.raises(PtmError, match="max_seconds"):
+        TrainConfig(max_seconds=-1)

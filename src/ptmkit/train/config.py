@@ -31,6 +31,9 @@ class TrainConfig:
     num_threads: CPU threads for torch (0 keeps torch's default).
     nan_guard: a step with a non-finite loss or gradient is skipped with a warning; after this many
         consecutive skipped steps training stops with an error (0 disables the guard).
+    max_seconds: stop after this much training time (wall clock, summed over resumes) even before
+        ``max_steps``, then evaluate and save as at the end; 0 = no limit.  For comparisons at equal
+        compute; the LR schedule still runs to ``max_steps``, so set both.
     init_embeddings: ``none``, or ``skipgram`` / ``cbow``: before step 1, train word2vec (negative
         sampling, ``init_embeddings_epochs`` epochs) on the training examples' token ids and start
         the word embeddings from those vectors (``ptmkit.static.init_embeddings``).
@@ -62,6 +65,7 @@ class TrainConfig:
     device: str = "auto"
     num_threads: int = 0
     nan_guard: int = 5
+    max_seconds: float = 0.0
     init_embeddings: str = "none"
     init_embeddings_epochs: int = 3
 
@@ -81,12 +85,15 @@ class TrainConfig:
             positive(name)
         for name in ("warmup_steps", "eval_every", "save_every", "log_every", "num_threads", "nan_guard", "seed"):
             non_negative(name)
-        for name in ("lr", "eps", "weight_decay", "clip_norm", "min_lr_ratio", "layer_decay", "stlr_cut_frac", "stlr_ratio"):
+        for name in ("lr", "eps", "weight_decay", "clip_norm", "min_lr_ratio", "layer_decay", "stlr_cut_frac", "stlr_ratio",
+                     "max_seconds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PtmError(f"train.{name} must be a number, got {value!r}")
         if self.lr <= 0 or self.eps <= 0:
             raise PtmError(f"train.lr and train.eps must be positive (got lr={self.lr}, eps={self.eps})")
+        if self.max_seconds < 0:
+            raise PtmError(f"train.max_seconds must be >= 0 (0 = no limit), got {self.max_seconds}")
         if self.weight_decay < 0 or self.clip_norm < 0:
             raise PtmError("train.weight_decay and train.clip_norm must be >= 0 (clip_norm=0 disables clipping)")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

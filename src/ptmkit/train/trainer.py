@@ -198,6 +198,7 @@ class Trainer:
         self.elapsed = 0.0
         self.last_train: dict[str, Any] = {}
         self.last_eval: dict[str, Any] = {}
+        self.stopped_early = False
         if cfg.precision == "bf16" and self.device.type != "cuda":
             log.warning("train.precision=bf16 needs CUDA; training in fp32 on %s", self.device)
 
@@ -404,6 +405,14 @@ class Trainer:
             truncate_metrics(self.run_dir / METRICS_FILE, self.step)
 
     # -- the loop ---------------------------------------------------------------------------
+    def _over_budget(self) -> bool:
+        """Has training used ``cfg.max_seconds``?  Every rank must take the same decision."""
+        over = self.elapsed + time.perf_counter() - self._t0 >= self.cfg.max_seconds
+        if dist.is_distributed():
+            flag = torch.tensor([1.0 if over else 0.0], device=self.device if self.device.type == "cuda" else "cpu")
+            over = float(dist.all_reduce_sum(flag)) > 0
+        return over
+
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train to ``cfg.max_steps``; return the last train log and final eval (``eval_*`` keys)."""
         cfg = self.cfg
@@ -451,6 +460,10 @@ class Trainer:
                 for cb in self.callbacks:
                     if not isinstance(cb, TrainerCallback):
                         cb(self, step)
+                if cfg.max_seconds and self._over_budget():
+                    log.info("train.max_seconds=%g reached at step %d; stopping", cfg.max_seconds, self.step)
+                    self.stopped_early = True
+                    break
             if self.window.steps or self.window.skipped:
                 self.flush_log(window_start)
             if self.step > start or self.run_dir is None or not (self.run_dir / METRICS_FILE).exists():
@@ -468,6 +481,8 @@ class Trainer:
         if self.is_main and self.run_dir is not None:
             plot_losses(self.run_dir / METRICS_FILE, self.run_dir / LOSS_PLOT)
         result: dict[str, Any] = {"step": self.step}
+        if self.stopped_early:
+            result["stopped_early"] = True
         if "loss" in self.last_train:
             result["train_loss"] = self.last_train["loss"]
         for k, v in (final_eval or {}).items():
