@@ -31,19 +31,23 @@ then in Python: transformers.BertForMaskedLM.from_pretrained("hf/tiny")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ptmkit.interop import formats
-
     p = subparsers.add_parser(
         "export", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("source", metavar="RUN_OR_CKPT", help="run directory or checkpoint directory")
     p.add_argument("--out", "-o", required=True, metavar="HF_DIR", help="output directory (new or empty)")
-    p.add_argument("--format", "-f", choices=formats(), default=None, help="HF model family (default: inferred)")
+    p.add_argument("--format", "-f", default=None, metavar="FORMAT",
+                   help="HF model format, one of those listed above (default: inferred from the model)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.interop import export_hf, infer_format
+    from ptmkit.errors import PtmError, suggest
+    from ptmkit.interop import export_hf, formats, infer_format
+
+    known = formats()
+    if args.format is not None and args.format not in known:
+        raise PtmError(f"unknown --format {args.format!r}{suggest(args.format, known)}; formats: {', '.join(known)}")
     from ptmkit.pretrained import load_pretrained
 
     pretrained = load_pretrained(args.source)
