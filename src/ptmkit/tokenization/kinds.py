@@ -13,6 +13,10 @@ char       NFC (+ lowercase), whitespace runs collapsed to one ``▁`` token -> 
 word       optional lowercase -> whitespace split -> one token per word (static models, NNLM)
 =========  ==================================================================================
 
+Training is deterministic (the same files give the same ``tokenizer.json`` in every process): the
+subword kinds are learnt by :mod:`ptmkit.tokenization.training`, ``char`` and ``word`` by HF's
+``WordLevelTrainer``.
+
 Every kind reserves the same special tokens, first in the vocabulary; ids are always looked up by
 token, because a loaded BERT ``vocab.txt`` puts them elsewhere.  The kind is recovered from the
 ``tokenizer.json`` structure itself (:func:`detect_kind`), so files stay loadable by HF tools.
@@ -83,17 +87,14 @@ def build(kind: str, lowercase: bool) -> Tokenizer:
 
 
 def trainer(kind: str, vocab_size: int, min_frequency: int, show_progress: bool) -> Any:
-    """The ``tokenizers`` trainer for ``kind``."""
-    common = dict(vocab_size=vocab_size, show_progress=show_progress, special_tokens=list(SPECIAL_TOKENS))
-    if kind == "wordpiece":
-        return trainers.WordPieceTrainer(min_frequency=min_frequency, continuing_subword_prefix="##", **common)
-    if kind == "bpe":
-        return trainers.BpeTrainer(
-            min_frequency=min_frequency, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), **common
-        )
-    if kind == "unigram":
-        return trainers.UnigramTrainer(unk_token=UNK, **common)
-    return trainers.WordLevelTrainer(min_frequency=min_frequency, **common)
+    """HF's ``WordLevelTrainer`` for ``char`` and ``word`` (deterministic: it sorts by count, then
+    token).  The subword kinds are trained by :mod:`ptmkit.tokenization.training` instead."""
+    if kind not in ("char", "word"):
+        raise ValueError(f"{kind} is trained by ptmkit.tokenization.training")
+    return trainers.WordLevelTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
+        special_tokens=list(SPECIAL_TOKENS),
+    )
 
 
 def add_post_processor(tok: Tokenizer) -> None:

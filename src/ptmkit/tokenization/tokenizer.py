@@ -20,6 +20,7 @@ from tokenizers import models
 
 from ptmkit.errors import PtmError, suggest
 from ptmkit.tokenization import kinds as K
+from ptmkit.tokenization.training import SUBWORD_KINDS, train_subword
 
 
 def _is_cjk(ch: str) -> bool:
@@ -75,7 +76,14 @@ class Tokenizer:
         lowercase: bool = True,
         show_progress: bool = False,
     ) -> "Tokenizer":
-        """Train a tokenizer of ``kind`` on text ``files`` (read by the Rust trainer, streaming)."""
+        """Train a tokenizer of ``kind`` on text ``files`` (streamed, line by line).
+
+        Deterministic: the same files and arguments give the same ``tokenizer.json`` in every
+        process (the subword kinds use ptmkit's trainers, see :mod:`ptmkit.tokenization.training`).
+        ``min_frequency`` is the least count of a merged pair (``wordpiece``, ``bpe``) or of a kept
+        token (``char``, ``word``); ``unigram`` ignores it.  ``show_progress`` draws HF's progress
+        bar (``char``, ``word``).
+        """
         check_kind(kind)
         if vocab_size < len(K.SPECIAL_TOKENS) + 1:
             raise PtmError(f"vocab_size must exceed the {len(K.SPECIAL_TOKENS)} special tokens, got {vocab_size}")
@@ -89,7 +97,10 @@ class Tokenizer:
             raise PtmError(f"training files are empty: {', '.join(paths)}")
         tok = K.build(kind, lowercase)
         try:
-            tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
+            if kind in SUBWORD_KINDS:
+                train_subword(tok, kind, paths, vocab_size, min_frequency)
+            else:
+                tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
         except Exception as exc:  # the Rust trainer reports bad bytes as a generic exception
             raise PtmError(f"cannot train a {kind} tokenizer on {', '.join(paths)}: {exc}") from exc
         K.add_post_processor(tok)

@@ -1,0 +1,68 @@
+"""Deterministic training of the subword kinds (``wordpiece``, ``bpe``, ``unigram``).
+
+HF ``tokenizers``' WordPiece and Unigram trainers depend on the iteration order of Rust hash maps,
+which is random per process: the same corpus and settings give a different ``tokenizer.json`` (and
+so different token ids and runs) from one process to the next.  (Its BPE trainer escapes only
+because the byte-level alphabet fixes every symbol id before training.)  Here the words are counted
+with HF's own normaliser and pre-tokenizer, sorted, and the vocabulary is learnt by the fixed-order
+trainers of :mod:`~ptmkit.tokenization.merges` (BPE and WordPiece, one algorithm) and
+:mod:`~ptmkit.tokenization.unigram`; HF models are then built from the result, so encoding stays
+HF's.  ``char`` and ``word`` keep HF's ``WordLevelTrainer``, which sorts by count, then token.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from ptmkit.tokenization import kinds as K
+from ptmkit.tokenization.merges import train_merges
+from ptmkit.tokenization.unigram import train_unigram
+
+SUBWORD_KINDS = ("wordpiece", "bpe", "unigram")
+
+
+def count_words(tok: Tokenizer, paths: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """The distinct words of ``paths`` as ``tok``'s normaliser and pre-tokenizer cut them (sorted),
+    and their counts.
+
+    Files are read line by line with the line ends kept, as HF trainers read them (so that, e.g.,
+    byte-level BPE sees the newline as ``Ċ``).  One call per line into HF's Rust code; the words are
+    counted by ``Counter`` without a Python loop over them.  (Counting through HF's own parallel
+    trainer and encoder instead takes two passes and twice the CPU time.)
+    """
+    norm, pre = tok.normalizer, tok.pre_tokenizer
+    counter: Counter[str] = Counter()
+    first = operator.itemgetter(0)
+    for path in paths:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw.decode("utf-8")
+                if norm is not None:
+                    line = norm.normalize_str(line)
+                counter.update(map(first, pre.pre_tokenize_str(line)))
+    words = sorted(w for w in counter if w)
+    return words, np.array([counter[w] for w in words], dtype=np.int64)
+
+
+def train_subword(tok: Tokenizer, kind: str, paths: Sequence[str], vocab_size: int, min_frequency: int) -> None:
+    """Train ``tok`` (from :func:`kinds.build`) of a subword ``kind`` in place."""
+    words, counts = count_words(tok, paths)
+    if kind == "wordpiece":
+        vocab, _ = train_merges(words, counts, vocab_size, min_frequency, K.SPECIAL_TOKENS, prefix="##")
+        tok.model = models.WordPiece(vocab, unk_token=K.UNK, continuing_subword_prefix="##", max_input_chars_per_word=100)
+    elif kind == "bpe":
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        vocab, merges = train_merges(words, counts, vocab_size, min_frequency, K.SPECIAL_TOKENS, alphabet)
+        tok.model = models.BPE(vocab, merges)
+    elif kind == "unigram":
+        pieces = train_unigram(words, counts, vocab_size, len(K.SPECIAL_TOKENS))
+        specials = [(t, 0.0) for t in K.SPECIAL_TOKENS]
+        tok.model = models.Unigram(specials + pieces, unk_id=K.SPECIAL_TOKENS.index(K.UNK), byte_fallback=False)
+    else:
+        raise ValueError(kind)
+    tok.add_special_tokens(list(K.SPECIAL_TOKENS))
