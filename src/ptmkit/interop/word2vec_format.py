@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_bytes
 
 FORMATS = ("word2vec", "word2vec-binary", "glove")
 
@@ -42,14 +43,6 @@ def _text_lines(words: list[str], vectors: np.ndarray) -> io.StringIO:
     return buf
 
 
-def _atomic_write(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-    os.replace(tmp, path)
-
-
 def write_word2vec(path: str | os.PathLike, words: list[str], vectors: np.ndarray, binary: bool = True) -> None:
     """Write ``vectors`` (float [V, D]) with row i labelled ``words[i]``."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -60,15 +53,15 @@ def write_word2vec(path: str | os.PathLike, words: list[str], vectors: np.ndarra
         parts = [header]
         for w, row in zip(words, rows):
             parts.append(w.encode("utf-8") + b" " + row.tobytes())
-        _atomic_write(Path(path), b"".join(parts))
+        atomic_write_bytes(path, b"".join(parts))
     else:
-        _atomic_write(Path(path), header + _text_lines(words, vectors).getvalue().encode("utf-8"))
+        atomic_write_bytes(path, header + _text_lines(words, vectors).getvalue().encode("utf-8"))
 
 
 def write_glove(path: str | os.PathLike, words: list[str], vectors: np.ndarray) -> None:
     vectors = np.asarray(vectors, dtype=np.float32)
     _check_words(words, vectors)
-    _atomic_write(Path(path), _text_lines(words, vectors).getvalue().encode("utf-8"))
+    atomic_write_bytes(path, _text_lines(words, vectors).getvalue().encode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- reading

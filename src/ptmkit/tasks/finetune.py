@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.classification import POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
 
@@ -202,10 +203,7 @@ def _better(metric: str, new: float, best: float | None) -> bool:
 # -------------------------------------------------------------------------------------- outputs
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+_atomic_write = atomic_write_text  # results.json and predictions.jsonl: never half-written
 
 
 def prepare_out_dir(out_dir: str | Path, overwrite: bool = False) -> Path:

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from ptmkit.errors import PtmError, suggest
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tokenization import kinds as K
 
 
@@ -144,11 +145,7 @@ class Tokenizer:
         p = Path(path)
         if p.is_dir():
             p = p / "tokenizer.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(self._tok.to_str(pretty=True), encoding="utf-8")
-        os.replace(tmp, p)
-        return p
+        return atomic_write_text(p, self._tok.to_str(pretty=True))
 
     # ------------------------------------------------------------------ encoding
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
