@@ -12,17 +12,16 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ptmkit import registry
+from ptmkit import outputs, registry
 from ptmkit.config import apply_overrides, from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
-from ptmkit.train.trainer import LOSS_PLOT, METRICS_FILE, Callback, Trainer, seed_everything
+from ptmkit.train.trainer import Callback, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -172,23 +171,31 @@ def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
         )
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo) -> None:
-    if run_dir.exists() and not run_dir.is_dir():
-        raise PtmError(f"{run_dir} exists and is not a directory")
+def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo, inputs: Sequence[Any] = ()) -> None:
+    """Check RUN_DIR before any slow work (:func:`ptmkit.outputs.check`: new, empty or a run of
+    ptm's; no input inside it), then create and mark it.  Nothing is removed here: with
+    --overwrite the previous run's files go once the inputs have been read (:func:`_start_over`)."""
+    outputs.check(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
     has_checkpoints = bool(ckpt.checkpoint_steps(run_dir))
     if has_checkpoints and not resume and not overwrite:
         raise PtmError(
             f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
             f"--overwrite to start it over, or choose another output directory"
         )
-    dist.barrier()  # every rank has looked before anything is removed
-    if overwrite and not resume and info.is_main:
-        for name in (ckpt.CHECKPOINTS, DATA_DIR, EVAL_DATA_DIR):
-            shutil.rmtree(run_dir / name, ignore_errors=True)
-        for name in (METRICS_FILE, LOSS_PLOT, RUN_CONFIG):
-            (run_dir / name).unlink(missing_ok=True)
+    dist.barrier()  # every rank has looked before anything is written
     if info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        outputs.claim(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
+    dist.barrier()
+
+
+def _start_over(run_dir: Path, corpus: Any, info: dist.DistInfo) -> None:
+    """--overwrite: remove the previous run's files (checkpoints, logs, config, prepared data) now
+    that the inputs are read and the new config is resolved, so a failing command loses nothing
+    it did not have to; a prepared copy of the text just written for this run stays.  Files in
+    RUN_DIR that ptm did not write stay too."""
+    if info.is_main:
+        just_prepared = Path(corpus.path).resolve() == (run_dir / DATA_DIR).resolve()
+        outputs.clean(run_dir, keep=[DATA_DIR] if just_prepared else [])
     dist.barrier()
 
 
@@ -231,12 +238,18 @@ def pretrain(
         if verbose:
             _print_static_summary(static, run_dir)
         return run_dir
+    if not isinstance(preset_or_config, dict):
+        outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
     raw = apply_overrides(load_config(preset_or_config), overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
     started = not dist.is_distributed()
     info = dist.init_distributed(device)
+    # A run directory created by a failing command is removed again, unless it got a checkpoint
+    # (a killed run keeps what --resume needs).
+    has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
     try:
-        return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
+        with outputs.undo_if_failed(run_dir, keep=has_checkpoint, enabled=info.is_main):
+            return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
     finally:
         if started:
             dist.cleanup()
@@ -310,7 +323,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     from ptmkit.objectives.base import PretrainModel
 
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
-    _prepare_run_dir(run_dir, resume, overwrite, info)
+    inputs = _as_paths(data) + (_as_paths(eval_data) if eval_data is not None else [])
+    _prepare_run_dir(run_dir, resume, overwrite, info, inputs)
     corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume)
     config = resolve(raw, tokenizer, overrides)
     stored_file = run_dir / RUN_CONFIG
@@ -318,6 +332,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         latest = ckpt.latest_checkpoint(run_dir)
         stored = json.loads(stored_file.read_text()) if stored_file.is_file() else ckpt.read_config(latest)
         check_compatible(stored, config)
+    if overwrite:
+        _start_over(run_dir, corpus, info)
     train_cfg = from_dict(TrainConfig, config["train"], "train")
 
     seed_everything(train_cfg.seed)  # identical initial weights for a given seed

@@ -43,9 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmkit import outputs
     from ptmkit.interop import export_hf, infer_format
     from ptmkit.train.checkpoint import load_pretrained
 
+    outputs.check(args.out, "export", inputs=[args.source])  # before loading the model
     pretrained = load_pretrained(args.source)
     fmt = args.format or infer_format(pretrained)
     out = export_hf(pretrained, args.out, fmt)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ptmkit.commands import IntermixedParser
 import json
 from pathlib import Path
+
+from ptmkit.commands import IntermixedParser
 
 HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
 
@@ -67,7 +68,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="grid of learning rates: each run keeps the one with the best dev score")
     p.add_argument("--train-size", type=int, default=None, metavar="N",
                    help="use a fixed random subset of N training examples")
-    p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
+    p.add_argument("--out", "-o", required=True, metavar="OUT",
+                   help="output directory: new, empty, or (with --overwrite) an earlier fine-tuning output")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the fine-tuning results ptm wrote in OUT (only once the new runs succeeded; "
+                        "other files in OUT are kept)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.__class__ = IntermixedParser
     p.set_defaults(func=run)
@@ -99,20 +104,28 @@ def load_data(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.tasks.finetune import (
-        format_table,
-        load_model,
-        prepare_out_dir,
-        run_seeds,
-        summarize,
-    )
+    from ptmkit import outputs
+    from ptmkit.tasks.finetune import load_model
 
     cfg = parse_overrides(list(args.overrides))
+    inputs = [args.model, args.train, args.dev, args.test]
+    outputs.check(args.out, "finetune", inputs, args.overwrite)  # before any slow loading
     pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
     data = load_data(args)
     if args.train_size:
         data = data.with_train_size(args.train_size)
-    out = prepare_out_dir(args.out)
+    # Every run writes into a scratch directory that becomes OUT only when all runs succeeded:
+    # a failed or interrupted fine-tuning leaves nothing behind, so the corrected retry is not refused.
+    with outputs.staged(args.out, "finetune", inputs, args.overwrite) as stage:
+        _run(args, cfg, pretrained, data, stage)
+    out = Path(args.out)
+    print(f"results: {out / 'summary.json'}")
+    return 0
+
+
+def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:
+    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
+
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     print(
         f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
@@ -129,5 +142,3 @@ def run(args: argparse.Namespace) -> int:
         json.dumps({"model": str(Path(args.model)), "task": data.name, "summary": summary, "runs": results}, indent=2) + "\n"
     )
     print(table)
-    print(f"results: {out / 'summary.json'}")
-    return 0

@@ -3,17 +3,13 @@
 A key map turns the state dict of a ptmkit ``PretrainModel`` (keys ``backbone.*`` and
 ``objective.*``) into the state dict of an HF model and back.  These helpers hold what every
 family needs: activation names, reading an HF model's weights together with the set of keys
-its files really contained, and writing an output directory atomically without ever
-overwriting an existing one.
+its files really contained.  Output directories are written through :func:`ptmkit.outputs.staged`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,31 +100,6 @@ def check_tied(decoder: torch.Tensor | None, embeddings: torch.Tensor, what: str
             f"the checkpoint's {what} is not tied to the word embeddings; ptmkit ties them, "
             f"so importing would change the model's predictions"
         )
-
-
-@contextlib.contextmanager
-def staged_output(out_dir: str | Path) -> Iterator[Path]:
-    """Yield a scratch directory that becomes ``out_dir`` only when the block succeeds.
-
-    An existing non-empty ``out_dir`` is refused (nothing is overwritten); on error the
-    scratch directory is removed and ``out_dir`` is left as it was.
-    """
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PtmError(f"{out} already exists and is not empty; choose a new output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
-    try:
-        yield tmp
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def checkpoint_config(model_cfg: Any, objective: dict[str, Any], tokenizer: Any, source: str) -> dict[str, Any]:

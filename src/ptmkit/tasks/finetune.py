@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
@@ -207,14 +208,9 @@ _atomic_write = atomic_write_text  # results.json and predictions.jsonl: never h
 
 
 def prepare_out_dir(out_dir: str | Path, overwrite: bool = False) -> Path:
-    """Create ``out_dir``; an existing non-empty one is an error unless ``overwrite``."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise PtmError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise PtmError(f"output directory {out} is not empty; choose a new -o directory (nothing was overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    """Create and mark ``out_dir`` (:func:`ptmkit.outputs.claim`): it must be new, empty, or hold
+    fine-tuning output of ptm's, which ``overwrite`` allows to be written over."""
+    return outputs.claim(out_dir, "finetune", overwrite=overwrite)
 
 
 def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
