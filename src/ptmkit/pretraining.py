@@ -73,6 +73,8 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Pat
         if not p.is_file():
             raise PtmError(f"training data not found: {p}")
     out = run_dir / DATA_DIR
+    if reuse:  # --resume: the run's own prepared copy of the text, never re-prepared
+        _check_same_text(out, paths)
     if info.is_main and not (reuse and _is_corpus(out)):
         section = dict(tok_section)
         kind = section.pop("kind", "wordpiece")
@@ -85,6 +87,50 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Pat
     dist.barrier()
     corpus = Corpus.open(out)
     return corpus, corpus.load_tokenizer()
+
+
+def _check_same_text(prepared: Path, paths: list[Path]) -> None:
+    """On resume, the text given must be the text ``RUN_DIR/data`` was prepared from (by file name
+    and size): the run continues on that prepared copy, so other text would be silently ignored."""
+    if not _is_corpus(prepared):
+        raise PtmError(
+            f"cannot resume on text: the run has no prepared copy of its text in {prepared} (it was trained on a "
+            f"prepared corpus directory); resume with --data set to that corpus"
+        )
+    try:
+        sources = json.loads((prepared / "meta.json").read_text(encoding="utf-8")).get("sources") or []
+        recorded = [(Path(s["path"]).name, int(s["bytes"])) for s in sources]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # an old corpus without a readable record: nothing to compare
+    given = [(p.name, p.stat().st_size) for p in paths]
+    if recorded and recorded != given:
+        was = ", ".join(f"{n} ({b:,} bytes)" for n, b in recorded)
+        now = ", ".join(f"{n} ({b:,} bytes)" for n, b in given)
+        raise PtmError(
+            f"cannot resume: the run was trained on {was}, but --data now gives {now}; resume with the same "
+            f"text, or start a new run directory to train on this one"
+        )
+
+
+def _check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any) -> None:
+    """On resume, the corpus must use the checkpoint's tokenizer: the same vocabulary size is not
+    enough (other token ids would silently mean other words).  The corpus's ``meta.json`` records
+    its tokenizer's hash; the checkpoint's ``tokenizer.json`` is compared with it, then by content."""
+    from ptmkit.data.sources.base import sha256
+    from ptmkit.tokenization import Tokenizer
+
+    tok_file = checkpoint / ckpt.TOKENIZER_FILE
+    if not tok_file.is_file():
+        return
+    if corpus.meta.get("tokenizer_sha256") == sha256(tok_file):
+        return
+    if Tokenizer.load(tok_file).to_json() == tokenizer.to_json():
+        return  # the same tokenizer, serialised differently
+    raise PtmError(
+        f"cannot resume: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
+        f"{checkpoint} was trained with (its token ids would mean other words); resume with the data the run "
+        f"was trained on, or start a new run directory"
+    )
 
 
 def _open_eval_data(data: DataArg, tokenizer: Any, run_dir: Path, info: dist.DistInfo, reuse: bool):
@@ -177,6 +223,12 @@ def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.Di
     --overwrite the previous run's files go once the inputs have been read (:func:`_start_over`)."""
     outputs.check(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
     has_checkpoints = bool(ckpt.checkpoint_steps(run_dir))
+    if resume and not has_checkpoints:
+        where = "does not exist" if not run_dir.exists() else "has no checkpoint"
+        raise PtmError(
+            f"nothing to resume: {run_dir} {where}; drop --resume to start a new run there, or give the "
+            f"run directory of the run to continue"
+        )
     if has_checkpoints and not resume and not overwrite:
         raise PtmError(
             f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
@@ -330,6 +382,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     stored_file = run_dir / RUN_CONFIG
     if resume and ckpt.checkpoint_steps(run_dir):
         latest = ckpt.latest_checkpoint(run_dir)
+        _check_same_tokenizer(latest, tokenizer, corpus)
         stored = json.loads(stored_file.read_text()) if stored_file.is_file() else ckpt.read_config(latest)
         check_compatible(stored, config)
     if overwrite:
