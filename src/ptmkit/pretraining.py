@@ -294,6 +294,7 @@ def pretrain(
         outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
     raw = apply_overrides(load_config(preset_or_config), overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
+    dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
     started = not dist.is_distributed()
     info = dist.init_distributed(device)
     # A run directory created by a failing command is removed again, unless it got a checkpoint

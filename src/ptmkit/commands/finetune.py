@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     outputs.check(args.out, "finetune", inputs, args.overwrite)  # before any slow loading
     pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
     data = load_data(args)
-    if args.train_size:
+    if args.train_size is not None:
         data = data.with_train_size(args.train_size)
     # Every run writes into a scratch directory that becomes OUT only when all runs succeeded:
     # a failed or interrupted fine-tuning leaves nothing behind, so the corrected retry is not refused.

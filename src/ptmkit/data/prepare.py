@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from ptmkit import outputs
 from ptmkit.data.corpus import DOCUMENTS, FORMAT_VERSION, META, SENTENCES, TOKENIZER, TOKENS, Corpus, token_dtype
 from ptmkit.data.sources.base import sha256
-from ptmkit.errors import PtmError
+from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -216,8 +216,7 @@ def prepare(
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
-        if not p.is_file():
-            raise PtmError(f"input file not found: {p}")
+        require_file(p, "input file")
     tok_path = None if isinstance(tokenizer, Tokenizer) else Path(tokenizer)
     out = Path(out_dir)
     inputs = [*paths, tok_path]

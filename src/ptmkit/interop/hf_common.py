@@ -77,16 +77,29 @@ def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str,
     a head missing from the files (e.g. a ``BertModel`` directory loaded as
     ``BertForPreTraining``) is randomly initialised by HF and must not be imported.
     """
+    from ptmkit.train.checkpoint import check_safetensors
+
     hf_dir = Path(hf_dir)
     if not (hf_dir / "config.json").is_file():
         raise PtmError(f"{hf_dir} is not an HF transformers model directory (no config.json)")
+    for weights in sorted(hf_dir.glob("*.safetensors")):
+        check_safetensors(weights, "download or copy it again")  # a truncated download, named
     try:
         with quiet_transformers():
-            model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32)
+            # Mismatched shapes are collected (and refused below with their names) rather than
+            # raised by HF as a generic error.
+            model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32,
+                                                    ignore_mismatched_sizes=True)
     except (OSError, ValueError, KeyError) as exc:
         raise PtmError(f"cannot load the HF model in {hf_dir}: {exc}") from exc
-    if info.get("mismatched_keys"):
-        raise PtmError(f"the weights in {hf_dir} do not match their config.json: {info['mismatched_keys'][:3]}")
+    mismatched = info.get("mismatched_keys") or []
+    if mismatched:
+        shown = "; ".join(f"{k}: {tuple(a)} in the weights, {tuple(b)} from config.json" for k, a, b in list(mismatched)[:3])
+        more = f" (and {len(mismatched) - 3} more)" if len(mismatched) > 3 else ""
+        raise PtmError(
+            f"the weights in {hf_dir} do not match its config.json: {shown}{more}; the config does not belong "
+            f"to these weights (fix or replace config.json)"
+        )
     missing = set(info.get("missing_keys", ()))
     present = {k: v for k, v in model.state_dict().items() if k not in missing}
     model.eval()

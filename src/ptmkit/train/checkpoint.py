@@ -153,11 +153,17 @@ def save_checkpoint(
     ckdir.mkdir(parents=True, exist_ok=True)
     clean_stale(run_dir)
     final = ckdir / step_name(step)
-    with atomic_dir(final) as tmp:
-        write_extra(tmp, extra)
-        write_model(tmp, model)
-        if trainer_state is not None:
-            torch.save(trainer_state, tmp / STATE_FILE)
+    try:
+        with atomic_dir(final) as tmp:
+            write_extra(tmp, extra)
+            write_model(tmp, model)
+            if trainer_state is not None:
+                torch.save(trainer_state, tmp / STATE_FILE)
+    except PtmError as exc:  # a full disk, say: tell the user what is still safe
+        previous = latest_checkpoint(run_dir)
+        safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
+                else "the run has no checkpoint yet")
+        raise PtmError(f"saving checkpoint {final.name} failed: {exc}; {safe}") from exc
     atomic_write_text(ckdir / LATEST, final.name + "\n")
     prune(run_dir, keep)
     return final
@@ -171,6 +177,11 @@ def resolve_checkpoint(path: Path | str) -> Path:
     path = Path(path)
     if not path.exists():
         raise PtmError(f"{path} does not exist: give a run directory or a checkpoint directory")
+    if (path / "vectors.bin").is_file() and not (path / MODEL_FILE).exists():
+        raise PtmError(
+            f"{path} is a static-vectors run (word vectors, not a Transformer): use `ptm vectors`, e.g. "
+            f"`ptm vectors neighbors {path / 'vectors.bin'} WORD` or `ptm vectors evaluate {path / 'vectors.bin'}`"
+        )
     if (path / MODEL_FILE).exists() or (path / CONFIG_FILE).exists() and not (path / CHECKPOINTS).is_dir():
         return path
     if (path / CHECKPOINTS).is_dir():
@@ -183,8 +194,9 @@ def resolve_checkpoint(path: Path | str) -> Path:
     )
 
 
-def check_safetensors(path: Path) -> dict[str, Any]:
-    """Parse a safetensors header and check the file is complete; return the header."""
+def check_safetensors(path: Path, advice: str = "use an earlier checkpoint of the run") -> dict[str, Any]:
+    """Parse a safetensors header and check the file is complete; return the header.
+    ``advice`` ends the message for a truncated file (what the user can do about it)."""
     path = Path(path)
     if not path.is_file():
         raise PtmError(f"checkpoint file {path} is missing")
@@ -203,8 +215,7 @@ def check_safetensors(path: Path) -> dict[str, Any]:
         raise PtmError(f"{path} is not a valid safetensors file ({exc}); the checkpoint is corrupt or truncated") from exc
     if size != 8 + n + end:
         raise PtmError(
-            f"{path} is truncated or corrupt: {size} bytes on disk, {8 + n + end} expected; "
-            f"use an earlier checkpoint of the run"
+            f"{path} is truncated or corrupt: {size} bytes on disk, {8 + n + end} expected; {advice}"
         )
     return header
 
