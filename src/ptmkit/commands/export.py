@@ -18,7 +18,8 @@ formats (default: inferred from the model):
             (BertForPreTraining); the default for models trained with the mlm objective
   gpt2      GPT2LMHeadModel (pre-LN causal models, the clm objective); the LM head is tied
 
-HF_DIR must not exist or be empty: nothing is overwritten.
+HF_DIR must not exist or be empty: nothing is overwritten.  It is written to a scratch
+directory inside HF_DIR and moved into place only when complete.
 """
 
 EPILOG = """\

@@ -24,6 +24,9 @@ vocabulary comes from the training file.
 --random-init trains the same architecture and tokenizer from a fresh initialisation (the
 baseline without pre-training); --init both runs the two side by side.  Every (init, seed) run
 writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json aggregates them.
+OUT must be new, empty, or (with --overwrite) an earlier fine-tuning output of ptm's; the runs
+are written to a scratch directory inside OUT and moved into place only when all succeeded, so a
+failed or interrupted fine-tuning leaves nothing behind.
 
 Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch_size, warmup
 (fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
