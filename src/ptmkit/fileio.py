@@ -62,11 +62,23 @@ def _disk_full(exc: BaseException, where: Path | None) -> bool:
     return st.f_bavail * st.f_frsize < (1 << 20)
 
 
+class WriteError(PtmError):
+    """A write that failed for a reason the user can fix (full disk, no permission, bad path)."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, advice: str, detail: str = "") -> None:
+        self.path, self.reason, self.advice = path, reason, advice
+        super().__init__(f"could not write {path}: {reason}; {advice}" + (f" ({detail})" if detail else ""))
+
+
 def write_error(exc: BaseException, path: str | os.PathLike[str], detail: str = "",
-                scratch: Path | None = None) -> PtmError | None:
-    """A :class:`PtmError` saying which ``path`` could not be written and what to do, or ``None``
+                scratch: Path | None = None) -> WriteError | None:
+    """A :class:`WriteError` saying which ``path`` could not be written and what to do, or ``None``
     when ``exc`` is not an error the user can fix (then the caller re-raises it as a bug).
-    ``scratch``: where the failed write went (checked for a full disk while it is still full)."""
+    ``scratch``: where the failed write went (checked for a full disk while it is still full).
+    A ``WriteError`` from a file written inside ``path`` is restated for ``path`` itself: the user
+    needs to know which output failed, not the name of a temporary file in it."""
+    if isinstance(exc, WriteError):
+        return WriteError(path, exc.reason, exc.advice, detail)
     if isinstance(exc, PtmError) or not isinstance(exc, Exception):
         return None
     if isinstance(exc, OSError):
@@ -80,7 +92,7 @@ def write_error(exc: BaseException, path: str | os.PathLike[str], detail: str = 
     advice = _USER_ERRNOS.get(code)
     if advice is None:
         return None
-    return PtmError(f"could not write {path}: {reason}; {advice}" + (f" ({detail})" if detail else ""))
+    return WriteError(path, reason, advice, detail)
 
 
 def os_error_message(exc: OSError) -> str | None:
@@ -262,6 +274,7 @@ def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]]
 __all__ = [
     "STAGING_PREFIX",
     "TMP_PREFIX",
+    "WriteError",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",

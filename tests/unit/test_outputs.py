@@ -163,6 +163,11 @@ def test_disk_full_is_a_user_error_naming_the_path(tmp_path):
     with pytest.raises(PtmError, match=r"could not write .*step-0000004: No space left on device; the disk is full"):
         with fileio.atomic_dir(final) as tmp:
             raise OSError(errno.ENOSPC, "No space left on device")
+    # a file written inside the checkpoint fails: the message names the checkpoint, not a temp file
+    with pytest.raises(PtmError, match=r"could not write .*step-0000005: No space left .*\(step-0000005 was not written\)") as info:
+        with fileio.atomic_dir(final.with_name("step-0000005")) as tmp:
+            raise fileio.write_error(OSError(errno.ENOSPC, "No space left on device"), tmp / "tokenizer.json")
+    assert ".tmp-" not in str(info.value)
     # safetensors reports a full disk in its own exception type
     err = fileio.write_error(RuntimeError("I/O error: No space left on device (os error 28)"), final)
     assert err is not None and "disk is full" in str(err)
