@@ -1,7 +1,8 @@
 """The ``ptm`` command.
 
 Each sub-command lives in ``ptmkit/commands/<name>.py`` and exposes ``register(subparsers)``.
-User errors (:class:`ptmkit.errors.PtmError`) print one ``error:`` line and exit with 2.
+User errors (:class:`ptmkit.errors.PtmError`, and a full disk or missing write permission) print
+one ``error:`` line and exit with 2.
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # A full disk or a directory without write permission is the user's to fix, wherever it
+        # surfaces; any other OSError is a bug and keeps its traceback.
+        from ptmkit.fileio import os_error_message
+
+        message = os_error_message(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     return int(rc or 0)
 
 

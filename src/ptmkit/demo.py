@@ -253,11 +253,12 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
     from ptmkit.data.sources.base import fetch
     from ptmkit.data.tasks import load_task
     from ptmkit.pretraining import initial_model, pretrain
-    from ptmkit.tasks.finetune import format_table, prepare_out_dir, run_seeds, summarize
+    from ptmkit import outputs
     from ptmkit.pretrained import load_pretrained
+    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
 
     t0 = time.perf_counter()
-    out = prepare_out_dir(out_dir if out_dir is not None else default_out_dir())
+    out = outputs.claim(out_dir if out_dir is not None else default_out_dir(), "demo")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     stages = _Stages(5)

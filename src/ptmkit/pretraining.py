@@ -12,10 +12,10 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ptmkit import outputs
 from ptmkit.build import build_model, resolve_config
 from ptmkit.config import apply_overrides, from_dict
 from ptmkit.errors import PtmError
@@ -23,7 +23,7 @@ from ptmkit.pretrained import Pretrained
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
-from ptmkit.train.trainer import LOSS_PLOT, METRICS_FILE, Callback, Trainer, seed_everything
+from ptmkit.train.trainer import Callback, Trainer, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Pat
         if not p.is_file():
             raise PtmError(f"training data not found: {p}")
     out = run_dir / DATA_DIR
+    if reuse:  # --resume: the run's own prepared copy of the text, never re-prepared
+        _check_same_text(out, paths)
     if info.is_main and not (reuse and _is_corpus(out)):
         section = dict(tok_section)
         kind = section.pop("kind", "wordpiece")
@@ -87,6 +89,50 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Pat
     dist.barrier()
     corpus = Corpus.open(out)
     return corpus, corpus.load_tokenizer()
+
+
+def _check_same_text(prepared: Path, paths: list[Path]) -> None:
+    """On resume, the text given must be the text ``RUN_DIR/data`` was prepared from (by file name
+    and size): the run continues on that prepared copy, so other text would be silently ignored."""
+    if not _is_corpus(prepared):
+        raise PtmError(
+            f"cannot resume on text: the run has no prepared copy of its text in {prepared} (it was trained on a "
+            f"prepared corpus directory); resume with --data set to that corpus"
+        )
+    try:
+        sources = json.loads((prepared / "meta.json").read_text(encoding="utf-8")).get("sources") or []
+        recorded = [(Path(s["path"]).name, int(s["bytes"])) for s in sources]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # an old corpus without a readable record: nothing to compare
+    given = [(p.name, p.stat().st_size) for p in paths]
+    if recorded and recorded != given:
+        was = ", ".join(f"{n} ({b:,} bytes)" for n, b in recorded)
+        now = ", ".join(f"{n} ({b:,} bytes)" for n, b in given)
+        raise PtmError(
+            f"cannot resume: the run was trained on {was}, but --data now gives {now}; resume with the same "
+            f"text, or start a new run directory to train on this one"
+        )
+
+
+def _check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any) -> None:
+    """On resume, the corpus must use the checkpoint's tokenizer: the same vocabulary size is not
+    enough (other token ids would silently mean other words).  The corpus's ``meta.json`` records
+    its tokenizer's hash; the checkpoint's ``tokenizer.json`` is compared with it, then by content."""
+    from ptmkit.data.sources.base import sha256
+    from ptmkit.tokenization import Tokenizer
+
+    tok_file = checkpoint / ckpt.TOKENIZER_FILE
+    if not tok_file.is_file():
+        return
+    if corpus.meta.get("tokenizer_sha256") == sha256(tok_file):
+        return
+    if Tokenizer.load(tok_file).to_json() == tokenizer.to_json():
+        return  # the same tokenizer, serialised differently
+    raise PtmError(
+        f"cannot resume: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
+        f"{checkpoint} was trained with (its token ids would mean other words); resume with the data the run "
+        f"was trained on, or start a new run directory"
+    )
 
 
 def _open_eval_data(data: DataArg, tokenizer: Any, run_dir: Path, info: dist.DistInfo, reuse: bool):
@@ -126,23 +172,37 @@ def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
         )
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo) -> None:
-    if run_dir.exists() and not run_dir.is_dir():
-        raise PtmError(f"{run_dir} exists and is not a directory")
+def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo, inputs: Sequence[Any] = ()) -> None:
+    """Check RUN_DIR before any slow work (:func:`ptmkit.outputs.check`: new, empty or a run of
+    ptm's; no input inside it), then create and mark it.  Nothing is removed here: with
+    --overwrite the previous run's files go once the inputs have been read (:func:`_start_over`)."""
+    outputs.check(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
     has_checkpoints = bool(ckpt.checkpoint_steps(run_dir))
+    if resume and not has_checkpoints:
+        where = "does not exist" if not run_dir.exists() else "has no checkpoint"
+        raise PtmError(
+            f"nothing to resume: {run_dir} {where}; drop --resume to start a new run there, or give the "
+            f"run directory of the run to continue"
+        )
     if has_checkpoints and not resume and not overwrite:
         raise PtmError(
             f"{run_dir} already holds checkpoints; pass --resume to continue that run, "
             f"--overwrite to start it over, or choose another output directory"
         )
-    dist.barrier()  # every rank has looked before anything is removed
-    if overwrite and not resume and info.is_main:
-        for name in (ckpt.CHECKPOINTS, DATA_DIR, EVAL_DATA_DIR):
-            shutil.rmtree(run_dir / name, ignore_errors=True)
-        for name in (METRICS_FILE, LOSS_PLOT, RUN_CONFIG):
-            (run_dir / name).unlink(missing_ok=True)
+    dist.barrier()  # every rank has looked before anything is written
     if info.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        outputs.claim(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
+    dist.barrier()
+
+
+def _start_over(run_dir: Path, corpus: Any, info: dist.DistInfo) -> None:
+    """--overwrite: remove the previous run's files (checkpoints, logs, config, prepared data) now
+    that the inputs are read and the new config is resolved, so a failing command loses nothing
+    it did not have to; a prepared copy of the text just written for this run stays.  Files in
+    RUN_DIR that ptm did not write stay too."""
+    if info.is_main:
+        just_prepared = Path(corpus.path).resolve() == (run_dir / DATA_DIR).resolve()
+        outputs.clean(run_dir, keep=[DATA_DIR] if just_prepared else [])
     dist.barrier()
 
 
@@ -185,12 +245,19 @@ def pretrain(
         if verbose:
             _print_static_summary(static, run_dir)
         return run_dir
+    if not isinstance(preset_or_config, dict):
+        outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
     raw = apply_overrides(load_config(preset_or_config), overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
+    dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
     started = not dist.is_distributed()
     info = dist.init_distributed(device)
+    # A run directory created by a failing command is removed again, unless it got a checkpoint
+    # (a killed run keeps what --resume needs).
+    has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
     try:
-        return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
+        with outputs.undo_if_failed(run_dir, keep=has_checkpoint, enabled=info.is_main):
+            return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
     finally:
         if started:
             dist.cleanup()
@@ -266,14 +333,18 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     from ptmkit.data.batches import PretrainBatches, split_spans
 
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
-    _prepare_run_dir(run_dir, resume, overwrite, info)
+    inputs = _as_paths(data) + (_as_paths(eval_data) if eval_data is not None else [])
+    _prepare_run_dir(run_dir, resume, overwrite, info, inputs)
     corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume)
     config = resolve_config(raw, tokenizer, overrides)
     stored_file = run_dir / RUN_CONFIG
     if resume and ckpt.checkpoint_steps(run_dir):
         latest = ckpt.latest_checkpoint(run_dir)
+        _check_same_tokenizer(latest, tokenizer, corpus)
         stored = json.loads(stored_file.read_text()) if stored_file.is_file() else ckpt.read_config(latest)
         check_compatible(stored, config)
+    if overwrite:
+        _start_over(run_dir, corpus, info)
     train_cfg = from_dict(TrainConfig, config["train"], "train")
 
     seed_everything(train_cfg.seed)  # identical initial weights for a given seed

@@ -79,6 +79,14 @@ def test_resume_matches_uninterrupted_toy(tmp_path):
     assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], abs=1e-6)
 
 
+def test_resume_without_checkpoint_is_an_error(tmp_path):
+    from ptmkit.errors import PtmError
+
+    with pytest.raises(PtmError, match="nothing to resume"):
+        _run(tmp_path / "empty", resume=True)
+    assert not ckpt.checkpoint_steps(tmp_path / "empty")
+
+
 def _write_corpus(path, docs=24):
     import random
 

@@ -119,7 +119,7 @@ def test_finetune_learns_and_writes_outputs(tmp_path, task, checkpoint):
     acc = np.mean([p["label"] == p["prediction"] for p in preds])
     assert acc == pytest.approx(result["test"]["accuracy"])
     # existing outputs are never overwritten
-    with pytest.raises(PtmError, match="not empty"):
+    with pytest.raises(PtmError, match="already holds"):
         finetune(checkpoint, task, tmp_path / "out", cfg, seed=1, progress=False)
 
 

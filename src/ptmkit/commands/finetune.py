@@ -26,6 +26,9 @@ vocabulary comes from the training file.
 --random-init trains the same architecture and tokenizer from a fresh initialisation (the
 baseline without pre-training); --init both runs the two side by side.  Every (init, seed) run
 writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json aggregates them.
+OUT must be new, empty, or (with --overwrite) an earlier fine-tuning output of ptm's; the runs
+are written to a scratch directory inside OUT and moved into place only when all succeeded, so a
+failed or interrupted fine-tuning leaves nothing behind.
 
 Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch_size, warmup
 (fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
@@ -77,9 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="grid of learning rates: each run keeps the one with the best dev score")
     p.add_argument("--train-size", type=int, default=None, metavar="N",
                    help="use a fixed random subset of N training examples")
-    p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new or empty)")
+    p.add_argument("--out", "-o", required=True, metavar="OUT",
+                   help="output directory: new, empty, or (with --overwrite) an earlier fine-tuning output")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the fine-tuning results ptm wrote in OUT (only once the new runs succeeded; "
+                        "other files in OUT are kept)")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run in OUT: finished runs are read back, an interrupted "
+                   help="continue an interrupted fine-tuning in OUT: finished runs are read back, an interrupted "
                         "one continues from its last epoch checkpoint, the rest start")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.__class__ = IntermixedParser
@@ -112,20 +119,41 @@ def load_data(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.tasks.finetune import (
-        format_table,
-        load_model,
-        prepare_out_dir,
-        run_seeds,
-        summarize,
-    )
+    from ptmkit import outputs
+    from ptmkit.errors import PtmError
+    from ptmkit.tasks.finetune import load_model
 
     cfg = parse_overrides(list(args.overrides))
+    inputs = [args.model, args.train, args.dev, args.test]
+    if args.resume and args.overwrite:
+        raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
+    outputs.check(args.out, "finetune", inputs, args.overwrite, reuse=args.resume)  # before any slow loading
     pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
     data = load_data(args)
-    if args.train_size:
+    if args.train_size is not None:
         data = data.with_train_size(args.train_size)
-    out = prepare_out_dir(args.out, resume=args.resume)
+    # The runs write in place, epoch checkpoints included, so an interrupted fine-tuning can be
+    # resumed; --overwrite removes ptm's earlier results only now that every input has been read.
+    # A run that fails before anything resumable exists leaves nothing behind, so the corrected
+    # retry is not refused.
+    out = Path(args.out)
+    with outputs.undo_if_failed(out, keep=lambda: _resumable(out)):
+        outputs.claim(out, "finetune", inputs, overwrite=args.overwrite, reuse=args.resume)
+        if args.overwrite:
+            outputs.clean(out)
+        _run(args, cfg, pretrained, data, out)
+    print(f"results: {out / 'summary.json'}")
+    return 0
+
+
+def _resumable(out: Path) -> bool:
+    """Whether an interrupted fine-tuning in ``out`` has progress a --resume would continue."""
+    return any(out.glob("**/checkpoints/latest")) or any(out.glob("**/results.json"))
+
+
+def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:
+    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
+
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     print(
         f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
@@ -143,5 +171,3 @@ def run(args: argparse.Namespace) -> int:
         json.dumps({"model": str(Path(args.model)), "task": data.name, "summary": summary, "runs": results}, indent=2) + "\n"
     )
     print(table)
-    print(f"results: {out / 'summary.json'}")
-    return 0

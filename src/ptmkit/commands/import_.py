@@ -17,7 +17,8 @@ NSP heads come along when present, missing heads are freshly initialised) and GP
 hold the special tokens [PAD] [UNK] [CLS] [SEP] [MASK].  The weights are read locally: set
 HF_HUB_OFFLINE=1 to be sure nothing is downloaded.
 
-CKPT_DIR must not exist or be empty: nothing is overwritten.
+CKPT_DIR must not exist or be empty: nothing is overwritten.  It is written to a scratch
+directory inside CKPT_DIR and moved into place only when complete.
 """
 
 EPILOG = """\

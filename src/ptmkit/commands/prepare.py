@@ -10,7 +10,11 @@ DESCRIPTION = """\
 Tokenize UTF-8 text files into DIR: tokens.bin (uint16/uint32 ids), sentences.npy and
 documents.npy (offsets), meta.json and a copy of the tokenizer.  One line is one sentence; a
 blank line or the end of a file ends a document.  Streams the input with bounded memory on all
-cores; the result does not depend on --workers.  DIR must be new or empty (or --overwrite).
+cores; the result does not depend on --workers.
+
+DIR must be new, empty, or a corpus ptm prepared (marked by .ptmkit-output.json); an input file
+inside DIR is refused.  The corpus is written to a scratch directory inside DIR and moved into
+place only when complete, so a failure leaves DIR as it was.
 """
 
 EPILOG = """\
@@ -28,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="corpus directory to create")
     p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     p.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB", help="block size per task (default 1)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing corpus in DIR")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the corpus ptm prepared in DIR (once the new one is complete; other files stay)")
     p.set_defaults(func=run)
 
 

@@ -27,8 +27,16 @@ seed, precision (fp32 | bf16 on CUDA), device (auto | cpu | cuda).
 
 RUN_DIR receives config.json (the resolved config), metrics.jsonl (one JSON object per log or
 evaluation), loss.png and checkpoints/step-NNNNNNN/ (config.json, model.safetensors,
-tokenizer.json, trainer_state.pt) with checkpoints/latest naming the newest.  A killed run
-continues exactly where its last checkpoint left it with --resume.
+tokenizer.json, trainer_state.pt) with checkpoints/latest naming the newest.
+
+RUN_DIR must be new, empty, or a run directory ptm made (marked by .ptmkit-output.json); any
+other non-empty directory is refused, and so is an input (--data, --eval-data, a preset file)
+that lies inside RUN_DIR.  --resume continues a killed or finished run exactly where its latest
+checkpoint left it; it is an error when RUN_DIR has no checkpoint, when the data's tokenizer
+differs from the run's, or when text data differs from the text the run was prepared from.
+--overwrite starts the run over: once the inputs are read, ptm removes the files it wrote in
+RUN_DIR (checkpoints, logs, config.json, prepared data) and never any other file.  A run that
+fails before its first checkpoint removes the RUN_DIR it created.
 
 Several processes (data parallel): torchrun --nproc_per_node N -m ptmkit.cli pretrain ...
 (batch_size stays the global batch; gloo on CPU, NCCL on GPUs).
@@ -45,8 +53,9 @@ line, whitespace-separated words; overrides are the model's config keys without 
 window=5 min_count=5 epochs=5 lowercase=true; word2vec, fasttext: model=skipgram|cbow workers=2
 negative=5 sample=1e-3, word2vec: loss=ns|hs; glove: x_max=100 threads=2; `config.KEY=VALUE` works
 too; an unknown key is an error that lists the valid ones).  RUN_DIR receives vectors.bin (word2vec binary, read by
-`ptm vectors` and gensim), vocab.txt and config.json (the config and training statistics); an
-existing non-empty RUN_DIR is refused unless --overwrite, and replaced only once training succeeded.
+`ptm vectors` and gensim), vocab.txt and config.json (the config and training statistics).  RUN_DIR
+must be new, empty or hold static vectors from ptm; with --overwrite ptm's earlier vectors there are
+replaced only once the new training succeeded (other files in RUN_DIR are kept).
 """
 
 EPILOG = """\
@@ -81,9 +90,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
-    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR's latest checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="discard RUN_DIR's checkpoints and logs and start over "
-                   "(static models: replace RUN_DIR's vectors)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from RUN_DIR's latest checkpoint (an error if there is none)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over: remove what ptm wrote in RUN_DIR (checkpoints, logs, config, prepared data) once "
+                        "the inputs are read; other files stay (static models: replace RUN_DIR's vectors)")
     p.__class__ = IntermixedParser
     p.set_defaults(func=run)
 

@@ -56,6 +56,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     check_kind(args.kind)
     out = Path(args.output)
+    if out.is_dir():
+        out = out / "tokenizer.json"
+    if any(Path(f).exists() and Path(f).resolve() == out.resolve() for f in args.files):
+        raise PtmError(f"{out} is one of the training files; write the tokenizer to another file")
     if out.exists() and not args.force:
         raise PtmError(f"{out} exists; pass --force to overwrite it")
     tok = Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,

@@ -16,6 +16,17 @@ from pathlib import Path
 from ptmkit.errors import PtmError
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``-n 0`` or ``--restrict-vocab -3`` would print nothing useful)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (1 or more), got {value}")
+    return value
+
+
 def _load(args):
     from ptmkit.static.vectors import WordVectors
 
@@ -84,17 +95,21 @@ def evaluate_all(wv, pairs: list[str], analogies: list[str], methods=METHODS, re
     -> {label: evaluate_pairs result, or {"error": why}} and {label: {method: evaluate_analogies result}}.
     A set none of whose items is in the vocabulary gets an "error" entry; all failing is a PtmError.
     """
+    from ptmkit.static.vectors import read_analogies, read_pairs
+
     results: dict = {"pairs": {}, "analogies": {}}
     ok = 0
     for item in pairs:
         label, path = resolve_eval_file(item, "pairs")
+        triples = read_pairs(path)  # a malformed file is that file's error, not the vectors'
         try:
-            results["pairs"][label] = wv.evaluate_pairs(path)
+            results["pairs"][label] = wv.evaluate_pairs(triples)
             ok += 1
         except PtmError as exc:
             results["pairs"][label] = {"error": str(exc)}
     for item in analogies:
         label, path = resolve_eval_file(item, "analogies")
+        read_analogies(path)
         results["analogies"][label] = {}
         for method in methods:
             try:
@@ -103,8 +118,10 @@ def evaluate_all(wv, pairs: list[str], analogies: list[str], methods=METHODS, re
             except PtmError as exc:
                 results["analogies"][label][method] = {"error": str(exc)}
     if not ok:
+        reasons = [f"{label}: {r['error']}" for label, r in results["pairs"].items()]
+        reasons += [f"{label}: {r['error']}" for label, by in results["analogies"].items() for r in list(by.values())[:1]]
         raise PtmError("no evaluation set has enough words in the vocabulary of these vectors "
-                       "(is it trained on a real corpus?)")  # fmt: skip
+                       "(is it trained on a real corpus?): " + "; ".join(reasons))  # fmt: skip
     return results
 
 
@@ -158,12 +175,13 @@ def register(subparsers) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("vectors", help="vectors file: word2vec text or binary, or GloVe text")
         p.add_argument("--format", default="auto", choices=["auto", "word2vec", "word2vec-binary", "glove"])
-        p.add_argument("--restrict-vocab", type=int, default=None, help="search only the N most frequent words")
+        p.add_argument("--restrict-vocab", type=positive_int, default=None, metavar="N",
+                       help="search only the N most frequent words")
 
     p = sub.add_parser("neighbors", help="nearest words by cosine similarity")
     common(p)
     p.add_argument("word")
-    p.add_argument("-n", type=int, default=10)
+    p.add_argument("-n", type=positive_int, default=10, help="how many words to show (default 10)")
     p.set_defaults(func=_neighbors)
 
     p = sub.add_parser("analogy", help="a : b :: c : ?  (e.g. man king woman -> queen)")
@@ -171,7 +189,7 @@ def register(subparsers) -> None:
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("c")
-    p.add_argument("-n", type=int, default=5)
+    p.add_argument("-n", type=positive_int, default=5, help="how many candidates to show (default 5)")
     p.add_argument("--method", default="3cosadd", choices=["3cosadd", "3cosmul"])
     p.set_defaults(func=_analogy)
 

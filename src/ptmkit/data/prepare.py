@@ -4,9 +4,9 @@ The reader cuts each file into blocks of about ``chunk_bytes`` ending at a newli
 bounded by the number of blocks in flight (``2 * workers``), never by the corpus size.  Workers
 decode (strict UTF-8), split lines and run the Rust batch encoder; the parent appends their ids
 and offsets to files in the order the blocks were read, so the result does not depend on
-``workers``.  Everything is written to a temporary directory renamed into place at the end:
-a failure (bad bytes, empty corpus, Ctrl-C) leaves nothing behind and never touches an existing
-corpus.
+``workers``.  Everything is written to a scratch directory published at the end
+(:func:`ptmkit.outputs.staged`): a failure (bad bytes, empty corpus, Ctrl-C) leaves nothing
+behind and never touches an existing corpus.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from ptmkit import outputs
 from ptmkit.data.corpus import DOCUMENTS, FORMAT_VERSION, META, SENTENCES, TOKENIZER, TOKENS, Corpus, token_dtype
 from ptmkit.data.sources.base import sha256
-from ptmkit.errors import PtmError
+from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -216,37 +216,38 @@ def prepare(
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
-        if not p.is_file():
-            raise PtmError(f"input file not found: {p}")
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+        require_file(p, "input file")
+    tok_path = None if isinstance(tokenizer, Tokenizer) else Path(tokenizer)
     out = Path(out_dir)
-    if out.exists():
-        if not out.is_dir():
-            raise PtmError(f"output path {out} exists and is not a directory")
-        if any(out.iterdir()) and not overwrite:
-            raise PtmError(f"output directory {out} is not empty; choose another or pass --overwrite")
+    inputs = [*paths, tok_path]
+    outputs.check(out, "corpus", inputs, overwrite)  # before the tokenizer is even read
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     if chunk_bytes < 1:
         raise PtmError(f"chunk_bytes must be positive, got {chunk_bytes}")
-    total_bytes = sum(p.stat().st_size for p in paths)
     n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
     workers = max(1, min(workers or os.cpu_count() or 1, n_blocks))
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the corpus gets the usual mode
-    writer: _Writer | None = None
+    # Written into a scratch directory, published into ``out`` only when complete; with
+    # overwrite, the previous corpus files are replaced then (the user's other files stay).
+    with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
+        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress)
+    return Corpus.open(out)
+
+
+def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: int, workers: int, progress: bool) -> None:
+    """Tokenize ``paths`` into the corpus files in ``root`` (open files are closed on failure)."""
+    writer = None
     try:
-        tok_file = tok.save(tmp / TOKENIZER)
+        tok_file = tok.save(root / TOKENIZER)
         dtype = token_dtype(tok.vocab_size)
-        writer = _Writer(tmp, dtype)
+        writer = _Writer(root, dtype)
+        total_bytes = sum(p.stat().st_size for p in paths)
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
         with bar:
             for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers):
                 writer.add(enc)
                 bar.update(enc.n_bytes)
-        writer.close(tmp)
+        writer.close(root)
         if writer.n_tokens == 0:
             raise PtmError(f"no tokens in {', '.join(map(str, paths))}: the corpus is empty")
         meta = {
@@ -261,14 +262,11 @@ def prepare(
             "tokenizer_sha256": sha256(tok_file),
             "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
         }
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        _replace_dir(tmp, out)
+        (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     except BaseException:
         if writer is not None:
             writer.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Corpus.open(out)
 
 
 def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, workers: int) -> Iterator[_Encoded]:
@@ -292,19 +290,3 @@ def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, workers: int) -> Itera
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``; an existing ``out`` is removed only after the move succeeded."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

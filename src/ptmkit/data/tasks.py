@@ -10,13 +10,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ptmkit.errors import PtmError, suggest
+from ptmkit.errors import PtmError, require_file, suggest
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 
@@ -66,8 +69,13 @@ class TaskData:
     def with_train_size(self, n: int, seed: int = 0) -> "TaskData":
         """Keep a fixed random subset of ``n`` training rows (the same for a given ``seed``)."""
         if n <= 0:
-            raise PtmError(f"--train-size must be positive, got {n}")
-        if n >= len(self.train):
+            raise PtmError(f"--train-size must be a positive number of examples, got {n}")
+        if n > len(self.train):
+            raise PtmError(
+                f"--train-size {n} exceeds the {len(self.train)} training examples of {self.name}; "
+                f"give at most {len(self.train)}, or leave --train-size out to use them all"
+            )
+        if n == len(self.train):
             return self
         rng = np.random.default_rng(seed)
         index = np.sort(rng.permutation(len(self.train))[:n])
@@ -95,9 +103,7 @@ def _sniff_format(path: Path) -> str:
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL/CSV/TSV file as dicts (CSV/TSV need a header line)."""
-    path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"data file not found: {path}")
+    path = require_file(path, "data file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -144,6 +150,23 @@ def _column(rows: list[dict[str, Any]], column: str, path: Path) -> list[Any]:
     return values
 
 
+def _texts(rows: list[dict[str, Any]], column: str, path: Path) -> list[str]:
+    """The column's texts.  Empty texts give the classifier nothing but [CLS] [SEP] to go on: all of
+    them or most empty is an error (usually the wrong --text-column or a broken export), a few
+    empty ones are reported."""
+    texts = [str(t) for t in _column(rows, column, path)]
+    empty = [n for n, t in enumerate(texts, 1) if not t.strip()]
+    if empty and 2 * len(empty) > len(texts):
+        raise PtmError(
+            f"{path}: {len(empty)} of {len(texts)} rows have an empty {column!r} column (first: row {empty[0]}); "
+            f"check --text-column / --pair-column or the file"
+        )
+    if empty:
+        log.warning("%s: %d of %d rows have an empty %r column (first: row %d); they are kept", path, len(empty),
+                    len(texts), column, empty[0])
+    return texts
+
+
 def _label_key(value: Any) -> Any:
     # JSON numbers and CSV strings both become one comparable key; "1" and 1 are the same label.
     if isinstance(value, bool):
@@ -185,8 +208,8 @@ def load_files(
     for split, path in zip(SPLITS, (train, dev, test)):
         path = Path(path)
         rows = read_rows(path)
-        texts = [str(t) for t in _column(rows, text_column, path)]
-        pairs = [str(t) for t in _column(rows, text_pair_column, path)] if text_pair_column else None
+        texts = _texts(rows, text_column, path)
+        pairs = _texts(rows, text_pair_column, path) if text_pair_column else None
         labels = [_label_key(v) for v in _column(rows, label_column, path)]
         raw[split] = (texts, pairs, labels)
     label_names = _sorted_labels(set(raw["train"][2]))

@@ -100,13 +100,16 @@ def load_hf(hf_dir: str | Path) -> Any:
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     """Convert an HF directory into a ptmkit checkpoint directory ``out_dir``
     (``config.json``, ``model.safetensors``, ``tokenizer.json``) that ``ptm finetune`` reads."""
-    from ptmkit.pretrained import save_pretrained
+    from ptmkit import outputs
+    from ptmkit.train import checkpoint as ckpt
 
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PtmError(f"{out} already exists and is not empty; choose a new output directory")
+    outputs.check(out, "checkpoint", inputs=[hf_dir])  # before the slow load
     pretrained = load_hf(hf_dir)
-    save_pretrained(out, pretrained.config, pretrained.model, pretrained.tokenizer)
+    with outputs.staged(out, "checkpoint", inputs=[hf_dir]) as stage:
+        ckpt.write_config(stage, pretrained.config)
+        ckpt.write_model(stage, pretrained.model)
+        ckpt.write_tokenizer(stage, pretrained.tokenizer)
     log.info("imported %s into %s", hf_dir, out)
     return out
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
@@ -44,7 +45,6 @@ from ptmkit.interop.hf_common import (
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
-    staged_output,
 )
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.registry import register
@@ -238,7 +238,7 @@ def export_bert(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     tokenizer files).  ``BertModel``, ``BertForMaskedLM`` (with an MLM head) and
     ``BertForPreTraining`` (with an NSP head too) load it with ``from_pretrained``."""
     model, hf_state = build_hf_bert(pretrained, with_heads)
-    with staged_output(out_dir) as stage:
+    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
         with quiet_transformers():
             # state_dict= keeps tensors the class lacks (a pooler under BertForMaskedLM).
             model.save_pretrained(stage, state_dict={k: v.contiguous() for k, v in hf_state.items()})

@@ -3,17 +3,13 @@
 A key map turns the state dict of a ptmkit ``PretrainModel`` (keys ``backbone.*`` and
 ``objective.*``) into the state dict of an HF model and back.  These helpers hold what every
 family needs: activation names, reading an HF model's weights together with the set of keys
-its files really contained, and writing an output directory atomically without ever
-overwriting an existing one.
+its files really contained.  Output directories are written through :func:`ptmkit.outputs.staged`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,16 +77,29 @@ def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str,
     a head missing from the files (e.g. a ``BertModel`` directory loaded as
     ``BertForPreTraining``) is randomly initialised by HF and must not be imported.
     """
+    from ptmkit.train.checkpoint import check_safetensors
+
     hf_dir = Path(hf_dir)
     if not (hf_dir / "config.json").is_file():
         raise PtmError(f"{hf_dir} is not an HF transformers model directory (no config.json)")
+    for weights in sorted(hf_dir.glob("*.safetensors")):
+        check_safetensors(weights, "download or copy it again")  # a truncated download, named
     try:
         with quiet_transformers():
-            model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32)
+            # Mismatched shapes are collected (and refused below with their names) rather than
+            # raised by HF as a generic error.
+            model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32,
+                                                    ignore_mismatched_sizes=True)
     except (OSError, ValueError, KeyError) as exc:
         raise PtmError(f"cannot load the HF model in {hf_dir}: {exc}") from exc
-    if info.get("mismatched_keys"):
-        raise PtmError(f"the weights in {hf_dir} do not match their config.json: {info['mismatched_keys'][:3]}")
+    mismatched = info.get("mismatched_keys") or []
+    if mismatched:
+        shown = "; ".join(f"{k}: {tuple(a)} in the weights, {tuple(b)} from config.json" for k, a, b in list(mismatched)[:3])
+        more = f" (and {len(mismatched) - 3} more)" if len(mismatched) > 3 else ""
+        raise PtmError(
+            f"the weights in {hf_dir} do not match its config.json: {shown}{more}; the config does not belong "
+            f"to these weights (fix or replace config.json)"
+        )
     missing = set(info.get("missing_keys", ()))
     present = {k: v for k, v in model.state_dict().items() if k not in missing}
     model.eval()
@@ -104,31 +113,6 @@ def check_tied(decoder: torch.Tensor | None, embeddings: torch.Tensor, what: str
             f"the checkpoint's {what} is not tied to the word embeddings; ptmkit ties them, "
             f"so importing would change the model's predictions"
         )
-
-
-@contextlib.contextmanager
-def staged_output(out_dir: str | Path) -> Iterator[Path]:
-    """Yield a scratch directory that becomes ``out_dir`` only when the block succeeds.
-
-    An existing non-empty ``out_dir`` is refused (nothing is overwritten); on error the
-    scratch directory is removed and ``out_dir`` is left as it was.
-    """
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise PtmError(f"{out} already exists and is not empty; choose a new output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the result is an ordinary directory
-    try:
-        yield tmp
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 class HFFamily:

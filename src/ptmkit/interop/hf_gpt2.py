@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
@@ -37,7 +38,6 @@ from ptmkit.interop.hf_common import (
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
-    staged_output,
 )
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.registry import register
@@ -210,7 +210,7 @@ def export_gpt2(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     with the tokenizer files.  ``with_heads`` is accepted for symmetry: the LM head is tied, so
     the files are the same either way."""
     model = build_hf_gpt2(pretrained)
-    with staged_output(out_dir) as stage:
+    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
         with quiet_transformers():
             model.save_pretrained(stage)
         if pretrained.tokenizer is not None:

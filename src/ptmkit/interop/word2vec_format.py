@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.errors import PtmError
+from ptmkit.errors import PtmError, require_file
+from ptmkit.fileio import atomic_write_bytes
 
 FORMATS = ("word2vec", "word2vec-binary", "glove")
 
@@ -42,14 +43,6 @@ def _text_lines(words: list[str], vectors: np.ndarray) -> io.StringIO:
     return buf
 
 
-def _atomic_write(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(payload)
-    os.replace(tmp, path)
-
-
 def write_word2vec(path: str | os.PathLike, words: list[str], vectors: np.ndarray, binary: bool = True) -> None:
     """Write ``vectors`` (float [V, D]) with row i labelled ``words[i]``."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -60,15 +53,15 @@ def write_word2vec(path: str | os.PathLike, words: list[str], vectors: np.ndarra
         parts = [header]
         for w, row in zip(words, rows):
             parts.append(w.encode("utf-8") + b" " + row.tobytes())
-        _atomic_write(Path(path), b"".join(parts))
+        atomic_write_bytes(path, b"".join(parts))
     else:
-        _atomic_write(Path(path), header + _text_lines(words, vectors).getvalue().encode("utf-8"))
+        atomic_write_bytes(path, header + _text_lines(words, vectors).getvalue().encode("utf-8"))
 
 
 def write_glove(path: str | os.PathLike, words: list[str], vectors: np.ndarray) -> None:
     vectors = np.asarray(vectors, dtype=np.float32)
     _check_words(words, vectors)
-    _atomic_write(Path(path), _text_lines(words, vectors).getvalue().encode("utf-8"))
+    atomic_write_bytes(path, _text_lines(words, vectors).getvalue().encode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -95,9 +88,7 @@ def _floats(fields: list[str]) -> bool:
 
 def detect_format(path: str | os.PathLike) -> str:
     """``"word2vec"``, ``"word2vec-binary"`` or ``"glove"``, from the file's first bytes."""
-    path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"vectors file {path} does not exist")
+    path = require_file(path, "vectors file")
     with open(path, "rb") as f:
         head = f.read(1 << 16)
     first, _, rest = head.partition(b"\n")
@@ -135,9 +126,7 @@ def read_vectors(path: str | os.PathLike, format: str = "auto") -> tuple[list[st
 
 
 def read_word2vec(path: str | os.PathLike, binary: bool = True) -> tuple[list[str], np.ndarray]:
-    path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"vectors file {path} does not exist")
+    path = require_file(path, "vectors file")
     data = path.read_bytes()
     first, _, _ = data.partition(b"\n")
     header = _parse_header(first)
@@ -199,10 +188,12 @@ def _read_text_body(path: Path, body: bytes, d: int | None, expected: int | None
     if flat is None or flat.size != len(lines) * d:
         for i, rest in enumerate(rests):  # find the first bad line for the message
             fields = rest.split()
-            if len(fields) != d or not _floats(fields):
-                raise PtmError(
-                    f"{path}: line {i + first_line_no} has {len(fields)} values (expected {d} numbers after the word)"
-                )
+            line_no = i + first_line_no
+            if len(fields) != d:
+                raise PtmError(f"{path}: line {line_no} has {len(fields)} values (expected {d} numbers after the word)")
+            bad = next((x for x in fields if not _floats([x])), None)
+            if bad is not None:
+                raise PtmError(f"{path}: line {line_no} (word {words[i]!r}): {bad!r} is not a number")
         raise PtmError(f"{path}: could not parse the vectors")
     return words, flat.reshape(len(lines), d).astype(np.float32)
 
@@ -215,7 +206,5 @@ def _parse_floats(text: str) -> np.ndarray | None:
 
 
 def read_glove(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
-    path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"vectors file {path} does not exist")
+    path = require_file(path, "vectors file")
     return _read_text_body(path, path.read_bytes(), None, None, first_line_no=1)

@@ -2,9 +2,9 @@
 
 ``run_static("word2vec-cbow-hs", ["corpus.txt"], "vec/cbow", {"dim": 50})`` resolves the model
 and its preset config (:mod:`ptmkit.static.presets`), applies the overrides (the model config's
-keys; unknown keys and values of the wrong type raise :class:`PtmError`), trains into a fresh
-staging directory next to ``out_dir`` and moves it into place only when training succeeded, so an
-interrupted or failed run never leaves a half-written ``out_dir`` and never touches an old one.
+keys; unknown keys and values of the wrong type raise :class:`PtmError`), trains into a scratch
+directory (:func:`ptmkit.outputs.staged`) published into ``out_dir`` only when training succeeded,
+so an interrupted or failed run never leaves a half-written ``out_dir`` and never touches an old one.
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ptmkit import registry
+from ptmkit import outputs, registry
 from ptmkit.config import from_dict, parse_value
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 
 Overrides = Mapping[str, Any] | Sequence[str] | None
 
@@ -118,14 +117,6 @@ def _check_data(data_files: Sequence[str | os.PathLike]) -> list[Path]:
     return files
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise PtmError(f"output {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise PtmError(f"{out} exists and is not empty; pass --overwrite (overwrite=True) to replace it, "
-                       f"or choose another output directory")  # fmt: skip
-
-
 def run_static(
     name: str | Path | dict,
     data_files: Sequence[str | os.PathLike],
@@ -140,25 +131,22 @@ def run_static(
     ``overrides``: config keys of the model's ``config_class`` as a dict or ``key=value`` strings.
     ``out_dir`` receives ``vectors.bin`` (word2vec binary), ``config.json`` (the model's config and
     training statistics, with ``"static": MODEL`` and ``"preset"`` added) and ``vocab.txt`` (plus the
-    model's own files, e.g. fastText's subword matrix); an existing non-empty ``out_dir`` is refused
-    unless ``overwrite``, and is replaced only after the new training succeeded.
+    model's own files, e.g. fastText's subword matrix).  ``out_dir`` must be new, empty or hold
+    static vectors from ptm (replaced only with ``overwrite``, and only after the new training
+    succeeded; other files there are kept); data files inside ``out_dir`` are refused.
     Returns what the model's ``train`` returns (``WordVectors``, ``FastTextModel``, ...).
     """
     model, cfg = resolve_config(name, overrides)  # bad keys fail before any slow work
     entry = registry.get("static", model)
     files = _check_data(data_files)
-    out = Path(out_dir)
-    _check_out(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    preset = [name] if isinstance(name, (str, os.PathLike)) and Path(name).is_file() else []
+    # The vectors are trained into a scratch directory and published only when complete; with
+    # overwrite, ptm's previous files in out_dir are replaced then, the user's other files stay.
+    with outputs.staged(out_dir, "vectors", inputs=[*files, *preset], overwrite=overwrite) as staging:
         result = entry.train([str(f) for f in files], cfg, out=staging, progress=progress)
         if not (staging / "vectors.bin").is_file():
             raise RuntimeError(f"static model {model!r} wrote no vectors.bin")
         _record_origin(staging / "config.json", model, name)
-        _replace_dir(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return result
 
 
@@ -169,23 +157,7 @@ def _record_origin(config_file: Path, model: str, name: Any) -> None:
     origin = {"static": model}
     if not isinstance(name, dict) and str(name) != model:
         origin["preset"] = str(name)
-    config_file.write_text(json.dumps({**origin, **config}, indent=2) + "\n", encoding="utf-8")
-
-
-def _replace_dir(new: Path, out: Path) -> None:
-    """Move ``new`` to ``out``; an existing ``out`` is moved aside first and deleted last."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    try:
-        os.replace(new, out)
-    except OSError:
-        if old is not None:
-            os.replace(old, out)  # put the previous output back
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    atomic_write_text(config_file, json.dumps({**origin, **config}, indent=2) + "\n")
 
 
 def vectors_header(out_dir: str | os.PathLike) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.errors import PtmError, suggest
+from ptmkit.errors import PtmError, require_file, suggest
 
 
 class UnknownWordError(PtmError, KeyError):
@@ -176,7 +176,7 @@ class WordVectors:
         """
         from scipy import stats
 
-        triples = _read_pairs(pairs, delimiter) if isinstance(pairs, (str, os.PathLike)) else list(pairs)
+        triples = read_pairs(pairs, delimiter) if isinstance(pairs, (str, os.PathLike)) else list(pairs)
         ok = self._ok_vocab(restrict_vocab, case_insensitive)
         gold, a_idx, b_idx, oov = [], [], [], 0
         for a, b, score in triples:
@@ -214,7 +214,7 @@ class WordVectors:
         """
         if method not in ("3cosadd", "3cosmul"):
             raise PtmError(f"unknown analogy method {method!r}; use '3cosadd' or '3cosmul'")
-        sections = _read_analogies(path)
+        sections = read_analogies(path)
         ok = self._ok_vocab(restrict_vocab, case_insensitive)
         limit = len(self) if restrict_vocab is None else min(int(restrict_vocab), len(self))
         m = self.normed[:limit]
@@ -294,12 +294,22 @@ class WordVectors:
         return cls(words, vectors)
 
 
-def _read_pairs(path: str | os.PathLike, delimiter: str) -> list[tuple[str, str, float]]:
+def _read_text(path: Path, what: str) -> str:
+    require_file(path, what)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise PtmError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_pairs(path: str | os.PathLike, delimiter: str = "\t") -> list[tuple[str, str, float]]:
+    """``(word1, word2, score)`` triples of a word-similarity file.  ``#`` comments, blank lines and
+    one header line are skipped; any other line that is not two words and a number is an error
+    naming the file and line (skipping it would quietly score a different benchmark)."""
     path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"word-pair file {path} does not exist")
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    out: list[tuple[str, str, float]] = []
+    header_skipped = False
+    for n, line in enumerate(_read_text(path, "word-pair file").splitlines(), 1):
         if line.startswith("#") or not line.strip():
             continue
         parts = line.split(delimiter)
@@ -309,25 +319,32 @@ def _read_pairs(path: str | os.PathLike, delimiter: str) -> list[tuple[str, str,
             a, b, score = parts
             out.append((a, b, float(score)))
         except ValueError:
-            continue  # a header or malformed line (gensim skips them too)
+            if not out and not header_skipped:
+                header_skipped = True  # a header line such as "word1 word2 score"
+                continue
+            raise PtmError(
+                f"word-pair file {path}, line {n}: expected 'word1<TAB>word2<TAB>score' with a numeric score, "
+                f"got {line[:80]!r}; fix or remove that line"
+            ) from None
     if not out:
-        raise PtmError(f"{path} holds no 'word1<TAB>word2<TAB>score' lines")
+        raise PtmError(f"word-pair file {path} holds no 'word1<TAB>word2<TAB>score' lines")
     return out
 
 
-def _read_analogies(path: str | os.PathLike) -> list[tuple[str, list[list[str]]]]:
+def read_analogies(path: str | os.PathLike) -> list[tuple[str, list[list[str]]]]:
+    """``[(section, [[a, b, c, d], ...]), ...]`` of a ``questions-words.txt``-style file."""
     path = Path(path)
-    if not path.is_file():
-        raise PtmError(f"analogy file {path} does not exist")
     sections: list[tuple[str, list[list[str]]]] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(_read_text(path, "analogy file").splitlines(), 1):
         if line.startswith(": "):
             sections.append((line[2:].strip(), []))
         elif line.strip():
             words = line.split()
             if len(words) != 4 or not sections:
-                raise PtmError(f"{path}:{n}: expected ': section' or four words 'a b c d', got {line!r}")
+                raise PtmError(
+                    f"analogy file {path}, line {n}: expected ': section' or four words 'a b c d', got {line[:80]!r}"
+                )
             sections[-1][1].append(words)
     if not sections:
-        raise PtmError(f"{path} holds no analogy sections (': name' lines)")
+        raise PtmError(f"analogy file {path} holds no analogy sections (': name' lines)")
     return sections

@@ -20,8 +20,6 @@ import itertools
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ import numpy as np
 
 from ptmkit import paths
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -277,26 +276,19 @@ def load_corpus(
     if key_dir is not None:
         try:
             _write_cache(key_dir, vocab, corpus)
-        except OSError as exc:  # a read-only cache must not stop training
+        except (OSError, PtmError) as exc:  # a read-only or full cache must not stop training
             log.warning("could not cache the encoded corpus in %s: %s", key_dir, exc)
     return vocab, corpus
 
 
 def _write_cache(key_dir: Path, vocab: Vocab, corpus: IdCorpus) -> None:
-    key_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=key_dir.parent))
-    try:
+    # A cache: rebuilt if lost, so no fsync (durable=False).
+    with atomic_dir(key_dir, durable=False) as tmp:
         np.save(tmp / "ids.npy", corpus.ids)
         np.save(tmp / "sentences.npy", corpus.sentences)
         np.save(tmp / "counts.npy", vocab.counts)
         (tmp / "words.txt").write_text("\n".join(vocab.words) + "\n", encoding="utf-8")
         (tmp / "DONE").write_text("")
-        if key_dir.exists():
-            shutil.rmtree(key_dir)
-        tmp.rename(key_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _read_cache(key_dir: Path) -> tuple[Vocab, IdCorpus]:

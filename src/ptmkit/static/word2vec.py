@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunk
@@ -315,15 +316,9 @@ def save_run(out_dir: Path, wv: WordVectors, config: dict, stats: dict) -> None:
     """Write vectors.bin, vocab.txt, config.json into ``out_dir`` (each file atomically)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     wv.save(out_dir / "vectors.bin", format="word2vec-binary")
-    _write_atomic(out_dir / "config.json", json.dumps({**config, "stats": stats}, indent=2) + "\n")
+    atomic_write_text(out_dir / "config.json", json.dumps({**config, "stats": stats}, indent=2) + "\n")
     counts = wv.counts if wv.counts is not None else np.zeros(len(wv), dtype=np.int64)
-    _write_atomic(out_dir / "vocab.txt", "".join(f"{w} {int(c)}\n" for w, c in zip(wv.words, counts)))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(out_dir / "vocab.txt", "".join(f"{w} {int(c)}\n" for w, c in zip(wv.words, counts)))
 
 
 @register("static", "word2vec")

@@ -79,21 +79,12 @@ class DevSelection(TrainerCallback):
 
 
 def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
-    import os
-    import tempfile
+    from safetensors.torch import save
 
-    from safetensors.torch import save_file
+    from ptmkit.fileio import atomic_write_bytes
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    os.close(fd)
-    try:
-        # shared tensors (tied weights) are stored per name; the classifier loads them back by name
-        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # shared tensors (tied weights) are stored per name; the classifier loads them back by name
+    atomic_write_bytes(path, save({k: v.contiguous() for k, v in state.items()}))
 
 
 class StagedFreezing(TrainerCallback):

@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.classification import HEADS, MIXES, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
 
@@ -254,24 +256,14 @@ def _better(metric: str, new: float, best: float | None) -> bool:
 # -------------------------------------------------------------------------------------- outputs
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+_atomic_write = atomic_write_text  # results.json and predictions.jsonl: never half-written
 
 
 def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
-    """Create ``out_dir``; an existing non-empty one is an error unless ``overwrite`` or ``resume``."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise PtmError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not (overwrite or resume):
-        raise PtmError(
-            f"output directory {out} is not empty; choose a new -o directory, or --resume an interrupted run "
-            f"(nothing was overwritten)"
-        )
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    """Create and mark ``out_dir`` (:func:`ptmkit.outputs.claim`): it must be new, empty, or hold
+    fine-tuning output of ptm's, which ``overwrite`` allows to be written over and ``resume``
+    to be continued."""
+    return outputs.claim(out_dir, "finetune", overwrite=overwrite, reuse=resume)
 
 
 def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:

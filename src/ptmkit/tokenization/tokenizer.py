@@ -18,9 +18,19 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from ptmkit.errors import PtmError, suggest
+from ptmkit.errors import PtmError, require_file, suggest
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tokenization import kinds as K
 from ptmkit.tokenization.training import SUBWORD_KINDS, train_subword
+
+
+def _has_text(path: str | os.PathLike[str]) -> bool:
+    """Whether the file holds anything but whitespace (read until the first such byte)."""
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            if block.strip():
+                return True
+    return False
 
 
 def _is_cjk(ch: str) -> bool:
@@ -91,10 +101,11 @@ class Tokenizer:
         if not paths:
             raise PtmError("no training files given")
         for p in paths:
-            if not Path(p).is_file():
-                raise PtmError(f"training file not found: {p}")
-        if all(Path(p).stat().st_size == 0 for p in paths):
-            raise PtmError(f"training files are empty: {', '.join(paths)}")
+            require_file(p, "training file")
+        if not any(_has_text(p) for p in paths):
+            # The trainer would return the special tokens alone (or bytes only, for bpe): a
+            # tokenizer that turns every text into [UNK].
+            raise PtmError(f"no text to train a tokenizer on: {', '.join(paths)} hold only blank lines or nothing")
         tok = K.build(kind, lowercase)
         try:
             if kind in SUBWORD_KINDS:
@@ -139,7 +150,13 @@ class Tokenizer:
                 raise PtmError(f"{p} holds neither tokenizer.json nor vocab.txt")
         if not p.is_file():
             raise PtmError(f"tokenizer file not found: {p}")
-        text = p.read_text(encoding="utf-8")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise PtmError(
+                f"{p} is not a tokenizer.json: it is not UTF-8 text (a binary file?); give the tokenizer.json "
+                f"written by `ptm tokenizer train`, or a model directory with tokenizer.json or vocab.txt"
+            ) from None
         try:
             data = json.loads(text)
             hf = HFTokenizer.from_str(text)
@@ -155,11 +172,7 @@ class Tokenizer:
         p = Path(path)
         if p.is_dir():
             p = p / "tokenizer.json"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(self._tok.to_str(pretty=True), encoding="utf-8")
-        os.replace(tmp, p)
-        return p
+        return atomic_write_text(p, self._tok.to_str(pretty=True))
 
     # ------------------------------------------------------------------ encoding
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:

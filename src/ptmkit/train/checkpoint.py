@@ -22,15 +22,17 @@ import os
 import re
 import shutil
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from ptmkit import fileio
 from ptmkit.errors import PtmError
+# The trainer writes metrics.jsonl through ``ckpt.atomic_write_text``; checkpoints use both.
+from ptmkit.fileio import atomic_dir, atomic_write_text
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -38,7 +40,7 @@ CONFIG_FILE = "config.json"
 MODEL_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 STATE_FILE = "trainer_state.pt"
-TMP_PREFIX = ".tmp-"
+TMP_PREFIX = fileio.TMP_PREFIX  # what atomic_dir / atomic_write_text leave behind when killed
 _STEP_RE = re.compile(r"^step-(\d+)$")
 
 Extra = Callable[[Path], None] | dict[str, Any] | None
@@ -46,74 +48,6 @@ Extra = Callable[[Path], None] | dict[str, Any] | None
 
 def step_name(step: int) -> str:
     return f"step-{step:07d}"
-
-
-# -- low-level atomic writing ---------------------------------------------------------------
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file or directory to disk (directories: so a rename is durable)."""
-    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:  # some platforms cannot open directories
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_dir(final: Path) -> Iterator[Path]:
-    """Yield a temporary sibling directory; on success it replaces ``final`` in one rename.
-
-    On an exception the temporary directory is removed and ``final`` is untouched.
-    """
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=final.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a checkpoint is an ordinary directory
-    try:
-        yield tmp
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                _fsync(f)
-        _fsync(tmp)
-        old = None
-        if final.exists():
-            # Move the old copy aside first: rename onto a non-empty directory is not allowed.
-            old = Path(tempfile.mkdtemp(prefix=TMP_PREFIX + "old-", dir=final.parent))
-            os.rename(final, old / final.name)
-        os.rename(tmp, final)
-        _fsync(final.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same directory + ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync(path.parent)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- writing pieces -------------------------------------------------------------------------
@@ -219,11 +153,17 @@ def save_checkpoint(
     ckdir.mkdir(parents=True, exist_ok=True)
     clean_stale(run_dir)
     final = ckdir / step_name(step)
-    with atomic_dir(final) as tmp:
-        write_extra(tmp, extra)
-        write_model(tmp, model)
-        if trainer_state is not None:
-            torch.save(trainer_state, tmp / STATE_FILE)
+    try:
+        with atomic_dir(final) as tmp:
+            write_extra(tmp, extra)
+            write_model(tmp, model)
+            if trainer_state is not None:
+                torch.save(trainer_state, tmp / STATE_FILE)
+    except PtmError as exc:  # a full disk, say: tell the user what is still safe
+        previous = latest_checkpoint(run_dir)
+        safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
+                else "the run has no checkpoint yet")
+        raise PtmError(f"saving checkpoint {final.name} failed: {exc}; {safe}") from exc
     atomic_write_text(ckdir / LATEST, final.name + "\n")
     prune(run_dir, keep)
     return final
@@ -237,6 +177,11 @@ def resolve_checkpoint(path: Path | str) -> Path:
     path = Path(path)
     if not path.exists():
         raise PtmError(f"{path} does not exist: give a run directory or a checkpoint directory")
+    if (path / "vectors.bin").is_file() and not (path / MODEL_FILE).exists():
+        raise PtmError(
+            f"{path} is a static-vectors run (word vectors, not a Transformer): use `ptm vectors`, e.g. "
+            f"`ptm vectors neighbors {path / 'vectors.bin'} WORD` or `ptm vectors evaluate {path / 'vectors.bin'}`"
+        )
     if (path / MODEL_FILE).exists() or (path / CONFIG_FILE).exists() and not (path / CHECKPOINTS).is_dir():
         return path
     if (path / CHECKPOINTS).is_dir():
@@ -249,8 +194,9 @@ def resolve_checkpoint(path: Path | str) -> Path:
     )
 
 
-def check_safetensors(path: Path) -> dict[str, Any]:
-    """Parse a safetensors header and check the file is complete; return the header."""
+def check_safetensors(path: Path, advice: str = "use an earlier checkpoint of the run") -> dict[str, Any]:
+    """Parse a safetensors header and check the file is complete; return the header.
+    ``advice`` ends the message for a truncated file (what the user can do about it)."""
     path = Path(path)
     if not path.is_file():
         raise PtmError(f"checkpoint file {path} is missing")
@@ -269,8 +215,7 @@ def check_safetensors(path: Path) -> dict[str, Any]:
         raise PtmError(f"{path} is not a valid safetensors file ({exc}); the checkpoint is corrupt or truncated") from exc
     if size != 8 + n + end:
         raise PtmError(
-            f"{path} is truncated or corrupt: {size} bytes on disk, {8 + n + end} expected; "
-            f"use an earlier checkpoint of the run"
+            f"{path} is truncated or corrupt: {size} bytes on disk, {8 + n + end} expected; {advice}"
         )
     return header
 

