@@ -1,10 +1,10 @@
 """Causal (left-to-right) language modelling: GPT (Radford et al. 2018) and GPT-2.
 
 The corpus is read as one stream in which every sentence is followed by a separator token
-(the tokenizer's ``eos_id`` if it has one, else ``sep_id``) and cut into contiguous blocks:
-example ``i`` covers stream positions ``[i T, i T + T + 1)``; its first ``T`` tokens are the
-input and its last ``T`` the targets, so every stream token is predicted exactly once an epoch.
-Spans are in stream coordinates (token offsets plus the number of separators before them).
+(the tokenizer's ``eos_id`` if it has one, else ``sep_id``) and cut into contiguous blocks
+(:class:`ptmkit.objectives.stream.SentenceStream`): example ``i`` covers stream positions
+``[i T, i T + T + 1)``; its first ``T`` tokens are the input and its last ``T`` the targets, so
+every stream token is predicted exactly once an epoch.
 
 The LM head is the word-embedding matrix (tied, no parameters of its own); the loss is the mean
 next-token cross-entropy (``exp(clm_loss)`` is the perplexity), computed by
@@ -22,6 +22,7 @@ from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
 
 IGNORE = -100
@@ -50,43 +51,15 @@ class CausalLM(Objective):
                 "the clm objective ties its output to the word embeddings, which need the encoder's width "
                 "(unset model.embedding_size)"
             )
-        self._stream_cache: tuple[np.ndarray, np.ndarray] | None = None
-
-    def _stream_starts(self, corpus: CorpusLike) -> np.ndarray:
-        """Stream position where each sentence starts, ``int64 [n_sentences + 1]`` (cached)."""
-        sent = corpus.sentences
-        if self._stream_cache is None or self._stream_cache[0] is not sent:
-            sep = 1 if self.cfg.separator else 0
-            starts = np.asarray(sent, dtype=np.int64) - int(sent[0]) + sep * np.arange(len(sent), dtype=np.int64)
-            self._stream_cache = (sent, starts)
-        return self._stream_cache[1]
+        self.stream = SentenceStream(cfg.separator, self.eos_id, self.pad_id)
 
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
         if getattr(self.model_cfg, "positions", "absolute") == "absolute" and seq_len > self.model_cfg.max_position:
             raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
-        total = int(self._stream_starts(corpus)[-1])
-        n = (total - 1) // seq_len
-        if n < 1:
-            raise PtmError(
-                f"the corpus has {total} tokens (with separators), too few for one CLM example of "
-                f"seq_len={seq_len} (needs {seq_len + 1}); use a smaller seq_len or more text"
-            )
-        start = np.arange(n, dtype=np.int64) * seq_len
-        return np.stack([start, start + seq_len + 1], axis=1)
+        return self.stream.block_spans(corpus, seq_len, "CLM")
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        starts = self._stream_starts(corpus)
-        sent = np.asarray(corpus.sentences, dtype=np.int64)
-        L = int((spans[:, 1] - spans[:, 0]).max())
-        v = spans[:, :1] + np.arange(L)[None, :]  # stream positions [B, L]
-        inside = v < spans[:, 1:]
-        k = np.clip(np.searchsorted(starts, v, side="right") - 1, 0, len(sent) - 2)  # sentence of each position
-        offset = v - starts[k]
-        in_sentence = offset < sent[k + 1] - sent[k]
-        src = np.clip(sent[k] + offset, 0, len(corpus.tokens) - 1)
-        seq = np.where(in_sentence, np.asarray(corpus.tokens[src], dtype=np.int64), self.eos_id)
-        seq = np.where(inside, seq, self.pad_id)
+        seq, inside = self.stream.read(corpus, spans)
         labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE)
         batch = {"input_ids": torch.from_numpy(np.ascontiguousarray(seq[:, :-1])), "labels": torch.from_numpy(labels)}
         if not inside[:, :-1].all():  # only shorter (final) blocks need padding
