@@ -36,7 +36,7 @@ class SequenceClassifier(nn.Module):
 
     pooling: ``"cls"`` (BERT: the pooler's output, else ``h_0``), ``"last"`` (GPT: the last
         non-pad token), ``"mean"`` (masked mean) or ``"auto"`` (``"last"`` for a causal encoder,
-        else ``"cls"``, or ``"mean"`` for an encoder without a [CLS] pooler and a scalar mix).
+        ``"cls"`` for one with a [CLS] pooler read from its top layer, else ``"mean"``).
     dropout: before the head; ``None`` uses the encoder's ``config.dropout``.
     causal: run the encoder with causal attention (a model pre-trained left to right).
     mix: ``"last"`` (the top layer) or ``"scalar"`` (ELMo's learned softmax-weighted sum of all
@@ -59,7 +59,8 @@ class SequenceClassifier(nn.Module):
             raise PtmError(f"a classifier needs at least 2 labels, got {num_labels}")
         cfg = backbone.config
         if pooling == "auto":
-            pooling = "last" if causal else ("cls" if mix == "last" or head == "bilstm" else "mean")
+            has_cls = bool(getattr(cfg, "pooler", False))  # a [CLS] pooler trained by the objective (BERT)
+            pooling = "last" if causal else ("cls" if has_cls and mix == "last" else "mean")
         self.backbone = backbone
         self.causal = causal
         self.pooling = pooling
