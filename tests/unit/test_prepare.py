@@ -159,3 +159,141 @@ def test_cli_train_and_prepare(files, tmp_path, capsys):
     assert cli_main(["prepare", str(files[0]), "-t", str(tok_path), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'bpe'" in err and "--overwrite" in err
+
+
+# ---------------------------------------------------------------------------- word starts
+WORDY = [
+    "unbelievably, the quickest foxes weren't jumping over lazy dogs",
+    "tokenization splits rare words into pieces",
+    "",
+    "an Über-naïve café: 3.14 apples & 12,000 oranges!",
+    "我们在北京大学学习 machine learning",
+]
+
+
+def _starts_from_word_ids(tok, lines):
+    out = []
+    for line in lines:
+        w = tok.word_ids(line.strip())
+        if w:
+            out.append([True] + [a != b for a, b in zip(w[1:], w[:-1])])
+    return np.concatenate(out)
+
+
+@pytest.fixture(scope="module")
+def wordy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wordy")
+    path = root / "w.txt"
+    path.write_text("\n".join(WORDY * 3) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram", "char", "word"])
+def test_word_starts_match_word_ids_with_any_worker_count(kind, wordy, tmp_path):
+    tok = Tokenizer.train([wordy], kind, 90 if kind != "word" else 40, min_frequency=1)
+    lines = wordy.read_text(encoding="utf-8").split("\n")
+    expected = _starts_from_word_ids(tok, [line for line in lines if line.strip()])
+    one = prepare([wordy], tok, tmp_path / "one", workers=1, progress=False)
+    two = prepare([wordy], tok, tmp_path / "two", workers=2, chunk_bytes=16, progress=False)  # many chunks
+    for c in (one, two):
+        assert c.word_starts is not None and len(c.word_starts) == c.n_tokens
+        np.testing.assert_array_equal(np.asarray(c.word_starts), expected)
+        assert (tmp_path / "one" / "word_starts.bin").stat().st_size == (c.n_tokens + 7) // 8  # one bit a token
+    assert c.word_starts[c.sentences[:-1]].all()  # every sentence begins with a word
+    if kind == "wordpiece":  # a WordPiece word start is exactly "not a ## continuation"
+        pieces = [tok.id_to_token(int(i)) for i in one.tokens]
+        np.testing.assert_array_equal(np.asarray(one.word_starts), [not p.startswith("##") for p in pieces])
+    # slices and gathers read the packed bits like an array
+    np.testing.assert_array_equal(one.word_starts[5:23], expected[5:23])
+    idx = np.array([[0, 7, 9], [len(expected) - 1, 3, 8]])
+    np.testing.assert_array_equal(one.word_starts[idx], expected[idx])
+
+
+def _pairs_of_cjk(text: str) -> np.ndarray:
+    """A toy segmenter: CJK characters pair up into two-character words; other text is one
+    word per whitespace-separated run."""
+    starts, i = [], 0
+    while i < len(text):
+        starts.append(i)
+        if "\u4e00" <= text[i] <= "\u9fff":
+            i += 2 if i + 1 < len(text) and "\u4e00" <= text[i + 1] <= "\u9fff" else 1
+        else:
+            j = i
+            while j < len(text) and not ("\u4e00" <= text[j] <= "\u9fff") and not text[j].isspace():
+                j += 1
+            i = max(j, i + 1) if not text[i].isspace() else i + 1
+    return np.array(starts)
+
+
+def test_word_segmenter_refines_word_starts(tmp_path):
+    text = tmp_path / "zh.txt"
+    text.write_text("我们在北京大学学习 machine learning\n北京 欢迎你\n", encoding="utf-8")
+    tok = Tokenizer.train([text], "wordpiece", 80, min_frequency=1)
+    plain = prepare([text], tok, tmp_path / "plain", workers=1, progress=False)
+    seg = prepare([text], tok, tmp_path / "seg", workers=2, chunk_bytes=8, progress=False, segmenter=_pairs_of_cjk)
+    pieces = [tok.id_to_token(int(i)) for i in seg.tokens]
+    assert pieces[:8] == list("我们在北京大学学")
+    assert np.asarray(plain.word_starts)[:8].all()  # WordPiece: every CJK character is a word
+    # pairs: 我们 / 在北 / 京大 / 学学 / 习; the English words keep their WordPiece starts
+    np.testing.assert_array_equal(np.asarray(seg.word_starts)[:9], [1, 0, 1, 0, 1, 0, 1, 0, 1])
+    english = [i for i, p in enumerate(pieces) if p.isascii()]
+    np.testing.assert_array_equal(np.asarray(seg.word_starts)[english], np.asarray(plain.word_starts)[english])
+    assert seg.meta["word_segmenter"] != plain.meta["word_segmenter"] is None
+    with pytest.raises(PtmError, match="did you mean 'jieba'"):
+        prepare([text], tok, tmp_path / "bad", workers=1, progress=False, segmenter="jeiba")
+
+
+def test_jieba_segmenter(tmp_path):
+    pytest.importorskip("jieba")
+    text = tmp_path / "zh.txt"
+    text.write_text("我们在北京大学学习\n", encoding="utf-8")
+    tok = Tokenizer.train([text], "wordpiece", 40, min_frequency=1)
+    c = prepare([text], tok, tmp_path / "c", workers=1, progress=False, segmenter="jieba")
+    # jieba: 我们 / 在 / 北京大学 / 学习
+    np.testing.assert_array_equal(np.asarray(c.word_starts), [1, 0, 1, 1, 0, 0, 0, 1, 0])
+    assert c.meta["word_segmenter"] == "jieba"
+
+
+def test_corpus_without_word_starts_opens_and_damage_is_caught(files, tok, tmp_path):
+    out = tmp_path / "c"
+    prepare(files, tok[0], out, workers=1, progress=False)
+    bits = (out / "word_starts.bin").read_bytes()
+    (out / "word_starts.bin").write_bytes(bits[:-1])
+    with pytest.raises(PtmError, match="word_starts.bin.*truncated"):
+        Corpus.open(out)
+    (out / "word_starts.bin").unlink()
+    with pytest.raises(PtmError, match="word_starts.bin is missing"):
+        Corpus.open(out)
+    # a corpus prepared before word starts were recorded: no file, no meta key
+    meta = json.loads((out / "meta.json").read_text())
+    del meta["word_starts"], meta["word_segmenter"]
+    (out / "meta.json").write_text(json.dumps(meta))
+    old = Corpus.open(out)
+    assert old.word_starts is None and old.n_tokens > 0
+
+
+def test_word_starts_are_written_in_bounded_memory(tmp_path):
+    """Peak Python memory of prepare does not grow with the corpus: 4x the text, same peak."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    words = np.array("the cat sat on a mat while unbelievable foxes jumped over lazy dogs".split())
+    line = lambda: " ".join(rng.choice(words, size=12))  # noqa: E731
+    small, big = tmp_path / "small.txt", tmp_path / "big.txt"
+    lines = [line() for _ in range(2000)]
+    small.write_text("\n".join(lines) + "\n")
+    big.write_text("\n".join(lines * 4) + "\n")
+    tok = Tokenizer.train([small], "wordpiece", 60, min_frequency=1)
+    peaks, sizes = [], []
+    for i, path in enumerate((small, big)):
+        tracemalloc.start()
+        c = prepare([path], tok, tmp_path / f"c{i}", workers=1, chunk_bytes=16 << 10, progress=False)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        sizes.append(c.n_tokens)
+        assert len(c.word_starts) == c.n_tokens
+    print(peaks, sizes)
+    # any per-token array of the whole corpus (even one byte a token) would add >= 3 x small's tokens
+    assert peaks[1] - peaks[0] < (sizes[1] - sizes[0]) / 2, (peaks, sizes)
+    small_bits = np.asarray(Corpus.open(tmp_path / "c0").word_starts)
+    np.testing.assert_array_equal(np.asarray(c.word_starts)[: len(small_bits)], small_bits)

@@ -7,7 +7,8 @@ import argparse
 HELP = "tokenize text files into a memory-mapped corpus (for pre-training)"
 
 DESCRIPTION = """\
-Tokenize UTF-8 text files into DIR: tokens.bin (uint16/uint32 ids), sentences.npy and
+Tokenize UTF-8 text files into DIR: tokens.bin (uint16/uint32 ids), word_starts.bin (one bit
+per token: does it begin a word, for whole-word and span masking), sentences.npy and
 documents.npy (offsets), meta.json and a copy of the tokenizer.  One line is one sentence; a
 blank line or the end of a file ends a document.  Streams the input with bounded memory on all
 cores; the result does not depend on --workers.
@@ -20,6 +21,7 @@ place only when complete, so a failure leaves DIR as it was.
 EPILOG = """\
 example:
   ptm prepare ptb/train.txt ptb/valid.txt -t tok.json -o corpora/ptb
+  ptm prepare zh.txt -t tok.json -o corpora/zh --segmenter jieba   # Chinese words for whole-word masking
 """
 
 
@@ -34,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-mb", type=float, default=1.0, metavar="MB", help="block size per task (default 1)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the corpus ptm prepared in DIR (once the new one is complete; other files stay)")
+    p.add_argument("--segmenter", default=None, metavar="NAME",
+                   help="word segmenter refining the word starts (jieba, for Chinese; pip install 'ptmkit[zh]')")
     p.set_defaults(func=run)
 
 
@@ -41,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.data.prepare import prepare
 
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
-                     chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), overwrite=args.overwrite)
+                     chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), overwrite=args.overwrite,
+                     segmenter=args.segmenter)
     print(f"{corpus}")
     return 0

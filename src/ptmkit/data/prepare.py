@@ -4,7 +4,9 @@ The reader cuts each file into blocks of about ``chunk_bytes`` ending at a newli
 bounded by the number of blocks in flight (``2 * workers``), never by the corpus size.  Workers
 decode (strict UTF-8), split lines and run the Rust batch encoder; the parent appends their ids
 and offsets to files in the order the blocks were read, so the result does not depend on
-``workers``.  Everything is written to a scratch directory published at the end
+``workers``.  Each token's word start (from the tokenizer's ``word_ids``, optionally refined by
+a word segmenter such as ``jieba``) is appended the same way, one bit per token, to
+``word_starts.bin``.  Everything is written to a scratch directory published at the end
 (:func:`ptmkit.outputs.staged`): a failure (bad bytes, empty corpus, Ctrl-C) leaves nothing
 behind and never touches an existing corpus.
 """
@@ -25,10 +27,21 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ptmkit import outputs
-from ptmkit.data.corpus import DOCUMENTS, FORMAT_VERSION, META, SENTENCES, TOKENIZER, TOKENS, Corpus, token_dtype
+from ptmkit.data.corpus import (
+    DOCUMENTS,
+    FORMAT_VERSION,
+    META,
+    SENTENCES,
+    TOKENIZER,
+    TOKENS,
+    WORD_STARTS,
+    Corpus,
+    token_dtype,
+)
 from ptmkit.data.sources.base import sha256
 from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer
+from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 _BOM = b"\xef\xbb\xbf"
@@ -47,9 +60,11 @@ class _Chunk:
 
 @dataclass(frozen=True)
 class _Encoded:
-    """A chunk's result: ids [n_ids] uint32, lengths [n_sentences] (all > 0), doc_breaks, counts."""
+    """A chunk's result: ids [n_ids] uint32, word_starts [n_ids] bool, lengths [n_sentences]
+    (all > 0), doc_breaks, counts."""
 
     ids: np.ndarray
+    word_starts: np.ndarray
     lengths: np.ndarray
     doc_breaks: np.ndarray  # sentences of this chunk before each blank line (non-decreasing)
     n_bytes: int
@@ -59,10 +74,11 @@ class _Encoded:
 
 # ---------------------------------------------------------------------------- workers
 _TOKENIZER: Tokenizer | None = None
+_SEGMENTER: Segmenter | None = None
 
 
-def _init_worker(tokenizer_json: str) -> None:
-    global _TOKENIZER
+def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None) -> None:
+    global _TOKENIZER, _SEGMENTER
     # Each worker is one process; the Rust encoder's own thread pool would oversubscribe the cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer as HFTokenizer
@@ -72,6 +88,7 @@ def _init_worker(tokenizer_json: str) -> None:
     hf = HFTokenizer.from_str(tokenizer_json)
     kind, lowercase = kinds.detect_kind(json.loads(tokenizer_json))
     _TOKENIZER = Tokenizer(hf, kind or "wordpiece", lowercase)
+    _SEGMENTER = get_segmenter(segmenter)
 
 
 def _decode(chunk: _Chunk) -> str:
@@ -104,7 +121,7 @@ def _encode_chunk(chunk: _Chunk) -> _Encoded:
     if text.endswith("\n"):
         lines.pop()  # the text after the last newline is not a line
     blank = np.fromiter((not line for line in lines), dtype=bool, count=len(lines))
-    ids_per_line = _TOKENIZER.encode_batch([line for line in lines if line])
+    ids_per_line, word_starts = _TOKENIZER.encode_batch_with_word_starts([line for line in lines if line], _SEGMENTER)
     lengths = np.fromiter((len(x) for x in ids_per_line), dtype=np.int64, count=len(ids_per_line))
     ids = np.fromiter(itertools.chain.from_iterable(ids_per_line), dtype=np.uint32, count=int(lengths.sum()))
     # Sentence index of each line among the kept (non-blank, non-empty) sentences.
@@ -113,6 +130,7 @@ def _encode_chunk(chunk: _Chunk) -> _Encoded:
     before = np.cumsum(kept) - kept
     return _Encoded(
         ids=ids,
+        word_starts=word_starts,
         lengths=lengths[lengths > 0],
         doc_breaks=before[blank],
         n_bytes=len(chunk.data),
@@ -151,6 +169,8 @@ class _Writer:
     def __init__(self, root: Path, dtype: np.dtype) -> None:
         self.dtype = dtype
         self.tokens = open(root / TOKENS, "wb")
+        self.word_starts = open(root / WORD_STARTS, "wb")
+        self.bits = np.zeros(0, dtype=bool)  # word-start bits not yet filling a whole byte (< 8)
         self.sent_raw = open(root / (SENTENCES + ".raw"), "wb")
         self.doc_raw = open(root / (DOCUMENTS + ".raw"), "wb")
         self.n_tokens = self.n_sentences = self.n_documents = self.n_empty = 0
@@ -160,6 +180,10 @@ class _Writer:
 
     def add(self, enc: _Encoded) -> None:
         enc.ids.astype(self.dtype, copy=False).tofile(self.tokens)
+        bits = np.concatenate([self.bits, enc.word_starts])
+        whole = len(bits) - len(bits) % 8
+        np.packbits(bits[:whole]).tofile(self.word_starts)
+        self.bits = bits[whole:]
         (np.cumsum(enc.lengths) + self.n_tokens).tofile(self.sent_raw)
         breaks = enc.doc_breaks + self.n_sentences
         self.n_tokens += int(enc.lengths.sum())
@@ -179,13 +203,15 @@ class _Writer:
             np.array([self.n_sentences], np.int64).tofile(self.doc_raw)
             self.n_documents += 1
             self.last_break = self.n_sentences
-        for f in (self.tokens, self.sent_raw, self.doc_raw):
+        np.packbits(self.bits).tofile(self.word_starts)  # the last byte, zero-padded
+        self.bits = np.zeros(0, dtype=bool)
+        for f in (self.tokens, self.word_starts, self.sent_raw, self.doc_raw):
             f.close()
         _raw_to_npy(root / (SENTENCES + ".raw"), root / SENTENCES, self.n_sentences + 1)
         _raw_to_npy(root / (DOCUMENTS + ".raw"), root / DOCUMENTS, self.n_documents + 1)
 
     def abort(self) -> None:
-        for f in (self.tokens, self.sent_raw, self.doc_raw):
+        for f in (self.tokens, self.word_starts, self.sent_raw, self.doc_raw):
             f.close()
 
 
@@ -206,17 +232,22 @@ def prepare(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     overwrite: bool = False,
     progress: bool = True,
+    segmenter: str | Segmenter | None = None,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
     One line is one sentence; a blank line or the end of a file ends a document; lines that
     encode to no token are skipped.  ``workers`` defaults to the number of CPU cores.
+    ``segmenter``: a word segmenter name (``"jieba"``) or callable refining the word starts
+    (see :mod:`ptmkit.tokenization.segmenters`); a callable must be picklable when the
+    platform cannot fork.
     """
     paths = [Path(f) for f in files]
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
         require_file(p, "input file")
+    get_segmenter(segmenter)  # an unknown or uninstalled segmenter fails before any work
     tok_path = None if isinstance(tokenizer, Tokenizer) else Path(tokenizer)
     out = Path(out_dir)
     inputs = [*paths, tok_path]
@@ -230,11 +261,12 @@ def prepare(
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
     with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
-        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress)
+        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress, segmenter)
     return Corpus.open(out)
 
 
-def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: int, workers: int, progress: bool) -> None:
+def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: int, workers: int, progress: bool,
+                  segmenter: str | Segmenter | None = None) -> None:
     """Tokenize ``paths`` into the corpus files in ``root`` (open files are closed on failure)."""
     writer = None
     try:
@@ -244,7 +276,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
         total_bytes = sum(p.stat().st_size for p in paths)
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
         with bar:
-            for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers):
+            for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers, segmenter):
                 writer.add(enc)
                 bar.update(enc.n_bytes)
         writer.close(root)
@@ -260,6 +292,8 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
             "vocab_size": tok.vocab_size,
             "tokenizer_kind": tok.kind,
             "tokenizer_sha256": sha256(tok_file),
+            "word_starts": WORD_STARTS,
+            "word_segmenter": segmenter if isinstance(segmenter, str) or segmenter is None else repr(segmenter),
             "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
         }
         (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -269,20 +303,23 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
         raise
 
 
-def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, workers: int) -> Iterator[_Encoded]:
+def _encode_all(
+    chunks: Iterator[_Chunk], tok: Tokenizer, workers: int, segmenter: str | Segmenter | None = None
+) -> Iterator[_Encoded]:
     """Encoded chunks in input order; at most ``2 * workers`` chunks in flight."""
-    global _TOKENIZER
+    global _TOKENIZER, _SEGMENTER
     if workers <= 1:
         _TOKENIZER = tok  # in-process: the Rust encoder parallelises each batch itself
+        _SEGMENTER = get_segmenter(segmenter)
         try:
             yield from map(_encode_chunk, chunks)
         finally:
-            _TOKENIZER = None
+            _TOKENIZER = _SEGMENTER = None
         return
     # "fork" needs no importable __main__ (scripts and notebooks work unguarded); ``tokenizers``
     # notices the fork and keeps its thread pool off in the children.
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(tok.to_json(),)) as pool:
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(tok.to_json(), segmenter)) as pool:
         pending: collections.deque = collections.deque()
         for chunk in chunks:
             pending.append(pool.apply_async(_encode_chunk, (chunk,)))

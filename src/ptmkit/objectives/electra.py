@@ -10,8 +10,9 @@ Every input token gives the discriminator a training signal, not only the 15% th
 and it never projects onto the vocabulary, which makes RTD the most compute-efficient
 objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
 
-* Masking is BERT's (``MaskedLM.mask_tokens``) with the paper's ratios: 15% of the tokens, of
-  those 85% become [MASK] and 15% stay unchanged; the batch is the MLM batch without NSP.
+* Masking is ``MaskedLM``'s (any masker: ``objective.masking=whole_word`` etc.) with the
+  paper's ratios: 15% of the tokens, of those 85% become [MASK] and 15% stay unchanged; the
+  batch is the MLM batch without NSP.
 * The generator shares the backbone's embedding layer (token, position and segment tables and
   their LayerNorm), projects it to ``generator_size`` × the hidden size (the paper finds 1/4 to
   1/2 best), runs its own Transformer layers and predicts through the tied word embeddings.

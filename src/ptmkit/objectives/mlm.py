@@ -1,8 +1,12 @@
 """Masked language modelling (BERT, Devlin et al. 2019), with optional next sentence prediction.
 
 Masking (dynamic: new in every collate, as RoBERTa): in each example ``round(mask_prob * n)`` of
-its ``n`` maskable positions (not [CLS], [SEP], [MASK] or padding) are chosen uniformly; of those
-80% become [MASK], 10% a random non-special token, 10% stay unchanged, and all are predicted.
+its ``n`` maskable positions (not [CLS], [SEP], [MASK] or padding) are chosen; of those 80% become
+[MASK], 10% a random non-special token, 10% stay unchanged, and all are predicted.  What is chosen
+is the masker's (:mod:`ptmkit.objectives.masking`), picked by ``objective.masking``: ``token``
+(BERT: uniformly random tokens), ``whole_word`` (BERT whole-word masking), ``span`` (SpanBERT's
+geometric spans of whole words), ``ngram`` (ALBERT's n-grams); ``objective.corruption=span``
+decides [MASK] / random / kept once per unit instead of per token.
 
 The MLM head runs only on the chosen positions: the batch carries their indices
 (``mlm_positions [B, P]``) and labels (``mlm_labels [B, P]``, -100 for unused slots), the
@@ -19,7 +23,6 @@ packs full sentences (RoBERTa's DOC-SENTENCES).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,10 +34,10 @@ from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
 from ptmkit.nn.activations import get_activation
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, token_counts
+from ptmkit.objectives.masking import IGNORE, Masked, Masker, check_options
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
 
-IGNORE = -100
 OUTPUT_BIAS = ("zeros", "unigram")
 
 
@@ -48,9 +51,14 @@ class MLMConfig:
     # "zeros" (BERT) or "unigram": the decoder bias starts at the log unigram distribution of the
     # training text, so the model does not spend its first steps learning token frequencies.
     output_bias: str = "zeros"
+    masking: str = "token"  # token | whole_word | span | ngram (ptmkit.objectives.masking)
+    corruption: str = "token"  # token | span: [MASK] / random / kept decided per token or per unit
+    span_p: float = 0.2  # masking=span: span length in words ~ Geometric(span_p) ...
+    max_span: int = 10  # ... clipped at max_span words
+    max_ngram: int = 3  # masking=ngram: n <= max_ngram words, p(n) ~ 1/n
 
     def __post_init__(self) -> None:
-        for name in ("mask_prob", "mask_token_ratio", "random_token_ratio"):
+        for name in ("mask_prob", "mask_token_ratio", "random_token_ratio", "span_p"):
             value = getattr(self, name)
             if isinstance(value, str):
                 object.__setattr__(self, name, float(value))
@@ -65,6 +73,12 @@ class MLMConfig:
             raise PtmError(f"objective.max_predictions must be >= 1 or null, got {self.max_predictions}")
         if self.output_bias not in OUTPUT_BIAS:
             raise PtmError(f"objective.output_bias must be one of {', '.join(OUTPUT_BIAS)}, got {self.output_bias!r}")
+        check_options(self.masking, self.corruption, self.span_p, self.max_span, self.max_ngram)
+        if self.masking == "units":
+            raise PtmError(
+                "objective.masking=units needs pre-marked phrases or entities, which a plain corpus does not "
+                "record; use whole_word, span or ngram (an objective that provides units can use the masker directly)"
+            )
 
 
 class MLMHead(nn.Module):
@@ -115,6 +129,7 @@ class MaskedLM(Objective):
         self._random_pool = np.setdiff1d(np.arange(self.vocab_size, dtype=np.int64), np.array(sorted(specials)))
         if len(self._random_pool) == 0:
             raise PtmError("the tokenizer has no ordinary tokens to use as random MLM replacements")
+        self.masker = Masker.from_config(cfg, self.mask_id, self._random_pool, self._unmaskable)
         if cfg.nsp and model_cfg.type_vocab_size < 2:
             raise PtmError(
                 f"next sentence prediction needs segment embeddings (model.type_vocab_size >= 2, got "
@@ -221,6 +236,7 @@ class MaskedLM(Objective):
             in_b = (j >= b_first) & (j < b_first + lb[:, None])
             src = np.where(in_a, a0[:, None] + j - 1, b0[:, None] + j - b_first)
             ids = np.where(in_a | in_b, np.asarray(tokens[np.clip(src, 0, len(tokens) - 1)], dtype=np.int64), self.pad_id)
+            word_starts = self.masker.word_starts(corpus, src, in_a | in_b)
             ids[:, 0] = self.cls_id
             ids[np.arange(n), la + 1] = self.sep_id
             ids[np.arange(n), la + lb + 2] = self.sep_id
@@ -235,51 +251,37 @@ class MaskedLM(Objective):
             inside = (j >= 1) & (j <= ls[:, None])
             src = np.clip(st[:, None] + j - 1, 0, len(tokens) - 1)
             ids = np.where(inside, np.asarray(tokens[src], dtype=np.int64), self.pad_id)
+            word_starts = self.masker.word_starts(corpus, src, inside)
             ids[:, 0] = self.cls_id
             ids[np.arange(n), ls + 1] = self.sep_id
             length = ls + 2
             segment = np.zeros_like(ids)
         attention = (j < length[:, None]).astype(np.int64)
-        positions, labels = self.mask_tokens(ids, attention, rng)
+        masked = self.masker(ids, attention, rng, word_starts)
         batch["input_ids"] = torch.from_numpy(ids)
         batch["attention_mask"] = torch.from_numpy(attention)
         if self.model_cfg.type_vocab_size > 0:
             batch["token_type_ids"] = torch.from_numpy(segment)
-        batch["mlm_positions"] = torch.from_numpy(positions)
-        batch["mlm_labels"] = torch.from_numpy(labels)
+        self.add_predictions(batch, masked)
         return batch
 
-    def mask_tokens(self, ids: np.ndarray, attention: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Choose and corrupt the positions to predict, in place on ``ids [B, T]``.
+    def add_predictions(self, batch: dict[str, torch.Tensor], masked: Masked) -> None:
+        """Put what the heads need from the masker into the batch: ``mlm_positions [B, P]`` and
+        ``mlm_labels [B, P]`` (an objective with a span head adds the span boundaries)."""
+        batch["mlm_positions"] = torch.from_numpy(masked.positions)
+        batch["mlm_labels"] = torch.from_numpy(masked.labels)
+
+    def mask_tokens(
+        self, ids: np.ndarray, attention: np.ndarray, rng: np.random.Generator, word_starts: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Choose and corrupt the positions to predict, in place on ``ids [B, T]``, with this
+        objective's masker (``word_starts [B, T]`` for the word-level maskers).
 
         Returns ``positions [B, P]`` (0 in unused slots) and ``labels [B, P]`` (the original
         token, or -100 in unused slots).
         """
-        cfg = self.cfg
-        B, T = ids.shape
-        candidate = (attention > 0) & ~np.isin(ids, self._unmaskable)
-        n_cand = candidate.sum(axis=1)
-        P = cfg.max_predictions or max(1, math.ceil(cfg.mask_prob * T))
-        k = np.where(n_cand > 0, np.maximum(1, np.rint(n_cand * cfg.mask_prob)), 0).astype(np.int64)
-        k = np.minimum(k, min(P, T))
-        P = min(P, T)
-        # A uniformly random subset of k candidates per row: sort random keys, non-candidates last.
-        keys = rng.random((B, T))
-        keys[~candidate] = 2.0
-        positions = np.argsort(keys, axis=1)[:, :P]
-        used = np.arange(P)[None, :] < k[:, None]
-        rows = np.arange(B)[:, None]
-        labels = np.where(used, ids[rows, positions], IGNORE).astype(np.int64)
-
-        u = rng.random((B, P))
-        to_mask = used & (u < cfg.mask_token_ratio)
-        to_random = used & (u >= cfg.mask_token_ratio) & (u < cfg.mask_token_ratio + cfg.random_token_ratio)
-        random_ids = self._random_pool[rng.integers(0, len(self._random_pool), size=(B, P))]
-        new = np.where(to_mask, self.mask_id, np.where(to_random, random_ids, labels))
-        r, c = np.nonzero(used)
-        ids[r, positions[r, c]] = new[r, c]
-        positions = np.where(used, positions, 0).astype(np.int64)
-        return positions, labels
+        masked = self.masker(ids, attention, rng, word_starts)
+        return masked.positions, masked.labels
 
     # -- model ------------------------------------------------------------------------------
     def exported_heads(self) -> tuple[str, ...]:

@@ -8,9 +8,10 @@ The file format is plain ``tokenizer.json``; ptmkit's kind is recovered from its
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,12 +205,54 @@ class Tokenizer:
         ids = np.asarray(enc.ids, dtype=np.int64)
         if ids.size == 0:
             return []
+        return (np.cumsum(self._char_word_starts(ids)) - 1).tolist()
+
+    def _char_word_starts(self, ids: np.ndarray) -> np.ndarray:
+        """``char`` kind: a token starts a word at a space or CJK token, or right after one."""
         is_space, is_cjk = self._char_tables_()
-        sp, cj = is_space[ids], is_cjk[ids]
-        edge = sp | cj
+        edge = is_space[ids] | is_cjk[ids]
         start = np.ones(ids.size, dtype=bool)
         start[1:] = edge[1:] | edge[:-1]
-        return (np.cumsum(start) - 1).tolist()
+        return start
+
+    def encode_batch_with_word_starts(
+        self, texts: Sequence[str], segmenter: Callable[[str], np.ndarray] | None = None
+    ) -> tuple[list[list[int]], np.ndarray]:
+        """Token ids of many texts and, over all their tokens in order, whether each token begins
+        a word: ``(ids per text, bool [total tokens])``.
+
+        A word is what :meth:`word_ids` groups (the pre-tokenizer's words: for WordPiece a token
+        starts one unless it is a ``##`` continuation; for byte-level BPE and unigram a word runs
+        from its leading space; ``word``: every token).  The first token of each text starts a
+        word.  ``segmenter`` (see :mod:`ptmkit.tokenization.segmenters`), given, maps a text to the
+        character offsets where its words begin; a token then starts a word only if it also
+        begins at one of those offsets (its character offset, from the encoding).
+        """
+        texts = list(texts)
+        encs = self._tok.encode_batch(texts, add_special_tokens=False)
+        ids = [e.ids for e in encs]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        n = int(lengths.sum())
+        first = np.cumsum(lengths) - lengths  # index of each text's first token
+        if self.kind == "char":
+            starts = self._char_word_starts(np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=n))
+        elif self.kind == "word":
+            starts = np.ones(n, dtype=bool)
+        else:
+            # None (no word) becomes NaN, which differs from everything: a word of its own.
+            words = np.array(list(itertools.chain.from_iterable(e.word_ids for e in encs)), dtype=np.float64)
+            starts = np.ones(n, dtype=bool)
+            starts[1:] = words[1:] != words[:-1]
+        if segmenter is not None:
+            for text, enc, f, m in zip(texts, encs, first.tolist(), lengths.tolist()):
+                if m == 0:
+                    continue
+                begins = np.zeros(len(text) + 1, dtype=bool)
+                begins[np.asarray(segmenter(text), dtype=np.int64)] = True
+                char = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+                starts[f : f + m] &= begins[np.clip(char, 0, len(text))]
+        starts[first[lengths > 0]] = True
+        return ids, starts
 
     def _char_tables_(self) -> tuple[np.ndarray, np.ndarray]:
         if self._char_tables is None:
