@@ -7,6 +7,11 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   positions (the HF way; its head projects every position onto the vocabulary).
 * ``clm``: GPT-2 causal LM.  ptmkit: ``TransformerEncoder`` (pre-LN, causal) + ``CausalLM``.  HF: ``GPT2LMHeadModel``
   with ``labels = input_ids``.
+* ``bart``: BART denoising.  ptmkit: ``EncoderDecoder`` + ``BartDenoising``; HF: ``BartForConditionalGeneration``
+  with the same ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels``.  Encoder and
+  decoder have ``LAYERS // 2`` layers each (the same depth in all as the other workloads).  The
+  batches come from the bart objective's own collate over random text: targets of ``seq_len`` tokens,
+  sources noised by text infilling (30 %) + sentence permutation, so shorter and padded.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
 the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
@@ -27,8 +32,8 @@ training run needs.  ``steady_mb`` is the RSS after the first step minus the bas
 reset through ``/proc/self/clear_refs``).
 
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
-``mlm_speedup``, ``clm_speedup`` (ptmkit tokens/s / HF tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``
-(ptmkit peak / HF peak).
+``mlm_speedup``, ``clm_speedup``, ``bart_speedup`` (ptmkit tokens/s / HF tokens/s), ``mlm_mem_ratio``,
+``clm_mem_ratio``, ``bart_mem_ratio`` (ptmkit peak / HF peak).  ``--workloads`` picks a subset.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -48,7 +54,7 @@ import torch
 HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
 TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 FRAMEWORKS = ("ptmkit", "hf")
-WORKLOADS = ("mlm", "clm")
+WORKLOADS = ("mlm", "clm", "bart")
 
 
 def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
@@ -75,12 +81,42 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
                     "mlm_positions": t(positions), "mlm_labels": t(labels)}
             hf = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(np.zeros_like(ids)),
                   "labels": t(dense)}
+        elif workload == "bart":
+            ours = bart_batch(batch_size, seq_len, rng)
+            hf = dict(ours)
         else:
             stream = torch.from_numpy(rng.integers(5, VOCAB, size=(batch_size, seq_len + 1)).astype(np.int64))
             ours = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, 1:].contiguous()}
             hf = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, :-1].contiguous()}
         out.append({"ptmkit": ours, "hf": hf})
     return out
+
+
+def _bart_config():
+    from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
+
+    return EncoderDecoderConfig(vocab_size=VOCAB, hidden_size=HIDDEN, encoder_layers=LAYERS // 2,
+                                decoder_layers=LAYERS // 2, num_heads=HEADS, intermediate_size=FFN, max_position=POSITIONS,
+                                dropout=DROPOUT, attention_dropout=DROPOUT, pad_token_id=TOKENIZER.pad_id,
+                                decoder_start_token_id=TOKENIZER.sep_id)
+
+
+def bart_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
+    """One BART batch from the objective's collate over random documents (sentences of 5-30 tokens)."""
+    from ptmkit.encoders.encoder_decoder import EncoderDecoder
+    from ptmkit.objectives.bart import BartDenoising, DenoisingConfig
+
+    n = batch_size * (seq_len - 2)
+    lens = rng.integers(5, 31, size=n // 5)
+    bounds = np.concatenate([[0], np.cumsum(lens)])
+    bounds = bounds[bounds < n]
+    sentences = np.concatenate([bounds, [n]]).astype(np.int64)
+    corpus = SimpleNamespace(tokens=rng.integers(5, VOCAB, size=n).astype(np.int64), sentences=sentences,
+                             documents=np.array([0, len(sentences) - 1], dtype=np.int64))
+    cfg = _bart_config()
+    objective = BartDenoising(DenoisingConfig(), EncoderDecoder(replace(cfg, encoder_layers=1, decoder_layers=1)), TOKENIZER)
+    starts = np.arange(batch_size, dtype=np.int64) * (seq_len - 2)
+    return objective.collate(corpus, np.stack([starts, starts + seq_len - 2], axis=1), rng)
 
 
 def build_model(framework: str, workload: str) -> torch.nn.Module:
@@ -91,6 +127,12 @@ def build_model(framework: str, workload: str) -> torch.nn.Module:
         from ptmkit.objectives.clm import CausalLM, CLMConfig
         from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
+        if workload == "bart":
+            from ptmkit.encoders.encoder_decoder import EncoderDecoder
+            from ptmkit.objectives.bart import BartDenoising, DenoisingConfig
+
+            encoder = EncoderDecoder(_bart_config())
+            return PretrainModel(encoder, BartDenoising(DenoisingConfig(), encoder, TOKENIZER))
         common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN,
                       max_position=POSITIONS, dropout=DROPOUT, attention_dropout=DROPOUT)
         if workload == "mlm":
@@ -104,6 +146,16 @@ def build_model(framework: str, workload: str) -> torch.nn.Module:
         return PretrainModel(encoder, CausalLM(CLMConfig(), encoder, TOKENIZER))
     import transformers
 
+    if workload == "bart":
+        cfg = transformers.BartConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS // 2,
+                                      decoder_layers=LAYERS // 2, encoder_attention_heads=HEADS,
+                                      decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+                                      max_position_embeddings=POSITIONS, dropout=DROPOUT, attention_dropout=DROPOUT,
+                                      activation_dropout=0.0, pad_token_id=TOKENIZER.pad_id, bos_token_id=TOKENIZER.cls_id,
+                                      eos_token_id=TOKENIZER.sep_id, decoder_start_token_id=TOKENIZER.sep_id,
+                                      forced_eos_token_id=None)
+        cfg._attn_implementation = "sdpa"
+        return transformers.BartForConditionalGeneration(cfg)
     if workload == "mlm":
         cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                       num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=POSITIONS,
@@ -180,7 +232,7 @@ def measure_memory(args: argparse.Namespace) -> dict:
     # system when freed, so RSS follows the live tensors instead of glibc's cached heap.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     out = {}
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         for framework in FRAMEWORKS:
             cmd = [sys.executable, os.path.abspath(__file__), "--memory-worker", f"{framework}:{workload}",
                    "--batch-size", str(args.batch_size), "--seq-len", str(args.seq_len),
@@ -196,7 +248,7 @@ def measure_speed(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     runners = {}
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         batches = make_batches(workload, args.batch_size, args.seq_len, 4)
         for framework in FRAMEWORKS:
             runners[(framework, workload)] = Runner(framework, workload, batches)
@@ -233,6 +285,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="which workloads to run")
     p.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.memory_worker:
@@ -253,7 +306,7 @@ def main() -> None:
                    "rounds": args.rounds, "steps_per_round": args.steps, "torch": torch.__version__,
                    "transformers": transformers.__version__},
     }
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         ours, theirs = speed[f"ptmkit_{workload}"], speed[f"hf_{workload}"]
         m_ours, m_theirs = memory[f"ptmkit_{workload}"], memory[f"hf_{workload}"]
         result[workload] = {
@@ -266,7 +319,7 @@ def main() -> None:
         result[f"{workload}_speedup"] = round(ours["tok_s"] / theirs["tok_s"], 3)
         result[f"{workload}_cpu_time_speedup"] = round(ours["cpu_tok_s"] / theirs["cpu_tok_s"], 3)
         result[f"{workload}_mem_ratio"] = round(m_ours["peak_mb"] / m_theirs["peak_mb"], 3)
-    for workload in WORKLOADS:
+    for workload in args.workloads:
         r = result[workload]
         print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s, HF {r['hf_tok_s']:.0f} tok/s "
               f"(x{result[workload + '_speedup']}, by CPU time x{result[workload + '_cpu_time_speedup']}); peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "

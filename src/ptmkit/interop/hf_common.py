@@ -145,12 +145,22 @@ def export_heads(pretrained: Any) -> tuple[str, ...]:
     return tuple(pretrained.objective.exported_heads()) if pretrained.objective is not None else ()
 
 
+def encoder_name(model_cfg: Any) -> str:
+    """The registered encoder whose ``config_class`` ``model_cfg`` is an instance of."""
+    from ptmkit import registry
+
+    for name in registry.names("encoder"):
+        if type(model_cfg) is registry.get("encoder", name).config_class:
+            return name
+    raise PtmError(f"no registered encoder takes a {type(model_cfg).__name__}")
+
+
 def checkpoint_config(model_cfg: Any, objective: dict[str, Any], tokenizer: Any, source: str) -> dict[str, Any]:
     """The resolved config a ptmkit checkpoint stores for an imported model."""
     from ptmkit.config import to_dict
     from ptmkit.train.config import TrainConfig
 
-    config: dict[str, Any] = {"model": {"encoder": "transformer", **to_dict(model_cfg)}, "objective": dict(objective)}
+    config: dict[str, Any] = {"model": {"encoder": encoder_name(model_cfg), **to_dict(model_cfg)}, "objective": dict(objective)}
     if tokenizer is not None:
         config["tokenizer"] = {
             "kind": tokenizer.kind,

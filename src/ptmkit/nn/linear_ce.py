@@ -2,9 +2,10 @@
 
 ``linear_cross_entropy(h, W, b, target)`` equals
 ``F.cross_entropy(F.linear(h, W, b), target, ignore_index=-100)`` (mean over the non-ignored
-targets) but works through the rows in chunks: for each chunk it computes the logits, the
-log-sum-exp, the loss, and right away the gradients with respect to ``h``, ``W`` and ``b``
-(``dlogits = softmax - onehot``), then drops the chunk's logits.  The ``[N, V]`` logits, their
+targets) but works through the rows in chunks: for each chunk it computes the logits, their
+log-softmax (one fused pass), the loss, and right away the gradients with respect to ``h``, ``W``
+and ``b`` (``dlogits = softmax - onehot``, in place; none for a bias that needs no gradient), then
+drops the chunk.  The ``[N, V]`` logits, their
 log-softmax and their gradient never exist at once, which for a language model's vocabulary
 projection is most of a training step's peak memory; the matmuls are the same three as autograd
 would run (one forward, two backward).
@@ -49,29 +50,33 @@ class _LinearCrossEntropy(torch.autograd.Function):
         step = _chunk_rows(weight.shape[0])
         acc = _acc_dtype(h.dtype)
         total = h.new_zeros((), dtype=acc)
-        grad_h = torch.empty_like(h)
+        grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device)  # contiguous: row chunks are written in place
         grad_w = torch.zeros_like(weight, dtype=acc)
-        grad_b = torch.zeros_like(bias, dtype=acc) if bias is not None else None
+        # a bias that needs no gradient (a buffer such as BART's final_logits_bias) gets none
+        grad_b = torch.zeros_like(bias, dtype=acc) if bias is not None and ctx.needs_input_grad[2] else None
         w_acc = weight.to(acc)
         for s in range(0, h.shape[0], step):
             hc = h[s : s + step]
             t = target[s : s + step]
             scale = valid[s : s + step].to(acc) / n_valid  # [c]: mean over the valid targets
-            logits = torch.nn.functional.linear(hc, weight, bias).to(acc)  # [c, V]
+            # one fused pass for the log-probabilities [c, V]; the logits are freed right away
+            logp = torch.log_softmax(torch.nn.functional.linear(hc, weight, bias).to(acc), dim=-1)
             rows = torch.arange(len(t), device=h.device)
             tc = t.clamp(min=0)
-            lse = torch.logsumexp(logits, dim=-1)
-            total += ((lse - logits[rows, tc]) * scale).sum()
-            # dloss/dlogits = (softmax - onehot) * scale, computed in place over the logits
-            probs = logits.sub_(lse[:, None]).exp_()
+            total -= (logp[rows, tc] * scale).sum()
+            # dloss/dlogits = (softmax - onehot) * scale, computed in place over the log-probabilities
+            probs = logp.exp_()
             probs[rows, tc] -= 1.0
             probs.mul_(scale[:, None])
-            grad_h[s : s + step] = (probs @ w_acc).to(h.dtype)
+            if h.dtype == acc:
+                torch.mm(probs, w_acc, out=grad_h[s : s + step])
+            else:
+                grad_h[s : s + step] = (probs @ w_acc).to(h.dtype)
             grad_w.addmm_(probs.t(), hc.to(acc))
             if grad_b is not None:
                 grad_b += probs.sum(0)
         ctx.save_for_backward(grad_h, grad_w.to(weight.dtype), grad_b.to(bias.dtype) if grad_b is not None else None)
-        ctx.has_bias = bias is not None
+        ctx.has_bias = grad_b is not None
         return total
 
     @staticmethod

@@ -1,0 +1,511 @@
+"""The Transformer encoder–decoder (Vaswani et al. 2017) as BART uses it (Lewis et al. 2020).
+
+Shapes: ``B`` examples, ``S`` source (encoder) positions, ``T`` target (decoder) positions,
+``H`` hidden size, ``V`` vocabulary, ``h`` heads of size ``d = H / h``.
+
+* One token embedding table ``E [V, H]`` is shared by the encoder, the decoder and the output
+  projection (the tied LM head); with ``scale_embedding`` token embeddings are multiplied by
+  ``sqrt(H)`` (BART-large does not, the original Transformer does).
+* Learned absolute positions, one table for the encoder and one for the decoder, each
+  ``[max_position + 2, H]``: position ``t`` reads row ``t + 2``.  fairseq reserved the first two
+  rows; HF BART keeps that offset, and so does ptmkit so the tables map one-to-one.
+* ``embedding_norm``: a LayerNorm over the sum (BART's ``layernorm_embedding``), then dropout.
+* Encoder: ``encoder_layers`` post-LN blocks, ``x = LN(x + drop(SelfAttn(x)))``,
+  ``x = LN(x + drop(FFN(x)))``.
+* Decoder: ``decoder_layers`` post-LN blocks: causal self-attention, cross-attention whose keys and
+  values are the encoder's last states, FFN; ``FFN(x) = fc2(drop_act(act(fc1(x))))``.
+* Logits ``= y E^T + final_logits_bias``; the bias is a ``[V]`` buffer (zeros in BART, never trained,
+  kept because BART checkpoints carry it).
+
+Attention is ``torch.nn.functional.scaled_dot_product_attention``; padding masks go through
+:func:`ptmkit.nn.masks.build_attention_mask`, which never leaves a query row with nothing to
+attend to (no NaN from fully padded rows).
+
+:meth:`EncoderDecoder.forward` follows the :class:`~ptmkit.encoders.base.Encoder` contract.  Its
+``last_hidden_state`` is the *decoder's* output ``[B, T, H]``; ``extras["encoder_last_hidden_state"]``
+is the encoder's ``[B, S, H]``.  Without ``decoder_input_ids`` (downstream use as a plain encoder)
+the decoder reads the input shifted right (``[start] x_0 .. x_{S-2}``), as HF ``BartModel`` does and
+as the paper feeds classification inputs to both halves; ``pooled`` is then the decoder state at the
+last real position (BART's sentence representation for classification).  ``hidden_states`` is the
+encoder's embedding output, every encoder layer, then every decoder layer (``num_layers + 1``
+tensors, matching ``layer_index``); ``extras["encoder_hidden_states"]`` and
+``extras["decoder_hidden_states"]`` hold each half with its own embedding output first, as HF does.
+
+Generation uses :meth:`EncoderDecoder.encode` once and :meth:`EncoderDecoder.decode` per step with a
+:class:`DecoderCache` (every layer's self-attention keys/values so far, cross-attention keys/values
+computed once), so each step runs the decoder on the new token only.
+
+Parameter names (the HF key map relies on them): ``word_embeddings.weight [V, H]``;
+``encoder.position_embeddings.weight [P + 2, H]``, ``encoder.embedding_norm.*``,
+``encoder.layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked), ``encoder.layers.{i}.attn.out.*``,
+``encoder.layers.{i}.attn_norm.*``, ``encoder.layers.{i}.ffn.fc1.*``, ``encoder.layers.{i}.ffn.fc2.*``,
+``encoder.layers.{i}.ffn_norm.*``; ``decoder.position_embeddings.weight``, ``decoder.embedding_norm.*``,
+``decoder.layers.{j}.self_attn.{qkv,out}.*``, ``decoder.layers.{j}.self_attn_norm.*``,
+``decoder.layers.{j}.cross_attn.q.{weight [H, H], bias}``, ``decoder.layers.{j}.cross_attn.kv.{weight [2H, H], bias}``
+(k, v stacked), ``decoder.layers.{j}.cross_attn.out.*``, ``decoder.layers.{j}.cross_attn_norm.*``,
+``decoder.layers.{j}.ffn.*``, ``decoder.layers.{j}.ffn_norm.*``; buffer ``final_logits_bias [V]``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
+from ptmkit.errors import PtmError, suggest
+from ptmkit.nn.attention import MultiHeadSelfAttention
+from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.masks import build_attention_mask
+from ptmkit.registry import register
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+POSITION_OFFSET = 2  # BART reads position t from row t + 2 of its position tables
+KV = tuple[torch.Tensor, torch.Tensor]  # attention keys and values, each [B, h, t, d]
+
+
+@dataclass(frozen=True)
+class EncoderDecoderConfig:
+    vocab_size: int = 50265
+    hidden_size: int = 768  # d_model
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    num_heads: int = 12  # in every self- and cross-attention
+    intermediate_size: int = 3072  # FFN inner size, encoder and decoder
+    max_position: int = 1024  # positions per side (the tables have max_position + 2 rows)
+    activation: str = "gelu"  # "gelu" (exact erf, BART) | "gelu_tanh" | "relu"
+    dropout: float = 0.1  # embeddings and every residual branch
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0  # inside the FFN, after the activation
+    layer_norm_eps: float = 1e-5
+    init_std: float = 0.02
+    scale_embedding: bool = False  # token embeddings * sqrt(hidden_size)
+    embedding_norm: bool = True  # LayerNorm after token + position embeddings (BART: layernorm_embedding)
+    pad_token_id: int = 0
+    # The decoder's first input.  BART starts with its end-of-sequence token; ptmkit's tokenizers
+    # reserve [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so 3 is [SEP] (objectives check it).
+    decoder_start_token_id: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("dropout", "attention_dropout", "activation_dropout", "layer_norm_eps", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                try:
+                    object.__setattr__(self, name, float(value))
+                except ValueError:
+                    raise PtmError(f"model.{name} must be a number, got {value!r}") from None
+        for name in ("vocab_size", "hidden_size", "encoder_layers", "decoder_layers", "num_heads", "intermediate_size",
+                     "max_position"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PtmError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise PtmError(
+                f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
+                f"pick a number of heads that divides the hidden size"
+            )
+        if self.activation not in ACTIVATIONS:
+            hint = suggest(str(self.activation), ACTIVATIONS)
+            raise PtmError(f"model.activation={self.activation!r} is not one of {ACTIVATIONS}{hint}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= float(getattr(self, name)) < 1.0:
+                raise PtmError(f"model.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if float(self.layer_norm_eps) <= 0 or float(self.init_std) <= 0:
+            raise PtmError("model.layer_norm_eps and model.init_std must be positive")
+        for name in ("pad_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise PtmError(f"model.{name}={value!r} is outside the vocabulary (size {self.vocab_size})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def num_layers(self) -> int:
+        return self.encoder_layers + self.decoder_layers
+
+
+@dataclass
+class DecoderCache:
+    """Incremental decoding state.
+
+    self_kv: per decoder layer, the self-attention keys and values ``[B, h, t, d]`` of the ``t``
+    positions decoded so far; cross_kv: per layer, the cross-attention keys and values
+    ``[B, h, S, d]`` of the encoder states (projected once); cross_mask: the source padding mask
+    ``[B, 1, 1, S]`` (bool) or ``None``.
+    """
+
+    self_kv: list[KV | None]
+    cross_kv: list[KV]
+    cross_mask: torch.Tensor | None
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already decoded (the next position's index)."""
+        first = self.self_kv[0] if self.self_kv else None
+        return 0 if first is None else int(first[0].shape[2])
+
+
+def _heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``[B, T, H] -> [B, h, T, d]``."""
+    B, T, H = x.shape
+    return x.view(B, T, num_heads, H // num_heads).transpose(1, 2)
+
+
+def _merge(y: torch.Tensor) -> torch.Tensor:
+    """``[B, h, T, d] -> [B, T, H]``."""
+    B, h, T, d = y.shape
+    return y.transpose(1, 2).reshape(B, T, h * d)
+
+
+class DecoderSelfAttention(MultiHeadSelfAttention):
+    """Causal self-attention (the parameters of :class:`MultiHeadSelfAttention`) with a step that
+    extends cached keys and values, for incremental decoding."""
+
+    def step(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        """x ``[B, T, H]`` at positions ``t0 .. t0 + T - 1`` where ``t0`` = the cached length;
+        past: keys/values ``[B, h, t0, d]`` or ``None``.  Returns ``[B, T, H]`` and the keys/values
+        ``[B, h, t0 + T, d]``."""
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        t0 = 0
+        if past is not None:
+            t0 = past[0].shape[2]
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        mask, is_causal = None, False
+        if T > 1:
+            if t0 == 0:
+                is_causal = True
+            else:  # query i (position t0 + i) sees keys j <= t0 + i
+                mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
+        dropout = self.attention_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        return self.out(_merge(y)), (k, v)
+
+
+class CrossAttention(nn.Module):
+    """Decoder queries attend to encoder states.  Parameters: ``q.{weight [H, H], bias [H]}``,
+    ``kv.{weight [2H, H], bias [2H]}`` (key and value projections stacked, one matmul for both),
+    ``out.{weight [H, H], bias [H]}``."""
+
+    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention_dropout = attention_dropout
+        self.q = nn.Linear(hidden_size, hidden_size)
+        self.kv = nn.Linear(hidden_size, 2 * hidden_size)
+        self.out = nn.Linear(hidden_size, hidden_size)
+
+    def project_memory(self, memory: torch.Tensor) -> KV:
+        """Encoder states ``[B, S, H]`` -> keys and values ``[B, h, S, d]`` each."""
+        B, S, H = memory.shape
+        k, v = self.kv(memory).view(B, S, 2, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)
+        return k, v
+
+    def forward(self, y: torch.Tensor, kv: KV, mask: torch.Tensor | None) -> torch.Tensor:
+        """y ``[B, T, H]``; kv from :meth:`project_memory`; mask ``[B, 1, 1, S]`` (bool, True = may
+        attend) or ``None`` -> ``[B, T, H]``."""
+        q = _heads(self.q(y), self.num_heads)
+        dropout = self.attention_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=mask, dropout_p=dropout)
+        return self.out(_merge(out))
+
+
+def _ffn(ffn: FeedForward, x: torch.Tensor, act_dropout: nn.Dropout) -> torch.Tensor:
+    """BART's FFN: ``fc2(dropout(act(fc1(x))))`` with the FFN's own parameters."""
+    return ffn.fc2(act_dropout(ffn.act(ffn.fc1(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN block: ``x = LN(x + drop(SelfAttn(x)))``; ``x = LN(x + drop(FFN(x)))``; ``[B, S, H]``."""
+
+    def __init__(self, cfg: EncoderDecoderConfig) -> None:
+        super().__init__()
+        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.act_dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
+        return self.ffn_norm(x + self.dropout(_ffn(self.ffn, x, self.act_dropout)))
+
+
+class DecoderLayer(nn.Module):
+    """Post-LN block: causal self-attention, cross-attention over the encoder, FFN; ``[B, T, H]``."""
+
+    def __init__(self, cfg: EncoderDecoderConfig) -> None:
+        super().__init__()
+        H = cfg.hidden_size
+        self.self_attn = DecoderSelfAttention(H, cfg.num_heads, cfg.attention_dropout)
+        self.self_attn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.cross_attn = CrossAttention(H, cfg.num_heads, cfg.attention_dropout)
+        self.cross_attn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.ffn = FeedForward(H, cfg.intermediate_size, cfg.activation)
+        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.act_dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        self_mask: torch.Tensor | None,
+        is_causal: bool,
+        memory_kv: KV,
+        cross_mask: torch.Tensor | None,
+        past: KV | None = None,
+        use_cache: bool = False,
+    ) -> tuple[torch.Tensor, KV | None]:
+        """y ``[B, T, H]``; self_mask / is_causal: the decoder's own attention pattern (ignored when
+        caching: positions are causal by construction); memory_kv: the encoder states' keys and
+        values for this layer; cross_mask ``[B, 1, 1, S]`` or ``None``.  Returns ``[B, T, H]`` and,
+        with ``use_cache``, this layer's self-attention keys/values so far."""
+        if use_cache:
+            a, kv = self.self_attn.step(y, past)
+        else:
+            a, kv = self.self_attn(y, self_mask, is_causal), None
+        y = self.self_attn_norm(y + self.dropout(a))
+        y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask)))
+        return self.ffn_norm(y + self.dropout(_ffn(self.ffn, y, self.act_dropout))), kv
+
+
+class _Stack(nn.Module):
+    """One half's position table, embedding LayerNorm and layers."""
+
+    def __init__(self, cfg: EncoderDecoderConfig, layer: type, n: int) -> None:
+        super().__init__()
+        self.position_embeddings = nn.Embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size)
+        self.embedding_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(layer(cfg) for _ in range(n))
+
+    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token embeddings ``[B, T, H]`` (already scaled) at positions ``start .. start + T - 1``
+        -> the first layer's input ``[B, T, H]``."""
+        T = tokens.shape[1]
+        lo = start + POSITION_OFFSET
+        x = tokens + self.position_embeddings.weight[lo : lo + T]  # [T, H] broadcast over the batch
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
+        return self.dropout(x)
+
+
+_ENC_RE = re.compile(r"^encoder\.layers\.(\d+)\.")
+_DEC_RE = re.compile(r"^decoder\.layers\.(\d+)\.")
+_EMBEDDING_PREFIXES = ("word_embeddings.", "encoder.position_embeddings.", "encoder.embedding_norm.",
+                       "decoder.position_embeddings.", "decoder.embedding_norm.")
+
+
+@register("encoder", "encoder_decoder")
+class EncoderDecoder(Encoder):
+    """Transformer encoder + decoder with cross-attention and a tied LM head (see the module docstring)."""
+
+    name = "encoder_decoder"
+    config_class = EncoderDecoderConfig
+
+    def __init__(self, config: EncoderDecoderConfig) -> None:
+        super().__init__(config)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        self.encoder = _Stack(config, EncoderLayer, config.encoder_layers)
+        self.decoder = _Stack(config, DecoderLayer, config.decoder_layers)
+        self.register_buffer("final_logits_bias", torch.zeros(config.vocab_size))
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """BART's initialisation: weights ~ N(0, init_std), biases 0, LayerNorm gain 1, the
+        padding token's embedding 0, ``final_logits_bias`` 0."""
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(0.0, std)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+        self.word_embeddings.weight[self.config.pad_token_id].zero_()
+        self.final_logits_bias.zero_()
+
+    # -- the Encoder contract ---------------------------------------------------------------
+    def input_embeddings(self) -> nn.Embedding:
+        return self.word_embeddings
+
+    def output_bias(self) -> torch.Tensor:
+        """The LM head's bias ``[V]`` (BART's ``final_logits_bias`` buffer)."""
+        return self.final_logits_bias
+
+    @property
+    def output_size(self) -> int:
+        return self.config.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        """Encoder layers + decoder layers: depth runs embeddings (0), encoder layers
+        (``1 .. L_enc``), decoder layers (``L_enc + 1 .. L_enc + L_dec``)."""
+        return self.config.num_layers
+
+    def layer_index(self, name: str) -> int:
+        if name.startswith(_EMBEDDING_PREFIXES):
+            return 0
+        match = _ENC_RE.match(name)
+        if match:
+            return int(match.group(1)) + 1
+        match = _DEC_RE.match(name)
+        if match:
+            return self.config.encoder_layers + int(match.group(1)) + 1
+        return self.num_layers + 1
+
+    # -- pieces -----------------------------------------------------------------------------
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Decoder states ``[..., H]`` -> vocabulary logits ``[..., V]`` (tied, plus ``final_logits_bias``)."""
+        return F.linear(hidden, self.word_embeddings.weight, self.final_logits_bias)
+
+    def shift_right(self, ids: torch.Tensor) -> torch.Tensor:
+        """``[B, T]`` -> ``[B, T]``: ``decoder_start_token_id`` then ``ids[:, :-1]`` (-100 becomes
+        padding): the decoder's teacher-forcing input for targets ``ids``."""
+        out = ids.new_full(ids.shape, self.config.decoder_start_token_id)
+        out[:, 1:] = ids[:, :-1]
+        return out.masked_fill_(out == -100, self.config.pad_token_id)
+
+    def _tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.word_embeddings(ids)
+        return x * self.embed_scale if self.embed_scale != 1.0 else x
+
+    def _check(self, ids: torch.Tensor, what: str, start: int = 0) -> None:
+        check_token_ids(ids, self.config.vocab_size)
+        end = start + ids.shape[1]
+        if end > self.config.max_position:
+            raise PtmError(
+                f"{what} reach position {end}, beyond the model's max_position {self.config.max_position}; "
+                f"use shorter sequences or a model with more positions"
+            )
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """The encoder alone: input_ids ``[B, S]``, attention_mask ``[B, S]`` (1 = token) ->
+        ``last_hidden_state [B, S, H]`` (and the embedding output + every layer's states)."""
+        self._check(input_ids, "input_ids")
+        x = self.encoder.embed(self._tokens(input_ids))
+        mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype)
+        hidden = [x] if output_hidden_states else None
+        for layer in self.encoder.layers:
+            x = layer(x, mask, is_causal)
+            if hidden is not None:
+                hidden.append(x)
+        return EncoderOutput(x, tuple(hidden) if hidden is not None else None)
+
+    def start_cache(self, encoder_hidden_states: torch.Tensor,
+                    encoder_attention_mask: torch.Tensor | None = None) -> DecoderCache:
+        """An empty :class:`DecoderCache` over the encoder states ``[B, S, H]`` (cross-attention keys
+        and values projected once for every layer)."""
+        cross_mask, _ = build_attention_mask(encoder_attention_mask, None, False, encoder_hidden_states.shape[1],
+                                             encoder_hidden_states.dtype)
+        cross_kv = [layer.cross_attn.project_memory(encoder_hidden_states) for layer in self.decoder.layers]
+        return DecoderCache([None] * len(cross_kv), cross_kv, cross_mask)
+
+    def decode(
+        self,
+        decoder_input_ids: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        cache: DecoderCache | None = None,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """The decoder: decoder_input_ids ``[B, T]`` over encoder states ``[B, S, H]`` with source
+        padding mask ``[B, S]`` -> ``last_hidden_state [B, T, H]``.
+
+        decoder_attention_mask ``[B, T]`` hides padded decoder inputs (with right padding and causal
+        attention it changes nothing at the real positions, so training passes none).  With
+        ``cache`` (from :meth:`start_cache`, or a previous call's ``extras["cache"]``) the inputs are
+        the next ``T`` positions after those cached; the encoder states are then taken from the
+        cache, and the extended cache is returned in ``extras["cache"]``.
+        """
+        start = cache.length if cache is not None else 0
+        self._check(decoder_input_ids, "decoder_input_ids", start)
+        if cache is None:
+            if encoder_hidden_states is None:
+                raise PtmError("decode needs encoder_hidden_states (or a cache made by start_cache)")
+            cross_mask, _ = build_attention_mask(encoder_attention_mask, None, False, encoder_hidden_states.shape[1],
+                                                 encoder_hidden_states.dtype)
+            cross_kv = [layer.cross_attn.project_memory(encoder_hidden_states) for layer in self.decoder.layers]
+        else:
+            cross_mask, cross_kv = cache.cross_mask, cache.cross_kv
+        y = self.decoder.embed(self._tokens(decoder_input_ids), start)
+        self_mask, is_causal = None, True
+        if cache is None:
+            T = decoder_input_ids.shape[1]
+            self_mask, is_causal = build_attention_mask(decoder_attention_mask, None, True, T, y.dtype)
+        elif decoder_attention_mask is not None:
+            raise PtmError("decoder_attention_mask is not supported with a cache (decode left-aligned sequences)")
+        hidden = [y] if output_hidden_states else None
+        new_kv: list[KV | None] = []
+        for i, layer in enumerate(self.decoder.layers):
+            past = cache.self_kv[i] if cache is not None else None
+            y, kv = layer(y, self_mask, is_causal, cross_kv[i], cross_mask, past, use_cache=cache is not None)
+            new_kv.append(kv)
+            if hidden is not None:
+                hidden.append(y)
+        extras: dict[str, Any] = {}
+        if cache is not None:
+            extras["cache"] = DecoderCache(new_kv, cross_kv, cross_mask)
+        return EncoderOutput(y, tuple(hidden) if hidden is not None else None, None, extras)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        causal: bool = False,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """Encoder then decoder (see the module docstring for the outputs).
+
+        input_ids / attention_mask ``[B, S]``: the source; decoder_input_ids /
+        decoder_attention_mask ``[B, T]``: the decoder's inputs (default: ``shift_right(input_ids)``,
+        with the source's padding); token_type_ids: accepted for the task heads' sake and ignored
+        (BART has no segment embeddings); attn_mask / causal: the *encoder's* self-attention
+        pattern (the decoder is always causal).
+        """
+        del token_type_ids
+        enc = self.encode(input_ids, attention_mask, attn_mask, causal, output_hidden_states)
+        derived = decoder_input_ids is None
+        if derived:
+            decoder_input_ids = self.shift_right(input_ids)
+            # right padding + causal attention: the real positions never see the padded ones
+            decoder_attention_mask = None
+        dec = self.decode(decoder_input_ids, enc.last_hidden_state, attention_mask, decoder_attention_mask,
+                          output_hidden_states=output_hidden_states)
+        y = dec.last_hidden_state
+        length_mask = attention_mask if derived else decoder_attention_mask
+        if length_mask is not None:
+            last = length_mask.long().sum(dim=1).clamp(min=1) - 1  # [B] last real position (right padding)
+        else:
+            last = torch.full((y.shape[0],), y.shape[1] - 1, dtype=torch.long, device=y.device)
+        pooled = y[torch.arange(y.shape[0], device=y.device), last]  # [B, H]
+        extras: dict[str, Any] = {"encoder_last_hidden_state": enc.last_hidden_state}
+        hidden_states = None
+        if output_hidden_states:
+            extras["encoder_hidden_states"] = enc.hidden_states
+            extras["decoder_hidden_states"] = dec.hidden_states
+            hidden_states = tuple(enc.hidden_states) + tuple(dec.hidden_states[1:])
+        return EncoderOutput(y, hidden_states, pooled, extras)
