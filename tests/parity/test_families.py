@@ -124,7 +124,42 @@ def case_minilm(tmp_path):
     return pairs + [("pooled", out.pooled, theirs.pooler_output, None)]
 
 
-CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm}
+BART = dict(hidden_size=32, encoder_layers=2, decoder_layers=3, num_heads=4, intermediate_size=64, max_position=40,
+            activation_dropout=0.1)
+
+
+@torch.no_grad()
+def case_bart(tmp_path):
+    config = {"model": {"encoder": "encoder_decoder", "vocab_size": V, **BART}, "objective": {"name": "bart"}}
+    torch.manual_seed(0)
+    pm = build_model(config, TOK)
+    perturb(pm)
+    pm.backbone.final_logits_bias.normal_(0.0, 0.1)
+    pre = Pretrained(config, None, pm.backbone, pm.objective, None, pm.eval())
+    b = padded_batch(segments=False)
+    g = torch.Generator().manual_seed(1)
+    dec = torch.randint(5, V, (3, 8), generator=g)
+    dec[:, 0] = TOK.sep_id  # BART's decoder starts from </s>
+    dec_mask = torch.ones_like(dec)
+    dec_mask[1, 6:] = 0
+    dec_mask[2, 2:] = 0
+    dec[dec_mask == 0] = TOK.pad_id
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "BartForConditionalGeneration"
+    theirs = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=dec,
+                decoder_attention_mask=dec_mask, output_hidden_states=True)
+    out = pre.backbone(b["input_ids"], b["attention_mask"], decoder_input_ids=dec, decoder_attention_mask=dec_mask,
+                       output_hidden_states=True)
+    src, tgt = b["attention_mask"].bool(), dec_mask.bool()
+    pairs = [(f"encoder hidden {i}", a, c, src)
+             for i, (a, c) in enumerate(zip(out.extras["encoder_hidden_states"], theirs.encoder_hidden_states))]
+    pairs += [(f"decoder hidden {i}", a, c, tgt)
+              for i, (a, c) in enumerate(zip(out.extras["decoder_hidden_states"], theirs.decoder_hidden_states))]
+    return pairs + [("lm logits", pre.backbone.logits(out.last_hidden_state), theirs.logits, tgt)]
+
+
+CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

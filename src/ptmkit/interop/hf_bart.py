@@ -53,8 +53,8 @@ from ptmkit.interop.hf_common import (
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
-    staged_output,
 )
+from ptmkit import outputs
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ def export_bart(pretrained: Any, out_dir: str | Path) -> Path:
     """Write ``pretrained`` as an HF ``BartForConditionalGeneration`` directory (``BartModel`` loads
     it too), with the tokenizer files."""
     model = build_hf_bart(pretrained)
-    with staged_output(out_dir) as stage:
+    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
         with quiet_transformers():
             model.save_pretrained(stage)
         if pretrained.tokenizer is not None:
