@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.static.nnlm import (NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, softmax_cross_entropy,
-                                target_log_probs, train_nnlm)
+from ptmkit.static.nnlm import NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, train_nnlm
 from ptmkit.train.config import TrainConfig
 
 
@@ -61,31 +60,6 @@ def test_forward_matches_formula():
         NNLMConfig(hidden=0, direct=False)
     with pytest.raises(PtmError):
         NNLMConfig(dropout=1.0)
-
-
-@pytest.mark.parametrize("slice_size", [1, 16, 101, 500])
-def test_sliced_softmax_cross_entropy_matches_float64_reference(slice_size):
-    torch.manual_seed(0)
-    x = torch.randn(37, 5, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(101, 5, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(101, dtype=torch.float64, requires_grad=True)
-    t = torch.randint(0, 101, (37,))
-    t[:6] = 7  # repeated targets: the one-hot gradient must accumulate
-    loss = softmax_cross_entropy(x, w, b, t, slice_size)
-    (3 * loss).backward()
-    got = [p.grad.clone() for p in (x, w, b)]
-    for p in (x, w, b):
-        p.grad = None
-    logits = x @ w.T + b
-    ref = torch.nn.functional.cross_entropy(logits, t)
-    (3 * ref).backward()
-    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
-    for g, p in zip(got, (x, w, b)):
-        torch.testing.assert_close(g, p.grad, rtol=0, atol=1e-12)
-    want = torch.log_softmax(logits, 1)[torch.arange(37), t]
-    torch.testing.assert_close(target_log_probs(x, w, b, t, slice_size), want.detach(), rtol=0, atol=1e-12)
-    with torch.no_grad():  # the forward-only path
-        torch.testing.assert_close(softmax_cross_entropy(x, w, b, t, slice_size), ref.detach(), rtol=0, atol=1e-12)
 
 
 def test_direct_connections_gradients_match_autograd_reference():
