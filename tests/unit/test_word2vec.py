@@ -12,16 +12,9 @@ from scipy import stats
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.vectors import WordVectors
+from ptmkit.static.sampling import keep_probabilities, negative_probs, negative_table
 from ptmkit.static.vocab import encode, load_corpus, vocab_from_counts
-from ptmkit.static.word2vec import (
-    Word2VecConfig,
-    chunk_starts,
-    keep_probabilities,
-    negative_probs,
-    negative_table,
-    train_on_ids,
-    train_word2vec,
-)
+from ptmkit.static.word2vec import Word2VecConfig, chunk_starts, train_on_ids, train_word2vec
 
 gensim = pytest.importorskip("gensim")
 from gensim.models import Word2Vec as GensimWord2Vec  # noqa: E402

@@ -26,8 +26,9 @@ from ptmkit.registry import register
 from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.kernels_w2v import exp_table
 from ptmkit.static.vectors import WordVectors
+from ptmkit.static.sampling import keep_probabilities, negative_table
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
-from ptmkit.static.word2vec import _check_out, keep_probabilities, negative_table, run_epochs, save_run
+from ptmkit.static.word2vec import _check_out, run_epochs, save_run
 
 log = logging.getLogger(__name__)
 

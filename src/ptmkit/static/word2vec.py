@@ -38,7 +38,8 @@ from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunk
+from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 
@@ -104,27 +105,6 @@ class Word2VecConfig:
 # ----------------------------------------------------------------------------- tables
 
 
-def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
-    """float32 [V]: probability of keeping each occurrence, ``min(1, (sqrt(c/(sT)) + 1)·sT/c)``."""
-    counts = np.asarray(counts, dtype=np.float64)
-    if sample <= 0:
-        return np.ones(counts.shape[0], dtype=np.float32)
-    threshold = sample * counts.sum()
-    p = (np.sqrt(counts / threshold) + 1.0) * threshold / counts
-    return np.minimum(p, 1.0).astype(np.float32)
-
-
-def negative_probs(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
-    """float64 [V]: the noise distribution of negative sampling, P(w) ∝ count(w)^power."""
-    weights = np.asarray(counts, dtype=np.float64) ** power
-    return weights / weights.sum()
-
-
-def negative_table(counts: np.ndarray, power: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
-    """Alias table (accept float32 [V], alias int32 [V]) sampling ``negative_probs`` in O(1)."""
-    return alias_table(negative_probs(counts, power))
-
-
 def chunk_starts(sentences: np.ndarray, chunk_words: int) -> np.ndarray:
     """int64 [C+1] sentence indices cutting the corpus into chunks of about ``chunk_words`` words."""
     n_words = int(sentences[-1])
@@ -135,12 +115,6 @@ def chunk_starts(sentences: np.ndarray, chunk_words: int) -> np.ndarray:
     if starts.size == 0 or starts[0] != 0:
         starts = np.concatenate([[0], starts])
     return np.concatenate([starts, [n_sent]]).astype(np.int64)
-
-
-def init_input_vectors(v: int, dim: int, seed: int) -> np.ndarray:
-    """float32 [v, dim] uniform in [-0.5/dim, 0.5/dim) (word2vec's initialisation)."""
-    rng = np.random.default_rng(seed)
-    return ((rng.random((v, dim), dtype=np.float32) - 0.5) / dim).astype(np.float32)
 
 
 def n_threads(workers: int) -> int:
@@ -182,7 +156,7 @@ def train_on_ids(
     ``tree``: a given Huffman tree for HS (default: built from the counts).  HS similarity structure
     depends on the tree's topology, so comparisons with another implementation pass its tree here.
     """
-    if cfg.device != "cpu":  # batched PyTorch path (GPU)
+    if cfg.device != "cpu":  # batched PyTorch path (GPU); imported here so the CPU path never loads torch
         from ptmkit.static.word2vec_torch import train_on_ids_torch
 
         return train_on_ids_torch(vocab, corpus, cfg, progress=progress, tree=tree)
@@ -334,4 +308,4 @@ class Word2Vec:
     train = staticmethod(train_word2vec)
 
 
-__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec", "keep_probabilities", "negative_probs", "negative_table"]
+__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec"]
