@@ -24,11 +24,12 @@ from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
+from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.kernels_w2v import exp_table
-from ptmkit.static.vectors import WordVectors
+from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import keep_probabilities, negative_table
+from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
-from ptmkit.static.word2vec import _check_out, run_epochs, save_run
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ def train_fasttext(
         cfg = FastTextConfig()
     elif isinstance(cfg, dict):
         cfg = from_dict(FastTextConfig, cfg)
-    out_dir = _check_out(out)
+    out_dir = check_out_dir(out)
     vocab, corpus = load_corpus(data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache)
     model, stats = train_fasttext_ids(vocab, corpus, cfg, progress)
     if out_dir is not None:

@@ -43,6 +43,7 @@ from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy, target_log_probs
 from ptmkit.registry import register
 from ptmkit.static.kneser_ney import pad_sentences
+from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.vocab import iter_line_chunks
 from ptmkit.train.step import StepOutput
 
@@ -494,10 +495,9 @@ class NNLMStatic:
         ``valid_ppl`` among them).  ``progress`` is accepted for the common signature; the Trainer
         always shows its progress bar."""
         from ptmkit.static.vectors import WordVectors
-        from ptmkit.static.word2vec import _check_out, save_run
 
         cfg = from_dict(NNLMTrainConfig, cfg) if isinstance(cfg, dict) else (cfg or NNLMTrainConfig())
-        out_dir = _check_out(out)
+        out_dir = check_out_dir(out)
         model, vocab, stats = train_nnlm_static(data_files, cfg)
         full = model.word_vectors(vocab)
         n = len(vocab) - 2  # the words come first, <unk> and </s> last (see build_lm_vocab)

@@ -22,23 +22,18 @@ Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ptmkit.config import from_dict, to_dict
-from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
@@ -102,26 +97,6 @@ class Word2VecConfig:
         return self.min_alpha if self.min_alpha is not None else self.start_alpha * 1e-4
 
 
-# ----------------------------------------------------------------------------- tables
-
-
-def chunk_starts(sentences: np.ndarray, chunk_words: int) -> np.ndarray:
-    """int64 [C+1] sentence indices cutting the corpus into chunks of about ``chunk_words`` words."""
-    n_words = int(sentences[-1])
-    n_sent = sentences.shape[0] - 1
-    targets = np.arange(0, n_words, chunk_words, dtype=np.int64)
-    starts = np.unique(np.searchsorted(sentences[:-1], targets, side="left"))
-    starts = starts[starts < n_sent]
-    if starts.size == 0 or starts[0] != 0:
-        starts = np.concatenate([[0], starts])
-    return np.concatenate([starts, [n_sent]]).astype(np.int64)
-
-
-def n_threads(workers: int) -> int:
-    """Training threads: ``workers``, or (0) one per core."""
-    return max(1, workers if workers > 0 else (os.cpu_count() or 1))
-
-
 # ----------------------------------------------------------------------------- training
 
 
@@ -137,7 +112,7 @@ def train_word2vec(
     ``out/vectors.bin`` (word2vec binary), ``out/config.json`` and ``out/vocab.txt``.
     """
     cfg = _as_config(cfg)
-    out_dir = _check_out(out)
+    out_dir = check_out_dir(out)
     vocab, corpus = load_corpus(
         data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache
     )
@@ -192,77 +167,6 @@ def train_on_ids(
     return syn0, stats
 
 
-def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
-    """Train every chunk of every epoch with ``cfg.workers`` threads; returns timing stats.
-
-    ``step(epoch, chunk, first_sentence, end_sentence, alpha0, min_alpha, words_before, words_all)``
-    trains one chunk (a compiled kernel that releases the GIL) and returns the words it kept.
-    The threads pull (epoch, chunk) jobs in order from one shared queue, as gensim's workers do:
-    a thread delayed by other load on the machine just takes fewer chunks, nobody waits for it.
-    """
-    threads = n_threads(cfg.workers)
-    starts = chunk_starts(corpus.sentences, cfg.chunk_words)
-    n_chunks = starts.shape[0] - 1
-    chunk_words = np.diff(corpus.sentences[starts])
-    words_all = float(corpus.n_words) * cfg.epochs
-    jobs = itertools.product(range(cfg.epochs), range(n_chunks))  # (epoch, chunk), epoch-major
-    lock = threading.Lock()
-    done = {"words": 0, "kept": 0}
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def worker() -> None:
-        try:
-            while not stop.is_set():
-                with lock:
-                    job = next(jobs, None)
-                if job is None:
-                    return
-                epoch, c = job
-                kept = step(epoch, c, starts[c], starts[c + 1], cfg.start_alpha, cfg.end_alpha,
-                            float(epoch * corpus.n_words), words_all)  # fmt: skip
-                with lock:
-                    done["words"] += int(chunk_words[c])
-                    done["kept"] += int(kept)
-        except BaseException as exc:  # re-raised in the calling thread
-            errors.append(exc)
-            stop.set()
-
-    t0 = time.perf_counter()
-    bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
-    pool = [threading.Thread(target=worker, name=f"{desc} {i}", daemon=True) for i in range(threads)]
-    shown = 0
-    try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            while t.is_alive():
-                t.join(timeout=0.25)
-                if progress:  # the bar is drawn from this thread only
-                    now = done["words"]
-                    bar.update(now - shown)
-                    shown = now
-                    frac = now / words_all
-                    bar.set_postfix(alpha=f"{cfg.start_alpha - (cfg.start_alpha - cfg.end_alpha) * frac:.5f}", refresh=False)
-    finally:  # on an error or Ctrl-C the workers stop after their current chunk
-        stop.set()
-        for t in pool:
-            t.join()
-        bar.close()
-    if errors:
-        raise errors[0]
-    seconds = time.perf_counter() - t0
-    stats = {
-        "words": int(words_all),
-        "effective_words": done["kept"],
-        "seconds": seconds,
-        "words_per_second": words_all / max(seconds, 1e-9),
-        "threads": threads,
-    }
-    log.info("%s: %d words in %.1f s (%.0f words/s)", desc, stats["words"], seconds, stats["words_per_second"])
-    return stats
-
-
 # ----------------------------------------------------------------------------- output
 
 
@@ -272,32 +176,6 @@ def _as_config(cfg) -> Word2VecConfig:
     if isinstance(cfg, dict):
         return from_dict(Word2VecConfig, cfg)
     return cfg
-
-
-def _check_out(out: str | os.PathLike | None) -> Path | None:
-    if out is None:
-        return None
-    out = Path(out)
-    if (out / "vectors.bin").exists():
-        raise PtmError(f"{out} already holds trained vectors (vectors.bin); choose another output directory")
-    if out.exists() and not out.is_dir():
-        raise PtmError(f"output {out} exists and is not a directory")
-    return out
-
-
-def save_run(out_dir: Path, wv: WordVectors, config: dict, stats: dict) -> None:
-    """Write vectors.bin, vocab.txt, config.json into ``out_dir`` (each file atomically)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wv.save(out_dir / "vectors.bin", format="word2vec-binary")
-    _write_atomic(out_dir / "config.json", json.dumps({**config, "stats": stats}, indent=2) + "\n")
-    counts = wv.counts if wv.counts is not None else np.zeros(len(wv), dtype=np.int64)
-    _write_atomic(out_dir / "vocab.txt", "".join(f"{w} {int(c)}\n" for w, c in zip(wv.words, counts)))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @register("static", "word2vec")
