@@ -38,10 +38,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy, target_log_probs
 from ptmkit.registry import register
+from ptmkit.static.configs import as_config
 from ptmkit.static.kneser_ney import pad_sentences
 from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.vocab import iter_line_chunks
@@ -496,7 +496,7 @@ class NNLMStatic:
         always shows its progress bar."""
         from ptmkit.static.vectors import WordVectors
 
-        cfg = from_dict(NNLMTrainConfig, cfg) if isinstance(cfg, dict) else (cfg or NNLMTrainConfig())
+        cfg = as_config(NNLMTrainConfig, cfg)
         out_dir = check_out_dir(out)
         model, vocab, stats = train_nnlm_static(data_files, cfg)
         full = model.word_vectors(vocab)

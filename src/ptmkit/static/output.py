@@ -1,17 +1,20 @@
 """What every static model writes: the output directory check and the run files.
 
 A model's ``train(data, cfg, out, progress)`` calls :func:`check_out_dir` before any slow work
-and :func:`save_run` at the end, which writes ``vectors.bin`` (word2vec binary), ``vocab.txt``
-(word and count per line) and ``config.json`` (the model's config, with its training statistics
-under ``"stats"``).  ``ptm pretrain`` (:mod:`ptmkit.static.run`) trains into a staging directory
-and moves it into place afterwards.
+and :func:`save_run` at the end (or both through :func:`train_and_save`).  ``save_run`` writes
+``vectors.bin`` (word2vec binary), ``vocab.txt`` (word and count per line) and ``config.json``
+(the model's config, with its training statistics under ``"stats"``).  ``ptm pretrain``
+(:mod:`ptmkit.static.run`) trains into a staging directory and moves it into place afterwards.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,10 +43,21 @@ def save_run(out_dir: Path, wv: WordVectors, config: dict, stats: dict) -> None:
     _write_atomic(out_dir / "vocab.txt", "".join(f"{w} {int(c)}\n" for w, c in zip(wv.words, counts)))
 
 
+def train_and_save(out, model: str, cfg: Any, fit: Callable[[], tuple[WordVectors, dict]]) -> WordVectors:
+    """The body of a ``train`` entry whose trainer returns ``(WordVectors, stats)``: check ``out``,
+    run ``fit()``, and with ``out`` save the run (config.json: ``{"model": model, **cfg}``; a
+    ``"config"`` entry of the stats is left out, the config being there already)."""
+    out_dir = check_out_dir(out)
+    wv, stats = fit()
+    if out_dir is not None:
+        save_run(out_dir, wv, {"model": model, **asdict(cfg)}, {k: v for k, v in stats.items() if k != "config"})
+    return wv
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
-__all__ = ["check_out_dir", "save_run"]
+__all__ = ["check_out_dir", "save_run", "train_and_save"]

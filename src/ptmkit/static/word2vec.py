@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ptmkit.config import from_dict, to_dict
+from ptmkit.config import to_dict
 from ptmkit.registry import register
+from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
 from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Word2VecConfig:
+class Word2VecConfig(AlphaSchedule):
     """Hyper-parameters (defaults of word2vec.c / gensim).
 
     model: "skipgram" | "cbow".  loss: "ns" (negative sampling) | "hs" (hierarchical softmax).
@@ -74,27 +75,16 @@ class Word2VecConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.model not in ("skipgram", "cbow"):
-            raise ValueError(f"model must be 'skipgram' or 'cbow', got {self.model!r}")
+        check_architecture(self.model)
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
-        for name in ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"))
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
             raise ValueError("sample must be >= 0")
         if self.device not in ("cpu", "torch") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be 'cpu', 'torch' or 'cuda[:N]', got {self.device!r}")
-
-    @property
-    def start_alpha(self) -> float:
-        return self.alpha if self.alpha is not None else (0.025 if self.model == "skipgram" else 0.05)
-
-    @property
-    def end_alpha(self) -> float:
-        return self.min_alpha if self.min_alpha is not None else self.start_alpha * 1e-4
 
 
 # ----------------------------------------------------------------------------- training
@@ -111,7 +101,7 @@ def train_word2vec(
     Returns the input vectors ``syn0`` as :class:`WordVectors` [V, dim]; with ``out`` also writes
     ``out/vectors.bin`` (word2vec binary), ``out/config.json`` and ``out/vocab.txt``.
     """
-    cfg = _as_config(cfg)
+    cfg = as_config(Word2VecConfig, cfg)
     out_dir = check_out_dir(out)
     vocab, corpus = load_corpus(
         data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache
@@ -165,17 +155,6 @@ def train_on_ids(
         corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss}",
     )
     return syn0, stats
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _as_config(cfg) -> Word2VecConfig:
-    if cfg is None:
-        return Word2VecConfig()
-    if isinstance(cfg, dict):
-        return from_dict(Word2VecConfig, cfg)
-    return cfg
 
 
 @register("static", "word2vec")
