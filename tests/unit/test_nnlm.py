@@ -44,6 +44,18 @@ def test_vocab_and_encoding(text):
     assert vocab.bos == len(vocab)
 
 
+def test_vocab_of_the_training_sentences_with_written_symbols(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a b <unk> a\n\n  \nb </s> c <s>\na a\nheld out z z z\n")
+    vocab = build_lm_vocab(path, min_count=2, max_sentences=3)  # the last sentence is held out
+    assert vocab.words == ["a", "b", "<unk>", "</s>"] and (vocab.unk, vocab.eos, vocab.bos) == (2, 3, 4)
+    # <unk> stands for the rare c, </s> and <s> and the written <unk>; </s> counts the 3 sentences
+    assert vocab.counts.tolist() == [4, 2, 4, 3]
+    ids, offsets = encode_lm(path, vocab)
+    assert offsets.tolist() == [0, 4, 8, 10, 15] and ids.dtype == offsets.dtype == np.int64
+    assert ids.tolist() == [0, 1, 2, 0, 1, 3, 2, 2, 0, 0, 2, 2, 2, 2, 2]  # a written </s> is </s>
+
+
 def test_forward_matches_formula():
     torch.manual_seed(0)
     cfg = NNLMConfig(order=3, dim=4, hidden=5, direct=True)

@@ -24,12 +24,10 @@ step time on a small CPU.  The feature matrix ``C`` is exported as
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import math
 import os
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -44,7 +42,7 @@ from ptmkit.registry import register
 from ptmkit.static.configs import as_config
 from ptmkit.static.kneser_ney import pad_sentences
 from ptmkit.static.output import check_out_dir, save_run
-from ptmkit.static.vocab import iter_line_chunks
+from ptmkit.static.vocab import Vocab, count_corpus, encode, iter_line_chunks, vocab_from_counts
 from ptmkit.train.step import StepOutput
 
 log = logging.getLogger(__name__)
@@ -56,19 +54,21 @@ UNK, EOS, BOS = "<unk>", "</s>", "<s>"
 
 
 @dataclass
-class LMVocab:
-    """Closed vocabulary of a language model: ``words`` [V] (with ``<unk>`` and ``</s>``);
-    ``<s>`` gets the extra id ``V`` (context only, never predicted)."""
+class LMVocab(Vocab):
+    """Closed vocabulary of a language model: a :class:`~ptmkit.static.vocab.Vocab` whose last two
+    words are ``<unk>`` and ``</s>``; ``<s>`` gets the extra id ``V`` (context only, never predicted).
 
-    words: list[str]
-    counts: np.ndarray  # int64 [V] training counts (0 for <unk> and </s> unless counted)
+    counts: int64 [V] training counts; ``<unk>``'s is the total of the words it stands for,
+    ``</s>``'s the number of sentences.
+    """
 
     def __post_init__(self) -> None:
-        self.index = {w: i for i, w in enumerate(self.words)}
+        super().__post_init__()
         self.unk, self.eos, self.bos = self.index[UNK], self.index[EOS], len(self.words)
 
-    def __len__(self) -> int:
-        return len(self.words)
+
+def _paths(files: str | os.PathLike | list) -> list[Path]:
+    return [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
 
 
 def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3, lowercase: bool = False,
@@ -76,48 +76,27 @@ def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3, lowercas
     """Words of ``files`` seen at least ``min_count`` times, most frequent first, + ``<unk>``, ``</s>``.
 
     Only the first ``max_sentences`` non-blank lines are counted when given (the rest being
-    held out for validation must not shape the vocabulary).
+    held out for validation must not shape the vocabulary).  Counting and the choice of words
+    are word2vec's (:mod:`ptmkit.static.vocab`); the symbols ``<unk>``, ``</s>`` and ``<s>``
+    written in the text are never words of their own.
     """
-    files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
-    counter: Counter = Counter()
-    n_sent = 0
-    for lines in iter_line_chunks(files, lowercase=lowercase):
-        sents = [s for s in map(str.split, lines) if s]
-        if max_sentences is not None:
-            sents = sents[: max(0, max_sentences - n_sent)]
-        n_sent += len(sents)
-        counter.update(itertools.chain.from_iterable(sents))
-        if max_sentences is not None and n_sent >= max_sentences:
-            break
+    files = _paths(files)
+    counter, n_sent = count_corpus(files, lowercase, max_sentences)
     if not counter:
         raise PtmError(f"no words in {', '.join(map(str, files))}")
-    kept = sorted(((w, c) for w, c in counter.items() if c >= min_count and w not in (UNK, EOS, BOS)), key=lambda x: -x[1])
-    if not kept:
-        raise PtmError(f"no word occurs at least min_count={min_count} times; lower min_count")
+    kept = vocab_from_counts({w: c for w, c in counter.items() if w not in (UNK, EOS, BOS)}, min_count)
     unk = sum(c for w, c in counter.items() if c < min_count or w == UNK)
-    words = [w for w, _ in kept] + [UNK, EOS]
-    counts = np.array([c for _, c in kept] + [unk, n_sent], dtype=np.int64)
-    return LMVocab(words, counts)
+    return LMVocab(kept.words + [UNK, EOS], np.concatenate([kept.counts, np.array([unk, n_sent], dtype=np.int64)]))
 
 
 def encode_lm(files: str | os.PathLike | list, vocab: LMVocab, lowercase: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Ids of every word of ``files`` (unknown words -> ``<unk>``) and sentence offsets.
 
-    Returns ``(ids int64 [N], offsets int64 [S+1])``; blank lines are skipped.
+    Returns ``(ids int64 [N], offsets int64 [S+1])``; blank lines are skipped, long sentences
+    are not split (the language model sees each whole, as the Kneser-Ney model does).
     """
-    files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
-    get = vocab.index.get
-    id_parts, len_parts = [], []
-    for lines in iter_line_chunks(files, lowercase=lowercase):
-        sents = [s for s in map(str.split, lines) if s]
-        lens = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
-        words = itertools.chain.from_iterable(sents)
-        id_parts.append(np.fromiter(map(get, words, itertools.repeat(vocab.unk)), dtype=np.int64, count=int(lens.sum())))
-        len_parts.append(lens)
-    lens = np.concatenate(len_parts) if len_parts else np.zeros(0, dtype=np.int64)
-    if lens.sum() == 0:
-        raise PtmError(f"no words in {', '.join(map(str, files))}")
-    return np.concatenate(id_parts), np.concatenate([[0], np.cumsum(lens)])
+    corpus = encode(_paths(files), vocab, lowercase, max_sentence_len=None, unk=vocab.unk)
+    return corpus.ids.astype(np.int64), corpus.sentences
 
 
 # ----------------------------------------------------------------------------- model
@@ -450,7 +429,7 @@ def train_nnlm_static(data_files, cfg: NNLMTrainConfig = NNLMTrainConfig(), run_
     Returns ``(model, vocab, stats)``; stats has ``valid_ppl`` (on the held-out sentences),
     ``train_words``, ``valid_words``, ``vocab_size``, ``steps``, ``epochs``, ``stop_reason`` ...
     """
-    files = [Path(data_files)] if isinstance(data_files, (str, os.PathLike)) else [Path(f) for f in data_files]
+    files = _paths(data_files)
     n_sent = count_sentences(files)
     n_valid = 0 if cfg.valid_fraction == 0 else max(1, round(cfg.valid_fraction * n_sent))
     if n_sent - n_valid < 1:
