@@ -138,9 +138,12 @@ class _Tiles:
         return torch.cat(out) if out else x.new_zeros(0, dtype=self.acc)
 
 
-def _tiles(h, weight, bias, vocab_slice: int | None, chunk_rows: int | None) -> _Tiles:
-    """The operands cast to the matmul dtype, and the tile (:func:`default_tiles` where not given)."""
-    mm, acc = _dtypes(h, weight)
+def _tiles(h, weight, bias, vocab_slice: int | None, chunk_rows: int | None, dtypes) -> _Tiles:
+    """The operands cast to the matmul dtype, and the tile (:func:`default_tiles` where not given).
+
+    ``dtypes``: :func:`_dtypes`, read before autocast is switched off for the explicit casts.
+    """
+    mm, acc = dtypes
     rows, width = default_tiles(weight.shape[0], vocab_slice)
     b = None if bias is None else bias.to(mm)
     return _Tiles(h.to(mm), weight.to(mm), b, acc, chunk_rows or rows, width)
@@ -154,9 +157,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
     """Mean NLL of the rows; the gradients are computed in forward and scaled in backward."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, target, vocab_slice, chunk_rows):  # type: ignore[override]
+    def forward(ctx, h, weight, bias, target, vocab_slice, chunk_rows, dtypes):  # type: ignore[override]
         with torch.autocast(h.device.type, enabled=False):
-            tiles = _tiles(h, weight, bias, vocab_slice, chunk_rows)
+            tiles = _tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes)
             acc = tiles.acc
             gx = torch.zeros(h.shape, dtype=acc, device=h.device)
             gw = torch.zeros(weight.shape, dtype=acc, device=h.device)
@@ -169,7 +172,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad):  # type: ignore[override]
         gx, gw, gb = ctx.saved_tensors
         scale = grad / max(gx.shape[0], 1)
-        return gx * scale, gw * scale, (None if gb is None else gb * scale), None, None, None
+        return gx * scale, gw * scale, (None if gb is None else gb * scale), None, None, None, None
 
 
 def linear_cross_entropy(
@@ -191,11 +194,12 @@ def linear_cross_entropy(
     if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
         idx = valid.nonzero().squeeze(1)
         h, target = h[idx], target[idx]
+    dtypes = _dtypes(h, weight)
     needs_grad = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (h, weight, bias))
     if needs_grad:
-        return _LinearCrossEntropy.apply(h, weight, bias, target, vocab_slice, chunk_rows)
+        return _LinearCrossEntropy.apply(h, weight, bias, target, vocab_slice, chunk_rows, dtypes)
     with torch.no_grad(), torch.autocast(h.device.type, enabled=False):
-        return _mean(_tiles(h, weight, bias, vocab_slice, chunk_rows).nll(target))
+        return _mean(_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target))
 
 
 @torch.no_grad()
@@ -209,8 +213,9 @@ def target_log_probs(
 ) -> torch.Tensor:
     """``log_softmax(h @ weight^T + bias)[i, target_i]``: [N] (accumulation dtype, no gradient);
     every target must be a vocabulary index; the tile as in :func:`linear_cross_entropy`."""
+    dtypes = _dtypes(h, weight)
     with torch.autocast(h.device.type, enabled=False):
-        return -_tiles(h, weight, bias, vocab_slice, chunk_rows).nll(target)
+        return -_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target)
 
 
 __all__ = ["IGNORE", "default_tiles", "linear_cross_entropy", "target_log_probs"]
