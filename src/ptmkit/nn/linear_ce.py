@@ -73,7 +73,7 @@ class _Tiles:
         self.spans = [(lo, min(lo + step, V)) for lo in range(0, V, step)]
 
     def _logits(self, xc: torch.Tensor, lo: int, hi: int, buf: torch.Tensor) -> torch.Tensor:
-        """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, in ``buf`` when it fits."""
+        """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, written into ``buf``."""
         out = buf[: xc.shape[0], : hi - lo]
         w = self.w[lo:hi].T
         if out.dtype != self.x.dtype:  # half-precision matmul, float32 softmax
@@ -119,6 +119,7 @@ class _Tiles:
             gxc = gx[r : r + n]
             # pass 2: d nll_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
             for lo, hi in self.spans:
+                # one slice: pass 1's logits are still in buf (overwritten here); else recompute them
                 p = z if one_pass else self._logits(xc, lo, hi, buf)
                 p.sub_(lse[:, None]).exp_()
                 pm = p.to(x.dtype)
