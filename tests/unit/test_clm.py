@@ -113,29 +113,3 @@ def test_learns_and_trains_tied_embeddings() -> None:
         opt.step()
         losses.append(out.loss.item())
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
-
-
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_chunked_linear_cross_entropy_matches_autograd(with_bias: bool, monkeypatch) -> None:
-    from ptmkit.nn import linear_ce
-
-    monkeypatch.setattr(linear_ce, "_chunk_rows", lambda vocab: 7)  # several chunks, a ragged last one
-    torch.manual_seed(0)
-    h = torch.randn(30, 16, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(50, dtype=torch.float64, requires_grad=True) if with_bias else None
-    target = torch.randint(0, 50, (30,))
-    target[[3, 11, 12]] = -100
-    loss = linear_ce.linear_cross_entropy(h, w, b, target)
-    (3.0 * loss).backward()
-    got = [t.grad.clone() for t in (h, w, b) if t is not None]
-    for t in (h, w, b):
-        if t is not None:
-            t.grad = None
-    ref = F.cross_entropy(F.linear(h, w, b), target, ignore_index=-100)
-    (3.0 * ref).backward()
-    torch.testing.assert_close(loss.double(), ref)
-    for g, t in zip(got, [t for t in (h, w, b) if t is not None]):
-        torch.testing.assert_close(g, t.grad)
-    with torch.no_grad():
-        torch.testing.assert_close(linear_ce.linear_cross_entropy(h, w, b, target).double(), ref)

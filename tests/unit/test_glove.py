@@ -175,7 +175,8 @@ def test_glove_recovers_a_low_rank_log_cooccurrence():
     assert stats["losses"][-1] < 1e-3 * stats["losses"][0]
 
 
-def test_glove_loss_decreases_and_returns_word_vectors(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_glove_loss_decreases_and_returns_word_vectors(tmp_path, threads):
     rng = np.random.default_rng(0)
     # two topics: words 0-9 co-occur with each other, 10-19 with each other
     lines = []
@@ -184,12 +185,18 @@ def test_glove_loss_decreases_and_returns_word_vectors(tmp_path):
         lines.append(" ".join(f"w{base + k}" for k in rng.integers(0, 10, size=8)))
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines) + "\n")
-    cfg = GloVeConfig(dim=8, window=4, min_count=1, epochs=15, x_max=10.0, threads=2)
+    cfg = GloVeConfig(dim=8, window=4, min_count=1, epochs=15, x_max=10.0, threads=threads)
     wv, stats = train_glove(str(path), cfg, progress=False)
     losses = stats["losses"]
-    assert losses[-1] < 0.5 * losses[0]
-    # monotone up to the noise of SGD at the optimum (the order of the entries changes every epoch)
-    assert all(b <= a * 1.01 for a, b in zip(losses, losses[1:]))
+    assert losses[-1] < 0.01 * losses[0]  # about 0.0014 whatever the threads
+    if threads == 1:
+        # One thread is deterministic: the same run again gives the same losses and vectors, and
+        # the losses are monotone up to the noise of SGD at the optimum (the order of the entries
+        # changes every epoch).  With two Hogwild threads the updates race, and on a busy machine
+        # an epoch near the optimum can end 1.5 % above the one before.
+        assert all(b <= a * 1.01 for a, b in zip(losses, losses[1:]))
+        again, stats_again = train_glove(str(path), cfg, progress=False)
+        assert stats_again["losses"] == losses and np.array_equal(again.vectors, wv.vectors)
     assert stats["count_words_per_s"] > 0 and stats["train_words_per_s"] > 0
     assert wv.vectors.shape == (20, 8) and wv.vectors.dtype == np.float32
     assert wv.similarity("w1", "w2") > wv.similarity("w1", "w12")

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.static.nnlm import (NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, softmax_cross_entropy,
-                                target_log_probs, train_nnlm)
+from ptmkit.static.nnlm import NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, train_nnlm
 from ptmkit.train.config import TrainConfig
 
 
@@ -45,6 +44,18 @@ def test_vocab_and_encoding(text):
     assert vocab.bos == len(vocab)
 
 
+def test_vocab_of_the_training_sentences_with_written_symbols(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a b <unk> a\n\n  \nb </s> c <s>\na a\nheld out z z z\n")
+    vocab = build_lm_vocab(path, min_count=2, max_sentences=3)  # the last sentence is held out
+    assert vocab.words == ["a", "b", "<unk>", "</s>"] and (vocab.unk, vocab.eos, vocab.bos) == (2, 3, 4)
+    # <unk> stands for the rare c, </s> and <s> and the written <unk>; </s> counts the 3 sentences
+    assert vocab.counts.tolist() == [4, 2, 4, 3]
+    ids, offsets = encode_lm(path, vocab)
+    assert offsets.tolist() == [0, 4, 8, 10, 15] and ids.dtype == offsets.dtype == np.int64
+    assert ids.tolist() == [0, 1, 2, 0, 1, 3, 2, 2, 0, 0, 2, 2, 2, 2, 2]  # a written </s> is </s>
+
+
 def test_forward_matches_formula():
     torch.manual_seed(0)
     cfg = NNLMConfig(order=3, dim=4, hidden=5, direct=True)
@@ -61,31 +72,6 @@ def test_forward_matches_formula():
         NNLMConfig(hidden=0, direct=False)
     with pytest.raises(PtmError):
         NNLMConfig(dropout=1.0)
-
-
-@pytest.mark.parametrize("slice_size", [1, 16, 101, 500])
-def test_sliced_softmax_cross_entropy_matches_float64_reference(slice_size):
-    torch.manual_seed(0)
-    x = torch.randn(37, 5, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(101, 5, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(101, dtype=torch.float64, requires_grad=True)
-    t = torch.randint(0, 101, (37,))
-    t[:6] = 7  # repeated targets: the one-hot gradient must accumulate
-    loss = softmax_cross_entropy(x, w, b, t, slice_size)
-    (3 * loss).backward()
-    got = [p.grad.clone() for p in (x, w, b)]
-    for p in (x, w, b):
-        p.grad = None
-    logits = x @ w.T + b
-    ref = torch.nn.functional.cross_entropy(logits, t)
-    (3 * ref).backward()
-    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
-    for g, p in zip(got, (x, w, b)):
-        torch.testing.assert_close(g, p.grad, rtol=0, atol=1e-12)
-    want = torch.log_softmax(logits, 1)[torch.arange(37), t]
-    torch.testing.assert_close(target_log_probs(x, w, b, t, slice_size), want.detach(), rtol=0, atol=1e-12)
-    with torch.no_grad():  # the forward-only path
-        torch.testing.assert_close(softmax_cross_entropy(x, w, b, t, slice_size), ref.detach(), rtol=0, atol=1e-12)
 
 
 def test_direct_connections_gradients_match_autograd_reference():

@@ -12,16 +12,10 @@ from scipy import stats
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.vectors import WordVectors
+from ptmkit.static.sampling import keep_probabilities, negative_probs, negative_table
 from ptmkit.static.vocab import encode, load_corpus, vocab_from_counts
-from ptmkit.static.word2vec import (
-    Word2VecConfig,
-    chunk_starts,
-    keep_probabilities,
-    negative_probs,
-    negative_table,
-    train_on_ids,
-    train_word2vec,
-)
+from ptmkit.static.hogwild import chunk_starts
+from ptmkit.static.word2vec import Word2VecConfig, train_on_ids, train_word2vec
 
 gensim = pytest.importorskip("gensim")
 from gensim.models import Word2Vec as GensimWord2Vec  # noqa: E402
@@ -291,7 +285,7 @@ def test_chunks_train_the_same_whichever_thread_runs_them():
 
 
 def test_worker_errors_reach_the_caller():
-    from ptmkit.static.word2vec import run_epochs
+    from ptmkit.static.hogwild import run_epochs
 
     corpus = load_corpus(_topic_corpus(n_sent=200), 1)[1]
     calls = []

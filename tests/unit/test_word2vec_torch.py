@@ -10,8 +10,9 @@ from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import build_huffman
 from ptmkit.static.vectors import WordVectors
+from ptmkit.static.sampling import negative_probs
 from ptmkit.static.vocab import IdCorpus, load_corpus
-from ptmkit.static.word2vec import Word2VecConfig, negative_probs, train_on_ids, train_word2vec
+from ptmkit.static.word2vec import Word2VecConfig, train_on_ids, train_word2vec
 from ptmkit.static.word2vec_torch import (
     Params,
     Tables,

@@ -2,13 +2,34 @@
 
 ``linear_cross_entropy(h, W, b, target)`` equals
 ``F.cross_entropy(F.linear(h, W, b), target, ignore_index=-100)`` (mean over the non-ignored
-targets) but works through the rows in chunks: for each chunk it computes the logits, their
-log-softmax (one fused pass), the loss, and right away the gradients with respect to ``h``, ``W``
-and ``b`` (``dlogits = softmax - onehot``, in place; none for a bias that needs no gradient), then
-drops the chunk.  The ``[N, V]`` logits, their
-log-softmax and their gradient never exist at once, which for a language model's vocabulary
-projection is most of a training step's peak memory; the matmuls are the same three as autograd
-would run (one forward, two backward).
+targets) and ``target_log_probs(h, W, b, target)`` equals
+``log_softmax(F.linear(h, W, b))[i, target_i]``, but the ``[N, V]`` logits, their softmax and
+their gradient never exist at once: for a language model's vocabulary projection they are most
+of a training step's peak memory and, on a CPU, most of its memory traffic.  The causal LM
+objective and the NNLM (:mod:`ptmkit.static.nnlm`) both train through :func:`linear_cross_entropy`.
+
+The work is cut into tiles of ``chunk_rows`` rows × ``vocab_slice`` vocabulary entries.  For
+each chunk of rows, pass 1 computes each slice's logits and their log-sum-exp; pass 2 (training
+only) turns them into probabilities and accumulates the gradients with respect to ``h``, ``W``
+and ``b`` right away (``dlogits = softmax - onehot``; the one-hot part by gather / scatter-add
+instead of a dense matrix).  With one slice (the default) pass 2 reuses pass 1's logits; with
+several it recomputes each slice's matmul.  The loss is the last node of the graph, so the
+gradients are computed in the forward pass and only scaled by the incoming gradient in backward.
+
+Which tile is faster depends on the shapes and the threads (CPU time of forward + backward on a
+shared 2-core CPU, best of 5-7):
+
+- the NNLM's (512 rows, K 64, V 17.7k, one thread): slices of 256 words, whose ``[512, 256]``
+  block of logits stays in cache, 55 ms; whole-vocabulary chunks of 4M logits 95 ms; unfused
+  123 ms; with two threads 151 ms against 189 ms.  The NNLM asks for slices of 256.
+- a causal LM's (4096 rows, H 256, V 8000, ``benchmarks/bench_transformer.py``): with one thread
+  578 ms (slices) against 514 ms (whole vocabulary), with two 2.7 s against 0.8 s: the many
+  small matmuls of slicing end at barriers where the threads wait for each other (on a GPU each
+  would be more kernel launches).  Hence the default: the whole vocabulary in one slice, chunks
+  of about 4M logits (:func:`default_tiles`).
+
+Precision: half-precision inputs (or an active autocast) run the matmuls in that precision and
+accumulate the softmax, the loss and the gradients in float32.
 """
 
 from __future__ import annotations
@@ -17,83 +38,185 @@ import torch
 
 IGNORE = -100
 
-
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    # half precision accumulates the softmax and the gradients in float32
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+TILE_LOGITS = 1 << 22  # about 4M logits (16 MB in fp32) per tile: large matmuls, bounded memory
 
 
-def _chunk_rows(vocab: int) -> int:
-    # about 4M logits (16 MB in fp32) per chunk: large matmuls, bounded memory
-    return max(1, (1 << 22) // max(vocab, 1))
+def default_tiles(vocab: int, vocab_slice: int | None = None) -> tuple[int, int]:
+    """``(chunk_rows, vocab_slice)`` for a vocabulary of ``vocab`` words: the whole vocabulary
+    (or ``vocab_slice`` words) at a time and as many rows as make about ``TILE_LOGITS`` logits."""
+    width = min(vocab_slice or vocab, vocab) if vocab > 0 else 1
+    return max(1, TILE_LOGITS // width), width
 
 
-@torch.no_grad()
-def _loss_only(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
-    valid = target != IGNORE
-    acc = _acc_dtype(h.dtype)
-    total = h.new_zeros((), dtype=acc)
-    step = _chunk_rows(weight.shape[0])
-    for s in range(0, h.shape[0], step):
-        logits = torch.nn.functional.linear(h[s : s + step], weight, bias).to(acc)
-        t = target[s : s + step]
-        picked = logits.gather(1, t.clamp(min=0)[:, None]).squeeze(1)
-        total += ((torch.logsumexp(logits, dim=-1) - picked) * valid[s : s + step]).sum()
-    return total / valid.sum().clamp(min=1)
+def _dtypes(h: torch.Tensor, weight: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """(matmul dtype, accumulation dtype): autocast's dtype if it is on, else the inputs' own."""
+    dev = h.device.type
+    if torch.is_autocast_enabled(dev):
+        mm = torch.get_autocast_dtype(dev)
+    else:
+        mm = torch.promote_types(h.dtype, weight.dtype)
+    acc = torch.float32 if mm in (torch.float16, torch.bfloat16) else mm
+    return mm, acc
+
+
+class _Tiles:
+    """The tiled computation over one set of (already cast) operands.
+
+    x [N, K], w [V, K], b [V] | None in the matmul dtype; ``acc``: the accumulation dtype.
+    """
+
+    def __init__(self, x, w, b, acc: torch.dtype, chunk_rows: int, vocab_slice: int):
+        self.x, self.w, self.b, self.acc = x, w, b, acc
+        self.rows = max(1, chunk_rows)
+        V = w.shape[0]
+        step = max(1, vocab_slice)
+        self.spans = [(lo, min(lo + step, V)) for lo in range(0, V, step)]
+
+    def _logits(self, xc: torch.Tensor, lo: int, hi: int, buf: torch.Tensor) -> torch.Tensor:
+        """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, written into ``buf``."""
+        out = buf[: xc.shape[0], : hi - lo]
+        w = self.w[lo:hi].T
+        if out.dtype != self.x.dtype:  # half-precision matmul, float32 softmax
+            z = torch.mm(xc, w) if self.b is None else torch.addmm(self.b[lo:hi], xc, w)
+            return out.copy_(z)
+        if self.b is None:
+            return torch.mm(xc, w, out=out)
+        return torch.addmm(self.b[lo:hi], xc, w, out=out)
+
+    def _target_logits(self, xc: torch.Tensor, tc: torch.Tensor) -> torch.Tensor:
+        """x_i w_{t_i} + b_{t_i}: [c], without the [c, V] matrix."""
+        z = torch.einsum("bk,bk->b", xc, self.w[tc]).to(self.acc)
+        return z if self.b is None else z + self.b[tc].to(self.acc)
+
+    def nll(self, target: torch.Tensor, grads: tuple | None = None) -> torch.Tensor:
+        """Negative log-likelihood of every row, [N] in the accumulation dtype.
+
+        ``grads = (gx [N, K], gw [V, K], gb [V] | None)`` (accumulation dtype, zero): the
+        unscaled gradients of ``sum(nll)`` are added to them.
+        """
+        x, w = self.x, self.w
+        N = x.shape[0]
+        one_pass = len(self.spans) == 1
+        width = self.spans[0][1] - self.spans[0][0] if self.spans else 0
+        buf = torch.empty(min(self.rows, N), width, dtype=self.acc, device=x.device)
+        out = []
+        for r in range(0, N, self.rows):
+            xc, tc = x[r : r + self.rows], target[r : r + self.rows]
+            n = xc.shape[0]
+            # pass 1: log-sum-exp of each slice, then of the whole vocabulary
+            if one_pass:
+                z = self._logits(xc, *self.spans[0], buf)
+                lse = torch.logsumexp(z, 1)
+            else:
+                part = torch.empty(n, len(self.spans), dtype=self.acc, device=x.device)
+                for i, (lo, hi) in enumerate(self.spans):
+                    torch.logsumexp(self._logits(xc, lo, hi, buf), 1, out=part[:, i])
+                lse = torch.logsumexp(part, 1)
+            out.append(lse - self._target_logits(xc, tc))
+            if grads is None:
+                continue
+            gx, gw, gb = grads
+            gxc = gx[r : r + n]
+            # pass 2: d nll_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
+            for lo, hi in self.spans:
+                # one slice: pass 1's logits are still in buf (overwritten here); else recompute them
+                p = z if one_pass else self._logits(xc, lo, hi, buf)
+                p.sub_(lse[:, None]).exp_()
+                pm = p.to(x.dtype)
+                if pm.dtype == gx.dtype:
+                    gxc.addmm_(pm, w[lo:hi])
+                    gw[lo:hi].addmm_(pm.T, xc)
+                else:
+                    gxc.add_(pm @ w[lo:hi])
+                    gw[lo:hi].add_(pm.T @ xc)
+                if gb is not None:
+                    gb[lo:hi] += p.sum(0)
+            # ... then the one-hot part, by gather / scatter-add instead of a [n, V] matrix
+            gxc.sub_(w[tc].to(self.acc))
+            gw.index_add_(0, tc, xc.to(self.acc), alpha=-1.0)
+            if gb is not None:
+                gb.index_add_(0, tc, torch.ones(n, dtype=self.acc, device=x.device), alpha=-1.0)
+        return torch.cat(out) if out else x.new_zeros(0, dtype=self.acc)
+
+
+def _tiles(h, weight, bias, vocab_slice: int | None, chunk_rows: int | None, dtypes) -> _Tiles:
+    """The operands cast to the matmul dtype, and the tile (:func:`default_tiles` where not given).
+
+    ``dtypes``: :func:`_dtypes`, read before autocast is switched off for the explicit casts.
+    """
+    mm, acc = dtypes
+    rows, width = default_tiles(weight.shape[0], vocab_slice)
+    b = None if bias is None else bias.to(mm)
+    return _Tiles(h.to(mm), weight.to(mm), b, acc, chunk_rows or rows, width)
+
+
+def _mean(nll: torch.Tensor) -> torch.Tensor:
+    return nll.mean() if nll.numel() else nll.sum()  # no target: 0, not NaN
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, h, weight, bias, target):  # type: ignore[override]
-        valid = target != IGNORE
-        n_valid = valid.sum().clamp(min=1)
-        step = _chunk_rows(weight.shape[0])
-        acc = _acc_dtype(h.dtype)
-        total = h.new_zeros((), dtype=acc)
-        grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device)  # contiguous: row chunks are written in place
-        grad_w = torch.zeros_like(weight, dtype=acc)
-        # a bias that needs no gradient (a buffer such as BART's final_logits_bias) gets none
-        grad_b = torch.zeros_like(bias, dtype=acc) if bias is not None and ctx.needs_input_grad[2] else None
-        w_acc = weight.to(acc)
-        for s in range(0, h.shape[0], step):
-            hc = h[s : s + step]
-            t = target[s : s + step]
-            scale = valid[s : s + step].to(acc) / n_valid  # [c]: mean over the valid targets
-            # one fused pass for the log-probabilities [c, V]; the logits are freed right away
-            logp = torch.log_softmax(torch.nn.functional.linear(hc, weight, bias).to(acc), dim=-1)
-            rows = torch.arange(len(t), device=h.device)
-            tc = t.clamp(min=0)
-            total -= (logp[rows, tc] * scale).sum()
-            # dloss/dlogits = (softmax - onehot) * scale, computed in place over the log-probabilities
-            probs = logp.exp_()
-            probs[rows, tc] -= 1.0
-            probs.mul_(scale[:, None])
-            if h.dtype == acc:
-                torch.mm(probs, w_acc, out=grad_h[s : s + step])
-            else:
-                grad_h[s : s + step] = (probs @ w_acc).to(h.dtype)
-            grad_w.addmm_(probs.t(), hc.to(acc))
-            if grad_b is not None:
-                grad_b += probs.sum(0)
-        ctx.save_for_backward(grad_h, grad_w.to(weight.dtype), grad_b.to(bias.dtype) if grad_b is not None else None)
-        ctx.has_bias = grad_b is not None
-        return total
+    """Mean NLL of the rows; the gradients are computed in forward and scaled in backward."""
 
     @staticmethod
-    def backward(ctx, grad_out):  # type: ignore[override]
-        grad_h, grad_w, grad_b = ctx.saved_tensors
-        return grad_h * grad_out, grad_w * grad_out, (grad_b * grad_out if ctx.has_bias else None), None
+    def forward(ctx, h, weight, bias, target, vocab_slice, chunk_rows, dtypes):  # type: ignore[override]
+        with torch.autocast(h.device.type, enabled=False):
+            tiles = _tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes)
+            acc = tiles.acc
+            gx = torch.zeros(h.shape, dtype=acc, device=h.device)
+            gw = torch.zeros(weight.shape, dtype=acc, device=h.device)
+            gb = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=h.device)
+            loss = _mean(tiles.nll(target, (gx, gw, gb)))
+        ctx.save_for_backward(gx.to(h.dtype), gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype))
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        gx, gw, gb = ctx.saved_tensors
+        scale = grad / max(gx.shape[0], 1)
+        return gx * scale, gw * scale, (None if gb is None else gb * scale), None, None, None, None
 
 
 def linear_cross_entropy(
-    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    vocab_slice: int | None = None,
+    chunk_rows: int | None = None,
 ) -> torch.Tensor:
-    """Mean cross-entropy of ``h [N, H] @ weight[V, H]^T + bias [V]`` against ``target [N]``
-    (-100 = ignored); a scalar tensor (float32 for half-precision inputs).  Differentiable in ``h``, ``weight``, ``bias``
-    (first-order only)."""
-    needs_grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (h, weight, bias)
-    )
-    if not needs_grad:
-        return _loss_only(h, weight, bias, target)
-    return _LinearCrossEntropy.apply(h, weight, bias, target)
+    """Mean cross-entropy of ``h [N, K] @ weight[V, K]^T + bias [V]`` against ``target [N]``
+    (-100 = ignored; 0 when every target is).  A scalar tensor (float32 for half-precision
+    inputs), differentiable in ``h``, ``weight``, ``bias`` (first order only).
+
+    ``vocab_slice``, ``chunk_rows``: the tile (None: :func:`default_tiles`); they change the speed
+    and the rounding, not the result.
+    """
+    valid = target != IGNORE
+    if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
+        idx = valid.nonzero().squeeze(1)
+        h, target = h[idx], target[idx]
+    dtypes = _dtypes(h, weight)
+    needs_grad = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (h, weight, bias))
+    if needs_grad:
+        return _LinearCrossEntropy.apply(h, weight, bias, target, vocab_slice, chunk_rows, dtypes)
+    with torch.no_grad(), torch.autocast(h.device.type, enabled=False):
+        return _mean(_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target))
+
+
+@torch.no_grad()
+def target_log_probs(
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    vocab_slice: int | None = None,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """``log_softmax(h @ weight^T + bias)[i, target_i]``: [N] (accumulation dtype, no gradient);
+    every target must be a vocabulary index; the tile as in :func:`linear_cross_entropy`."""
+    dtypes = _dtypes(h, weight)
+    with torch.autocast(h.device.type, enabled=False):
+        return -_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target)
+
+
+__all__ = ["IGNORE", "default_tiles", "linear_cross_entropy", "target_log_probs"]

@@ -70,7 +70,7 @@ class CausalLM(Objective):
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"), causal=True)
         labels = batch["labels"]
-        # Tied decoder + cross-entropy in row chunks: the [B, T, V] logits are never stored.
+        # Tied decoder + cross-entropy in tiles: the [B, T, V] logits are never stored.
         loss = linear_cross_entropy(
             out.last_hidden_state.flatten(0, 1), backbone.output_embeddings(), None, labels.flatten()
         )

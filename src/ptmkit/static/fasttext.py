@@ -20,20 +20,23 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.config import from_dict, to_dict
+from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
 from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
+from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.kernels_w2v import exp_table
+from ptmkit.static.output import check_out_dir, save_run
+from ptmkit.static.sampling import keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
-from ptmkit.static.word2vec import _check_out, keep_probabilities, negative_table, run_epochs, save_run
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class FastTextConfig:
+class FastTextConfig(AlphaSchedule):
     """Hyper-parameters (word2vec's plus the subword ones; defaults as gensim's FastText).
 
     min_n, max_n: character n-gram lengths (max_n < min_n disables subwords); bucket: hash rows.
@@ -61,21 +64,10 @@ class FastTextConfig:
     cache: bool = True
 
     def __post_init__(self) -> None:
-        if self.model not in ("skipgram", "cbow"):
-            raise ValueError(f"model must be 'skipgram' or 'cbow', got {self.model!r}")
-        for name in ("dim", "window", "epochs", "min_count", "negative", "min_n", "chunk_words"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_architecture(self.model)
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "negative", "min_n", "chunk_words"))
         if self.bucket < 0:
             raise ValueError("bucket must be >= 0")
-
-    @property
-    def start_alpha(self) -> float:
-        return self.alpha if self.alpha is not None else (0.025 if self.model == "skipgram" else 0.05)
-
-    @property
-    def end_alpha(self) -> float:
-        return self.min_alpha if self.min_alpha is not None else self.start_alpha * 1e-4
 
 
 def _utf8_table(words: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -178,11 +170,8 @@ def train_fasttext(
 
     With ``out``: writes the model (see :meth:`FastTextModel.save`), ``vectors.bin`` and ``config.json``.
     """
-    if cfg is None:
-        cfg = FastTextConfig()
-    elif isinstance(cfg, dict):
-        cfg = from_dict(FastTextConfig, cfg)
-    out_dir = _check_out(out)
+    cfg = as_config(FastTextConfig, cfg)
+    out_dir = check_out_dir(out)
     vocab, corpus = load_corpus(data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache)
     model, stats = train_fasttext_ids(vocab, corpus, cfg, progress)
     if out_dir is not None:

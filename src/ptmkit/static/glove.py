@@ -29,9 +29,10 @@ import numba
 import numpy as np
 from numba import prange
 
-from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.static.configs import as_config
+from ptmkit.static.output import train_and_save
 from ptmkit.static.cooccurrence import Cooccurrence, count_cooccurrence
 
 
@@ -209,11 +210,5 @@ class GloVe:
     @staticmethod
     def train(data: object, cfg: GloVeConfig | dict | None = None, out=None, progress: bool = True):
         """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats)."""
-        from ptmkit.static.word2vec import _check_out, save_run
-
-        cfg = from_dict(GloVeConfig, cfg) if isinstance(cfg, dict) else (cfg or GloVeConfig())
-        out_dir = _check_out(out)
-        wv, stats = train_glove(data, cfg, progress=progress)
-        if out_dir is not None:
-            save_run(out_dir, wv, {"model": "glove", **asdict(cfg)}, {k: v for k, v in stats.items() if k != "config"})
-        return wv
+        cfg = as_config(GloVeConfig, cfg)
+        return train_and_save(out, "glove", cfg, lambda: train_glove(data, cfg, progress=progress))

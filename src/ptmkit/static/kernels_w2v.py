@@ -1,7 +1,7 @@
 """Compiled CPU kernels of word2vec (Mikolov et al. 2013), Hogwild over chunks of sentences.
 
 One call trains one chunk (~10k words) without the GIL; worker threads pull chunks from a shared
-queue (:func:`ptmkit.static.word2vec.run_epochs`), so a thread preempted on a busy machine does not
+queue (:func:`ptmkit.static.hogwild.run_epochs`), so a thread preempted on a busy machine does not
 hold the others at a barrier.  Each chunk has its own random state (word2vec.c's linear
 congruential generator, seeded from ``(seed, epoch, chunk)``) and its own scratch buffers, and
 updates the shared matrices without locks (Hogwild, as the original tool).  Subsampling, the

@@ -14,21 +14,20 @@ text become ``<unk>`` (Bengio et al. merged the rare Brown words into one symbol
 The model is an ``nn.Module`` whose ``forward(batch) -> StepOutput``; :class:`NGramWindows` is
 its batch source (a pure function of ``(epoch, step)``) and :func:`train_nnlm` trains it with
 the shared :class:`~ptmkit.train.trainer.Trainer` (AdamW with linear LR decay, where the paper
-used plain SGD), early-stopping on validation perplexity.  The output softmax is computed slice
-by slice over the vocabulary (:func:`softmax_cross_entropy`), which keeps the ``[B, V]`` logits
-out of memory and halves the step time on a small CPU.  The feature matrix ``C`` is exported
-as :class:`~ptmkit.static.vectors.WordVectors`.
+used plain SGD), early-stopping on validation perplexity.  The output softmax dominates the cost
+(V = 17.7k words on Brown); :func:`ptmkit.nn.linear_ce.linear_cross_entropy` computes it slice
+by slice over the vocabulary, which keeps the ``[B, V]`` logits out of memory and halves the
+step time on a small CPU.  The feature matrix ``C`` is exported as
+:class:`~ptmkit.static.vectors.WordVectors`.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import logging
 import math
 import os
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -37,11 +36,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
+from ptmkit.nn.linear_ce import linear_cross_entropy, target_log_probs
 from ptmkit.registry import register
+from ptmkit.static.configs import as_config
 from ptmkit.static.kneser_ney import pad_sentences
-from ptmkit.static.vocab import iter_line_chunks
+from ptmkit.static.output import check_out_dir, save_run
+from ptmkit.static.vocab import Vocab, count_corpus, encode, iter_line_chunks, vocab_from_counts
 from ptmkit.train.step import StepOutput
 
 log = logging.getLogger(__name__)
@@ -53,19 +54,21 @@ UNK, EOS, BOS = "<unk>", "</s>", "<s>"
 
 
 @dataclass
-class LMVocab:
-    """Closed vocabulary of a language model: ``words`` [V] (with ``<unk>`` and ``</s>``);
-    ``<s>`` gets the extra id ``V`` (context only, never predicted)."""
+class LMVocab(Vocab):
+    """Closed vocabulary of a language model: a :class:`~ptmkit.static.vocab.Vocab` whose last two
+    words are ``<unk>`` and ``</s>``; ``<s>`` gets the extra id ``V`` (context only, never predicted).
 
-    words: list[str]
-    counts: np.ndarray  # int64 [V] training counts (0 for <unk> and </s> unless counted)
+    counts: int64 [V] training counts; ``<unk>``'s is the total of the words it stands for,
+    ``</s>``'s the number of sentences.
+    """
 
     def __post_init__(self) -> None:
-        self.index = {w: i for i, w in enumerate(self.words)}
+        super().__post_init__()
         self.unk, self.eos, self.bos = self.index[UNK], self.index[EOS], len(self.words)
 
-    def __len__(self) -> int:
-        return len(self.words)
+
+def _paths(files: str | os.PathLike | list) -> list[Path]:
+    return [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
 
 
 def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3, lowercase: bool = False,
@@ -73,132 +76,27 @@ def build_lm_vocab(files: str | os.PathLike | list, min_count: int = 3, lowercas
     """Words of ``files`` seen at least ``min_count`` times, most frequent first, + ``<unk>``, ``</s>``.
 
     Only the first ``max_sentences`` non-blank lines are counted when given (the rest being
-    held out for validation must not shape the vocabulary).
+    held out for validation must not shape the vocabulary).  Counting and the choice of words
+    are word2vec's (:mod:`ptmkit.static.vocab`); the symbols ``<unk>``, ``</s>`` and ``<s>``
+    written in the text are never words of their own.
     """
-    files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
-    counter: Counter = Counter()
-    n_sent = 0
-    for lines in iter_line_chunks(files, lowercase=lowercase):
-        sents = [s for s in map(str.split, lines) if s]
-        if max_sentences is not None:
-            sents = sents[: max(0, max_sentences - n_sent)]
-        n_sent += len(sents)
-        counter.update(itertools.chain.from_iterable(sents))
-        if max_sentences is not None and n_sent >= max_sentences:
-            break
+    files = _paths(files)
+    counter, n_sent = count_corpus(files, lowercase, max_sentences)
     if not counter:
         raise PtmError(f"no words in {', '.join(map(str, files))}")
-    kept = sorted(((w, c) for w, c in counter.items() if c >= min_count and w not in (UNK, EOS, BOS)), key=lambda x: -x[1])
-    if not kept:
-        raise PtmError(f"no word occurs at least min_count={min_count} times; lower min_count")
+    kept = vocab_from_counts({w: c for w, c in counter.items() if w not in (UNK, EOS, BOS)}, min_count)
     unk = sum(c for w, c in counter.items() if c < min_count or w == UNK)
-    words = [w for w, _ in kept] + [UNK, EOS]
-    counts = np.array([c for _, c in kept] + [unk, n_sent], dtype=np.int64)
-    return LMVocab(words, counts)
+    return LMVocab(kept.words + [UNK, EOS], np.concatenate([kept.counts, np.array([unk, n_sent], dtype=np.int64)]))
 
 
 def encode_lm(files: str | os.PathLike | list, vocab: LMVocab, lowercase: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Ids of every word of ``files`` (unknown words -> ``<unk>``) and sentence offsets.
 
-    Returns ``(ids int64 [N], offsets int64 [S+1])``; blank lines are skipped.
+    Returns ``(ids int64 [N], offsets int64 [S+1])``; blank lines are skipped, long sentences
+    are not split (the language model sees each whole, as the Kneser-Ney model does).
     """
-    files = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
-    get = vocab.index.get
-    id_parts, len_parts = [], []
-    for lines in iter_line_chunks(files, lowercase=lowercase):
-        sents = [s for s in map(str.split, lines) if s]
-        lens = np.fromiter(map(len, sents), dtype=np.int64, count=len(sents))
-        words = itertools.chain.from_iterable(sents)
-        id_parts.append(np.fromiter(map(get, words, itertools.repeat(vocab.unk)), dtype=np.int64, count=int(lens.sum())))
-        len_parts.append(lens)
-    lens = np.concatenate(len_parts) if len_parts else np.zeros(0, dtype=np.int64)
-    if lens.sum() == 0:
-        raise PtmError(f"no words in {', '.join(map(str, files))}")
-    return np.concatenate(id_parts), np.concatenate([[0], np.cumsum(lens)])
-
-
-# ----------------------------------------------------------------------------- output layer
-#
-# The softmax over V = 17.7k words dominates the cost of the NNLM: the logits of a batch of 512
-# windows are a 36 MB matrix, and an unfused ``cross_entropy(linear(x))`` streams it through
-# memory about ten times (gemm, bias, log-softmax, its backward, the one-hot fill, two gemms).
-# On a small CPU that traffic, not the arithmetic, sets the speed.  The output layer therefore
-# walks over the vocabulary in slices of ``slice_size`` words whose ``[B, slice]`` block stays in
-# cache: pass 1 computes each slice's logits and their log-sum-exp, pass 2 (training only)
-# recomputes them, turns them into probabilities and accumulates the gradients.  One gemm is
-# recomputed, but the full ``[B, V]`` matrix is never materialised.  The result equals
-# ``F.cross_entropy(x @ weight.T + bias, target)`` and its gradients (tested in float64).
-
-
-def _slices(V: int, slice_size: int) -> list[tuple[int, int]]:
-    return [(lo, min(lo + slice_size, V)) for lo in range(0, V, slice_size)]
-
-
-def _log_normaliser(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, slice_size: int) -> torch.Tensor:
-    """log sum_v exp(x weight_v + bias_v): x [B, K], weight [V, K], bias [V] -> [B]."""
-    spans = _slices(weight.shape[0], slice_size)
-    buf = x.new_empty(x.shape[0], min(slice_size, weight.shape[0]))
-    part = x.new_empty(x.shape[0], len(spans))  # log-sum-exp of each slice
-    for i, (lo, hi) in enumerate(spans):
-        z = torch.addmm(bias[lo:hi], x, weight[lo:hi].T, out=buf[:, : hi - lo])
-        torch.logsumexp(z, 1, out=part[:, i])
-    return torch.logsumexp(part, 1)
-
-
-def _target_logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """x_i weight_{t_i} + bias_{t_i}: [B]."""
-    return torch.einsum("bk,bk->b", x, weight[target]) + bias[target]
-
-
-class _SlicedSoftmaxCrossEntropy(torch.autograd.Function):
-    """Mean of ``-log softmax(x weight^T + bias)[target]``; the gradients are computed in forward
-    (the loss is the last node of the graph) and scaled by the incoming gradient in backward."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, target, slice_size):  # type: ignore[override]
-        B = x.shape[0]
-        lse = _log_normaliser(x, weight, bias, slice_size)
-        loss = (lse - _target_logits(x, weight, bias, target)).mean()
-        # d loss_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
-        gx, gw, gb = torch.zeros_like(x), torch.empty_like(weight), torch.empty_like(bias)
-        buf = x.new_empty(B, min(slice_size, weight.shape[0]))
-        for lo, hi in _slices(weight.shape[0], slice_size):
-            p = torch.addmm(bias[lo:hi], x, weight[lo:hi].T, out=buf[:, : hi - lo])
-            p.sub_(lse[:, None]).exp_()
-            gx.addmm_(p, weight[lo:hi])
-            torch.mm(p.T, x, out=gw[lo:hi])
-            torch.sum(p, 0, out=gb[lo:hi])
-        # ... then the one-hot part, by gather / scatter-add instead of a [B, V] matrix.
-        gx.sub_(weight[target])
-        gw.index_add_(0, target, x, alpha=-1.0)
-        gb.index_add_(0, target, torch.ones_like(lse), alpha=-1.0)
-        ctx.save_for_backward(gx, gw, gb)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        gx, gw, gb = ctx.saved_tensors
-        scale = grad / gx.shape[0]
-        return gx * scale, gw * scale, gb * scale, None, None
-
-
-def softmax_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
-                          slice_size: int = 256) -> torch.Tensor:
-    """``F.cross_entropy(x @ weight.T + bias, target)`` without materialising the ``[B, V]`` logits.
-
-    x: [B, K]; weight: [V, K]; bias: [V]; target: int64 [B] -> scalar mean loss.  Without
-    autograd (``torch.no_grad``) only the forward pass runs.
-    """
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or bias.requires_grad):
-        return _SlicedSoftmaxCrossEntropy.apply(x, weight, bias, target, slice_size)
-    return (_log_normaliser(x, weight, bias, slice_size) - _target_logits(x, weight, bias, target)).mean()
-
-
-def target_log_probs(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, target: torch.Tensor,
-                     slice_size: int = 256) -> torch.Tensor:
-    """``log_softmax(x @ weight.T + bias)[i, target_i]``: [B] (no gradient)."""
-    with torch.no_grad():
-        return _target_logits(x, weight, bias, target) - _log_normaliser(x, weight, bias, slice_size)
+    corpus = encode(_paths(files), vocab, lowercase, max_sentence_len=None, unk=vocab.unk)
+    return corpus.ids.astype(np.int64), corpus.sentences
 
 
 # ----------------------------------------------------------------------------- model
@@ -241,7 +139,7 @@ class NNLM(nn.Module):
     ``U`` [V, h], ``W`` [V, (n-1)m] (if direct), ``b`` [V].
     """
 
-    slice_size = 256  # vocabulary slice of the output layer (a [B, 256] block stays in cache)
+    slice_size = 256  # vocabulary slice of the output layer: a [B, 256] block stays in cache (see linear_ce)
 
     def __init__(self, vocab_size: int, cfg: NNLMConfig):
         super().__init__()
@@ -282,7 +180,7 @@ class NNLM(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         """batch: ``context`` int64 [B, n-1], ``target`` int64 [B]; loss = mean cross-entropy."""
         a, A = self.output_input(batch["context"])
-        loss = softmax_cross_entropy(a, A, self.b, batch["target"], self.slice_size)
+        loss = linear_cross_entropy(a, A, self.b, batch["target"], vocab_slice=self.slice_size)
         B = batch["target"].shape[0]
         return StepOutput(loss=loss, metrics={}, n_tokens=B, n_predictions=B)
 
@@ -296,7 +194,8 @@ class NNLM(nn.Module):
         try:
             for batch in source.eval_batches():
                 a, A = self.output_input(batch["context"].to(dev))
-                lp = target_log_probs(a.float(), A.float(), self.b.float(), batch["target"].to(dev), self.slice_size)
+                lp = target_log_probs(a.float(), A.float(), self.b.float(), batch["target"].to(dev),
+                                      vocab_slice=self.slice_size)
                 out.append(lp.double().cpu().numpy())
         finally:
             self.train(was)
@@ -530,7 +429,7 @@ def train_nnlm_static(data_files, cfg: NNLMTrainConfig = NNLMTrainConfig(), run_
     Returns ``(model, vocab, stats)``; stats has ``valid_ppl`` (on the held-out sentences),
     ``train_words``, ``valid_words``, ``vocab_size``, ``steps``, ``epochs``, ``stop_reason`` ...
     """
-    files = [Path(data_files)] if isinstance(data_files, (str, os.PathLike)) else [Path(f) for f in data_files]
+    files = _paths(data_files)
     n_sent = count_sentences(files)
     n_valid = 0 if cfg.valid_fraction == 0 else max(1, round(cfg.valid_fraction * n_sent))
     if n_sent - n_valid < 1:
@@ -575,10 +474,9 @@ class NNLMStatic:
         ``valid_ppl`` among them).  ``progress`` is accepted for the common signature; the Trainer
         always shows its progress bar."""
         from ptmkit.static.vectors import WordVectors
-        from ptmkit.static.word2vec import _check_out, save_run
 
-        cfg = from_dict(NNLMTrainConfig, cfg) if isinstance(cfg, dict) else (cfg or NNLMTrainConfig())
-        out_dir = _check_out(out)
+        cfg = as_config(NNLMTrainConfig, cfg)
+        out_dir = check_out_dir(out)
         model, vocab, stats = train_nnlm_static(data_files, cfg)
         full = model.word_vectors(vocab)
         n = len(vocab) - 2  # the words come first, <unk> and </s> last (see build_lm_vocab)
@@ -591,4 +489,4 @@ class NNLMStatic:
 
 
 __all__ = ["LMVocab", "NGramWindows", "NNLM", "NNLMConfig", "NNLMStatic", "NNLMTrainConfig", "build_lm_vocab",
-           "encode_lm", "softmax_cross_entropy", "target_log_probs", "train_nnlm", "train_nnlm_static"]
+           "encode_lm", "train_nnlm", "train_nnlm_static"]

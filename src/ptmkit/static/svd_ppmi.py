@@ -30,9 +30,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.static.configs import as_config
+from ptmkit.static.output import train_and_save
 from ptmkit.static.cooccurrence import count_cooccurrence
 
 
@@ -136,11 +137,5 @@ class SVDPPMI:
     @staticmethod
     def train(data: object, cfg: SVDPPMIConfig | dict | None = None, out=None, progress: bool = True):
         """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats)."""
-        from ptmkit.static.word2vec import _check_out, save_run
-
-        cfg = from_dict(SVDPPMIConfig, cfg) if isinstance(cfg, dict) else (cfg or SVDPPMIConfig())
-        out_dir = _check_out(out)
-        wv, stats = train_svd_ppmi(data, cfg, progress=progress)
-        if out_dir is not None:
-            save_run(out_dir, wv, {"model": "svd-ppmi", **asdict(cfg)}, {k: v for k, v in stats.items() if k != "config"})
-        return wv
+        cfg = as_config(SVDPPMIConfig, cfg)
+        return train_and_save(out, "svd-ppmi", cfg, lambda: train_svd_ppmi(data, cfg, progress=progress))

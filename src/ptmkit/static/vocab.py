@@ -1,4 +1,5 @@
-"""Word vocabulary and integer corpus for the static-embedding models.
+"""Word vocabulary and integer corpus for the static-embedding models (word2vec, fastText,
+GloVe, SVD-PPMI and, with ``<unk>`` and ``</s>`` added, the NNLM's closed vocabulary).
 
 Text is whitespace-tokenised, one line = one sentence (as word2vec's and fastText's tools,
 gensim's ``LineSentence``).  Files are streamed in chunks of ``CHUNK_BYTES``; every per-token
@@ -10,7 +11,8 @@ cached as ``.npy`` so a second run on the same files and vocabulary settings ski
 
 The encoded corpus keeps only in-vocabulary words (words below ``min_count`` are dropped
 before windows are formed, as in word2vec.c and gensim) and splits sentences longer than
-``max_sentence_len`` words (gensim's 10,000-word limit).
+``max_sentence_len`` words (gensim's 10,000-word limit); a language model instead maps them to
+its ``<unk>`` id and keeps every sentence whole (``encode(..., unk=ID, max_sentence_len=None)``).
 """
 
 from __future__ import annotations
@@ -160,10 +162,26 @@ def _iter_sentence_chunks(data: object, lowercase: bool) -> Iterator[list[list[s
 
 def count_words(data: object, lowercase: bool = False) -> Counter:
     """Count every word of ``data`` (files or tokenised sentences)."""
+    return count_corpus(data, lowercase)[0]
+
+
+def count_corpus(data: object, lowercase: bool = False, max_sentences: int | None = None) -> tuple[Counter, int]:
+    """Word counts of ``data`` and the number of (non-empty) sentences counted.
+
+    With ``max_sentences`` only the first ``max_sentences`` sentences are counted (a language
+    model holds out the rest for validation, which must not shape its vocabulary).
+    """
     counter: Counter = Counter()
+    n_sent = 0
     for sents in _iter_sentence_chunks(data, lowercase):
+        sents = [s for s in sents if s]  # a blank line is no sentence
+        if max_sentences is not None:
+            sents = sents[: max(0, max_sentences - n_sent)]
+        n_sent += len(sents)
         counter.update(itertools.chain.from_iterable(sents))  # C-level counting
-    return counter
+        if max_sentences is not None and n_sent >= max_sentences:
+            break
+    return counter, n_sent
 
 
 def vocab_from_counts(counter: Counter, min_count: int = 5, max_vocab: int | None = None) -> Vocab:
@@ -192,8 +210,15 @@ def build_vocab(data: object, min_count: int = 5, max_vocab: int | None = None, 
 # ----------------------------------------------------------------------------- encoding
 
 
-def encode(data: object, vocab: Vocab, lowercase: bool = False, max_sentence_len: int = 10_000) -> IdCorpus:
-    """Map ``data`` to vocabulary ids, dropping out-of-vocabulary words and empty sentences."""
+def encode(
+    data: object, vocab: Vocab, lowercase: bool = False, max_sentence_len: int | None = 10_000, unk: int | None = None
+) -> IdCorpus:
+    """Map ``data`` to vocabulary ids (int32), dropping empty sentences.
+
+    Out-of-vocabulary words are dropped (word2vec and the co-occurrence models: they never enter
+    a window), or become id ``unk`` when it is given (a language model predicts them as one
+    symbol).  Sentences longer than ``max_sentence_len`` words are split (None: never).
+    """
     get = vocab.index.get
     id_parts: list[np.ndarray] = []
     len_parts: list[np.ndarray] = []
@@ -203,14 +228,19 @@ def encode(data: object, vocab: Vocab, lowercase: bool = False, max_sentence_len
         if n == 0:
             continue
         words = itertools.chain.from_iterable(sents)
-        ids = np.fromiter(map(get, words, itertools.repeat(-1)), dtype=np.int32, count=n)
+        ids = np.fromiter(map(get, words, itertools.repeat(-1 if unk is None else unk)), dtype=np.int32, count=n)
+        if unk is not None:
+            id_parts.append(ids)
+            len_parts.append(lens[lens > 0])
+            continue
         keep = ids >= 0
         sent_of = np.repeat(np.arange(len(sents)), lens)
         kept_lens = np.bincount(sent_of[keep], minlength=len(sents))
         id_parts.append(ids[keep])
         len_parts.append(kept_lens[kept_lens > 0])
     if not id_parts:
-        raise PtmError("the corpus is empty after removing out-of-vocabulary words")
+        raise PtmError("the corpus is empty" if unk is not None else
+                       "the corpus is empty after removing out-of-vocabulary words")
     ids = np.concatenate(id_parts)
     lens = _split_long(np.concatenate(len_parts), max_sentence_len)
     sentences = np.zeros(lens.shape[0] + 1, dtype=np.int64)
@@ -218,9 +248,9 @@ def encode(data: object, vocab: Vocab, lowercase: bool = False, max_sentence_len
     return IdCorpus(ids, sentences)
 
 
-def _split_long(lens: np.ndarray, limit: int) -> np.ndarray:
-    """Split sentence lengths above ``limit`` into pieces of ``limit`` (+ a remainder)."""
-    if lens.size == 0 or lens.max() <= limit:
+def _split_long(lens: np.ndarray, limit: int | None) -> np.ndarray:
+    """Split sentence lengths above ``limit`` into pieces of ``limit`` (+ a remainder); None: no limit."""
+    if limit is None or lens.size == 0 or lens.max() <= limit:
         return lens
     pieces = -(-lens // limit)
     out = np.full(int(pieces.sum()), limit, dtype=np.int64)

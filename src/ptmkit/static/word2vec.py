@@ -22,24 +22,20 @@ Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import os
-import threading
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from ptmkit.config import from_dict, to_dict
-from ptmkit.errors import PtmError
-from ptmkit.fileio import atomic_write_text
+from ptmkit.config import to_dict
 from ptmkit.registry import register
+from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
+from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import alias_table, exp_table, train_w2v_chunk
+from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+from ptmkit.static.output import check_out_dir, save_run
+from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 
@@ -47,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Word2VecConfig:
+class Word2VecConfig(AlphaSchedule):
     """Hyper-parameters (defaults of word2vec.c / gensim).
 
     model: "skipgram" | "cbow".  loss: "ns" (negative sampling) | "hs" (hierarchical softmax).
@@ -79,74 +75,16 @@ class Word2VecConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        if self.model not in ("skipgram", "cbow"):
-            raise ValueError(f"model must be 'skipgram' or 'cbow', got {self.model!r}")
+        check_architecture(self.model)
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
-        for name in ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"))
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
             raise ValueError("sample must be >= 0")
         if self.device not in ("cpu", "torch") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be 'cpu', 'torch' or 'cuda[:N]', got {self.device!r}")
-
-    @property
-    def start_alpha(self) -> float:
-        return self.alpha if self.alpha is not None else (0.025 if self.model == "skipgram" else 0.05)
-
-    @property
-    def end_alpha(self) -> float:
-        return self.min_alpha if self.min_alpha is not None else self.start_alpha * 1e-4
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
-    """float32 [V]: probability of keeping each occurrence, ``min(1, (sqrt(c/(sT)) + 1)·sT/c)``."""
-    counts = np.asarray(counts, dtype=np.float64)
-    if sample <= 0:
-        return np.ones(counts.shape[0], dtype=np.float32)
-    threshold = sample * counts.sum()
-    p = (np.sqrt(counts / threshold) + 1.0) * threshold / counts
-    return np.minimum(p, 1.0).astype(np.float32)
-
-
-def negative_probs(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
-    """float64 [V]: the noise distribution of negative sampling, P(w) ∝ count(w)^power."""
-    weights = np.asarray(counts, dtype=np.float64) ** power
-    return weights / weights.sum()
-
-
-def negative_table(counts: np.ndarray, power: float = 0.75) -> tuple[np.ndarray, np.ndarray]:
-    """Alias table (accept float32 [V], alias int32 [V]) sampling ``negative_probs`` in O(1)."""
-    return alias_table(negative_probs(counts, power))
-
-
-def chunk_starts(sentences: np.ndarray, chunk_words: int) -> np.ndarray:
-    """int64 [C+1] sentence indices cutting the corpus into chunks of about ``chunk_words`` words."""
-    n_words = int(sentences[-1])
-    n_sent = sentences.shape[0] - 1
-    targets = np.arange(0, n_words, chunk_words, dtype=np.int64)
-    starts = np.unique(np.searchsorted(sentences[:-1], targets, side="left"))
-    starts = starts[starts < n_sent]
-    if starts.size == 0 or starts[0] != 0:
-        starts = np.concatenate([[0], starts])
-    return np.concatenate([starts, [n_sent]]).astype(np.int64)
-
-
-def init_input_vectors(v: int, dim: int, seed: int) -> np.ndarray:
-    """float32 [v, dim] uniform in [-0.5/dim, 0.5/dim) (word2vec's initialisation)."""
-    rng = np.random.default_rng(seed)
-    return ((rng.random((v, dim), dtype=np.float32) - 0.5) / dim).astype(np.float32)
-
-
-def n_threads(workers: int) -> int:
-    """Training threads: ``workers``, or (0) one per core."""
-    return max(1, workers if workers > 0 else (os.cpu_count() or 1))
 
 
 # ----------------------------------------------------------------------------- training
@@ -163,8 +101,8 @@ def train_word2vec(
     Returns the input vectors ``syn0`` as :class:`WordVectors` [V, dim]; with ``out`` also writes
     ``out/vectors.bin`` (word2vec binary), ``out/config.json`` and ``out/vocab.txt``.
     """
-    cfg = _as_config(cfg)
-    out_dir = _check_out(out)
+    cfg = as_config(Word2VecConfig, cfg)
+    out_dir = check_out_dir(out)
     vocab, corpus = load_corpus(
         data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache
     )
@@ -183,7 +121,7 @@ def train_on_ids(
     ``tree``: a given Huffman tree for HS (default: built from the counts).  HS similarity structure
     depends on the tree's topology, so comparisons with another implementation pass its tree here.
     """
-    if cfg.device != "cpu":  # batched PyTorch path (GPU)
+    if cfg.device != "cpu":  # batched PyTorch path (GPU); imported here so the CPU path never loads torch
         from ptmkit.static.word2vec_torch import train_on_ids_torch
 
         return train_on_ids_torch(vocab, corpus, cfg, progress=progress, tree=tree)
@@ -219,108 +157,6 @@ def train_on_ids(
     return syn0, stats
 
 
-def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
-    """Train every chunk of every epoch with ``cfg.workers`` threads; returns timing stats.
-
-    ``step(epoch, chunk, first_sentence, end_sentence, alpha0, min_alpha, words_before, words_all)``
-    trains one chunk (a compiled kernel that releases the GIL) and returns the words it kept.
-    The threads pull (epoch, chunk) jobs in order from one shared queue, as gensim's workers do:
-    a thread delayed by other load on the machine just takes fewer chunks, nobody waits for it.
-    """
-    threads = n_threads(cfg.workers)
-    starts = chunk_starts(corpus.sentences, cfg.chunk_words)
-    n_chunks = starts.shape[0] - 1
-    chunk_words = np.diff(corpus.sentences[starts])
-    words_all = float(corpus.n_words) * cfg.epochs
-    jobs = itertools.product(range(cfg.epochs), range(n_chunks))  # (epoch, chunk), epoch-major
-    lock = threading.Lock()
-    done = {"words": 0, "kept": 0}
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def worker() -> None:
-        try:
-            while not stop.is_set():
-                with lock:
-                    job = next(jobs, None)
-                if job is None:
-                    return
-                epoch, c = job
-                kept = step(epoch, c, starts[c], starts[c + 1], cfg.start_alpha, cfg.end_alpha,
-                            float(epoch * corpus.n_words), words_all)  # fmt: skip
-                with lock:
-                    done["words"] += int(chunk_words[c])
-                    done["kept"] += int(kept)
-        except BaseException as exc:  # re-raised in the calling thread
-            errors.append(exc)
-            stop.set()
-
-    t0 = time.perf_counter()
-    bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
-    pool = [threading.Thread(target=worker, name=f"{desc} {i}", daemon=True) for i in range(threads)]
-    shown = 0
-    try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            while t.is_alive():
-                t.join(timeout=0.25)
-                if progress:  # the bar is drawn from this thread only
-                    now = done["words"]
-                    bar.update(now - shown)
-                    shown = now
-                    frac = now / words_all
-                    bar.set_postfix(alpha=f"{cfg.start_alpha - (cfg.start_alpha - cfg.end_alpha) * frac:.5f}", refresh=False)
-    finally:  # on an error or Ctrl-C the workers stop after their current chunk
-        stop.set()
-        for t in pool:
-            t.join()
-        bar.close()
-    if errors:
-        raise errors[0]
-    seconds = time.perf_counter() - t0
-    stats = {
-        "words": int(words_all),
-        "effective_words": done["kept"],
-        "seconds": seconds,
-        "words_per_second": words_all / max(seconds, 1e-9),
-        "threads": threads,
-    }
-    log.info("%s: %d words in %.1f s (%.0f words/s)", desc, stats["words"], seconds, stats["words_per_second"])
-    return stats
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _as_config(cfg) -> Word2VecConfig:
-    if cfg is None:
-        return Word2VecConfig()
-    if isinstance(cfg, dict):
-        return from_dict(Word2VecConfig, cfg)
-    return cfg
-
-
-def _check_out(out: str | os.PathLike | None) -> Path | None:
-    if out is None:
-        return None
-    out = Path(out)
-    if (out / "vectors.bin").exists():
-        raise PtmError(f"{out} already holds trained vectors (vectors.bin); choose another output directory")
-    if out.exists() and not out.is_dir():
-        raise PtmError(f"output {out} exists and is not a directory")
-    return out
-
-
-def save_run(out_dir: Path, wv: WordVectors, config: dict, stats: dict) -> None:
-    """Write vectors.bin, vocab.txt, config.json into ``out_dir`` (each file atomically)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wv.save(out_dir / "vectors.bin", format="word2vec-binary")
-    atomic_write_text(out_dir / "config.json", json.dumps({**config, "stats": stats}, indent=2) + "\n")
-    counts = wv.counts if wv.counts is not None else np.zeros(len(wv), dtype=np.int64)
-    atomic_write_text(out_dir / "vocab.txt", "".join(f"{w} {int(c)}\n" for w, c in zip(wv.words, counts)))
-
-
 @register("static", "word2vec")
 class Word2Vec:
     """Registry entry: ``config_class`` + ``train(data, cfg, out, progress)``."""
@@ -329,4 +165,4 @@ class Word2Vec:
     train = staticmethod(train_word2vec)
 
 
-__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec", "keep_probabilities", "negative_probs", "negative_table"]
+__all__ = ["Word2Vec", "Word2VecConfig", "train_word2vec"]

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import MAX_EXP, alias_table
+from ptmkit.static.kernels_w2v import MAX_EXP
+from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vocab import IdCorpus, Vocab
 
 log = logging.getLogger(__name__)
@@ -347,12 +348,10 @@ def _empty_batch(device: torch.device, raw_words: float) -> Batch:
 
 
 def make_tables(vocab: Vocab, cfg, device: torch.device, tree: HuffmanTree | None = None) -> Tables:
-    """Subsampling, noise and Huffman tables of ``vocab`` on ``device`` (same formulas as the CPU path)."""
-    from ptmkit.static.word2vec import keep_probabilities, negative_probs
-
+    """Subsampling, noise and Huffman tables of ``vocab`` on ``device`` (the CPU path's, from :mod:`.sampling`)."""
     tables = Tables(keep=torch.from_numpy(keep_probabilities(vocab.counts, cfg.sample)).to(device))
     if cfg.loss == "ns":
-        accept, alias = alias_table(negative_probs(vocab.counts, cfg.ns_exponent))
+        accept, alias = negative_table(vocab.counts, cfg.ns_exponent)
         tables.accept = torch.from_numpy(accept).to(device)
         tables.alias = torch.from_numpy(alias.astype(np.int64)).to(device)
     else:
@@ -380,8 +379,6 @@ def train_on_ids_torch(
     ``row_cap`` bounds how many of them a row takes at full weight per batch (:func:`row_scale`;
     None = the plain sum).  ``tree`` as in ``train_on_ids``.
     """
-    from ptmkit.static.word2vec import init_input_vectors
-
     if batch_words is None:
         batch_words = default_batch_words(corpus.n_words)
     if batch_words < 1 or segment_words < 1:

@@ -1,0 +1,87 @@
+"""Fused output projection + cross-entropy (``ptmkit.nn.linear_ce``) against plain autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ptmkit.nn.linear_ce import TILE_LOGITS, default_tiles, linear_cross_entropy, target_log_probs
+
+V = 101  # a prime: every slice size below leaves a ragged last slice
+
+
+def inputs(bias: bool, ignored: bool, dtype=torch.float64):
+    torch.manual_seed(0)
+    h = torch.randn(37, 5, dtype=dtype, requires_grad=True)
+    w = torch.randn(V, 5, dtype=dtype, requires_grad=True)
+    b = torch.randn(V, dtype=dtype, requires_grad=True) if bias else None
+    t = torch.randint(0, V, (37,))
+    t[:6] = 7  # repeated targets: the one-hot gradient must accumulate
+    if ignored:
+        t[[3, 11, 12, 36]] = -100
+    return h, w, b, t
+
+
+def grads(loss, params):
+    (3.0 * loss).backward()  # an incoming gradient other than 1
+    out = [p.grad.clone() for p in params]
+    for p in params:
+        p.grad = None
+    return out
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("ignored", [False, True])
+@pytest.mark.parametrize("tile", [(None, None), (1, 7), (16, 7), (101, 10), (500, 1000), (32, 37), (256, None)])
+def test_matches_float64_autograd(bias, ignored, tile):
+    vocab_slice, chunk_rows = tile  # several slices and/or row chunks, ragged last ones
+    h, w, b, t = inputs(bias, ignored)
+    params = [p for p in (h, w, b) if p is not None]
+    loss = linear_cross_entropy(h, w, b, t, vocab_slice=vocab_slice, chunk_rows=chunk_rows)
+    got = grads(loss, params)
+    logits = F.linear(h, w, b)
+    ref = F.cross_entropy(logits, t, ignore_index=-100)
+    want = grads(ref, params)
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=1e-12)
+    with torch.no_grad():  # the forward-only path
+        again = linear_cross_entropy(h, w, b, t, vocab_slice=vocab_slice, chunk_rows=chunk_rows)
+        torch.testing.assert_close(again, ref.detach(), rtol=0, atol=1e-12)
+    keep = t != -100
+    lp = target_log_probs(h[keep], w, b, t[keep], vocab_slice=vocab_slice, chunk_rows=chunk_rows)
+    want_lp = torch.log_softmax(logits, 1)[keep.nonzero().squeeze(1), t[keep]]
+    torch.testing.assert_close(lp, want_lp.detach(), rtol=0, atol=1e-12)
+
+
+def test_every_target_ignored_gives_zero_loss_and_zero_gradients():
+    h, w, b, t = inputs(bias=True, ignored=False)
+    loss = linear_cross_entropy(h, w, b, torch.full_like(t, -100))
+    loss.backward()
+    assert loss.item() == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in (h, w, b))
+
+
+def test_half_precision_accumulates_in_float32():
+    h, w, b, t = inputs(bias=True, ignored=True, dtype=torch.float32)
+    ref = F.cross_entropy(F.linear(h, w, b), t, ignore_index=-100)
+    hb, wb, bb = (p.detach().bfloat16().requires_grad_() for p in (h, w, b))
+    loss = linear_cross_entropy(hb, wb, bb, t, vocab_slice=16, chunk_rows=8)
+    loss.backward()
+    assert loss.dtype == torch.float32 and hb.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, ref, rtol=2e-2, atol=2e-2)
+    want = torch.autograd.grad(ref, h)[0]
+    torch.testing.assert_close(hb.grad.float(), want, rtol=5e-2, atol=5e-2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # matmuls in bf16, float32 softmax and gradients
+        loss = linear_cross_entropy(h, w, b, t)
+    loss.backward()
+    assert loss.dtype == torch.float32 and w.grad.dtype == torch.float32
+    with torch.no_grad():  # the same bf16 operands as the explicit bf16 call
+        assert torch.equal(loss, linear_cross_entropy(hb, wb, bb, t))
+
+
+def test_default_tiles_take_the_whole_vocabulary_or_the_given_slice():
+    assert default_tiles(8000) == (TILE_LOGITS // 8000, 8000)  # one pass: no recomputed matmul
+    assert default_tiles(17_715, 256) == (TILE_LOGITS // 256, 256)  # NNLM: a batch of 512 is one chunk
+    assert default_tiles(100, 256) == (TILE_LOGITS // 100, 100)
