@@ -14,7 +14,8 @@ condition choosing its peak LR (and epoch) on MR dev, scored on the 1,005-senten
 Both pre-trained models see the same text (PTB train + the unlabelled MR training sentences,
 repeated ``--mr-copies`` times; no dev/test text) and the same training time: BERT-tiny runs the
 demo's 1,500 steps, ELMo is stopped at the wall time BERT-tiny took (``train.max_seconds``).
-Pre-training runs are reused when ``--out`` already holds them (delete them to re-measure).
+Pre-training runs are reused when ``--out`` already holds them (delete them to re-measure);
+``--bert-run`` reuses the BERT-tiny run of a ``make demo`` output (same settings).
 
     python benchmarks/transfer_mr.py [--out runs/transfer-mr] [--seeds 1 2 3] [--train-size 500] [--quick]
 
@@ -86,6 +87,9 @@ def main() -> None:
     ap.add_argument("--mr-copies", type=int, default=8)
     ap.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bert-run", default=None, metavar="DIR",
+                    help="reuse a finished BERT-tiny pre-training with the demo's settings (e.g. a `make demo` "
+                         "output's pretrain/ directory); its time is read from the demo's results.json")
     ap.add_argument("--quick", action="store_true", help="tiny settings that exercise every stage (no meaningful result)")
     args = ap.parse_args()
 
@@ -110,7 +114,11 @@ def main() -> None:
 
         files = _head_copies(files, 2000, out / "text")
 
-    bert_dir, bert_s = pretrain_once("bert-tiny", files, out / "bert-tiny", demo.pretrain_overrides)
+    if args.bert_run:
+        bert_dir = Path(args.bert_run)
+        bert_s = json.loads((bert_dir.parent / "results.json").read_text())["stage_times_s"]["pretrain"]
+    else:
+        bert_dir, bert_s = pretrain_once("bert-tiny", files, out / "bert-tiny", demo.pretrain_overrides)
     elmo_over = [f"train.max_seconds={bert_s:.0f}", "train.max_steps=3000", "train.eval_every=250",
                  "train.eval_batches=10", "train.eval_fraction=0.02", "train.save_every=0", "train.log_every=25"]
     if args.quick:
