@@ -80,12 +80,19 @@ def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads:
     if not tok_file.is_file():
         raise PtmError(f"checkpoint {ck} has no {ckpt.TOKENIZER_FILE}")
     tokenizer = Tokenizer.load(tok_file)
-    if heads:
-        model = build_model(config, tokenizer)
-        ckpt.load_model_weights(model, ck)
-        model.to(device).eval()
-        return Pretrained(config, tokenizer, model.backbone, model.objective, ck, model)
-    encoder = build_encoder(config.get("model"), tokenizer)
-    ckpt.load_submodule_weights(encoder, ck, "backbone.")
+    encoder_name = (config.get("model") or {}).get("encoder", "transformer")
+    try:
+        if heads:
+            model = build_model(config, tokenizer)
+            ckpt.load_model_weights(model, ck)
+            model.to(device).eval()
+            return Pretrained(config, tokenizer, model.backbone, model.objective, ck, model)
+        encoder = build_encoder(config.get("model"), tokenizer)
+        ckpt.load_submodule_weights(encoder, ck, "backbone.")
+    except PtmError as exc:
+        raise PtmError(
+            f"checkpoint {ck} cannot be loaded as the {encoder_name!r} encoder its config.json names "
+            f"(was the config edited, or written for another architecture?): {exc}"
+        ) from exc
     encoder.to(device).eval()
     return Pretrained(config, tokenizer, encoder, None, ck)

@@ -100,3 +100,28 @@ def test_preset_base_cycle_and_unknown(tmp_path) -> None:
     a.write_text("base: bert-tinny\n")
     with pytest.raises(PtmError, match="did you mean 'bert-tiny'"):
         load_preset(str(a))
+
+
+def test_checkpoint_of_one_encoder_loaded_as_another(tmp_path) -> None:
+    """A Transformer checkpoint whose config is made to name the lstm encoder is refused clearly."""
+    import json
+
+    from ptmkit.pretrained import load_pretrained, save_pretrained
+    from ptmkit.tokenization import Tokenizer
+
+    text = tmp_path / "t.txt"
+    text.write_text("\n".join(f"a b c word{i % 7} d" for i in range(50)) + "\n")
+    tok = Tokenizer.train([text], "wordpiece", 60, min_frequency=1)
+    raw = load_preset("bert-tiny")
+    raw["model"].update(SMALL)
+    raw["train"]["seq_len"] = 32
+    c = resolve_config(raw, tok)
+    save_pretrained(tmp_path / "ck", c, build_model(c, tok), tok)
+    cfg = json.loads((tmp_path / "ck" / "config.json").read_text())
+    cfg["model"] = {"encoder": "lstm", "vocab_size": cfg["model"]["vocab_size"], "hidden_size": 16, "num_layers": 1,
+                    "projection_size": 16}
+    cfg["objective"] = {"name": "bilm"}
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(cfg))
+    for heads in (True, False):
+        with pytest.raises(PtmError, match="cannot be loaded as the 'lstm' encoder.*(do not fit|no weights)"):
+            load_pretrained(tmp_path / "ck", heads=heads)
