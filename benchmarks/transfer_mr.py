@@ -87,6 +87,9 @@ def main() -> None:
     ap.add_argument("--mr-copies", type=int, default=8)
     ap.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--elmo-steps", type=int, default=1300,
+                    help="ELMo's schedule length: about what fits the time budget (0.27 s/step on an idle 2-core "
+                         "CPU), so its cosine schedule ends near the stop")
     ap.add_argument("--bert-run", default=None, metavar="DIR",
                     help="reuse a finished BERT-tiny pre-training with the demo's settings (e.g. a `make demo` "
                          "output's pretrain/ directory); its time is read from the demo's results.json")
@@ -119,7 +122,7 @@ def main() -> None:
         bert_s = json.loads((bert_dir.parent / "results.json").read_text())["stage_times_s"]["pretrain"]
     else:
         bert_dir, bert_s = pretrain_once("bert-tiny", files, out / "bert-tiny", demo.pretrain_overrides)
-    elmo_over = [f"train.max_seconds={bert_s:.0f}", "train.max_steps=3000", "train.eval_every=250",
+    elmo_over = [f"train.max_seconds={bert_s:.0f}", f"train.max_steps={args.elmo_steps}", "train.warmup_steps=100", "train.eval_every=250",
                  "train.eval_batches=10", "train.eval_fraction=0.02", "train.save_every=0", "train.log_every=25"]
     if args.quick:
         elmo_over = ["train.max_steps=20", "train.batch_size=8", "train.seq_len=16", "train.eval_every=10",

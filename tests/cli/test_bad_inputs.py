@@ -243,7 +243,7 @@ def test_damaged_data_cache_is_fetched_again(tmp_path, monkeypatch, capsys):
     class Fake(base.Source):
         name, description, origin = "fake-set", "a data set built locally", "this test"
 
-        def build(self, work, out):
+        def build(self, files, work, out):
             builds.append(1)
             (out / "train.txt").write_text("the cat sat\n")
 

