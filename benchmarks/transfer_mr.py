@@ -6,6 +6,8 @@ condition choosing its peak LR (and epoch) on MR dev, scored on the 1,005-senten
 * ``elmo-features``: ELMo's biLM (``elmo-tiny``) frozen; a scalar mix of its 2L+1 layers (Peters
   et al. 2018, eq. 1) feeds a small BiLSTM task network (``mode=features head=bilstm``);
 * ``elmo-finetune``: the same biLM fine-tuned end to end, with the scalar mix (``mix=scalar``);
+* ``elmo-random``: the same LSTM architecture and word tokenizer from a random initialisation,
+  fine-tuned the same way (what the biLM pre-training adds to that architecture);
 * ``bert-tiny``: BERT-tiny pre-trained as ``make demo`` does (Skip-gram vectors start the word
   embeddings, then masked-LM), fine-tuned;
 * ``word2vec``: the same architecture with only the Skip-gram word embeddings (MLM's start);
@@ -35,6 +37,7 @@ import numpy as np
 LABELS = {
     "elmo-features": "ELMo biLM, features (frozen, scalar mix + BiLSTM head)",
     "elmo-finetune": "ELMo biLM, fine-tuned (scalar mix)",
+    "elmo-random": "random init (ELMo arch.), fine-tuned",
     "bert-tiny": "BERT-tiny (word2vec init + MLM), fine-tuned",
     "word2vec": "word2vec embeddings only (BERT-tiny arch.), fine-tuned",
     "random": "random init (BERT-tiny arch.), fine-tuned",
@@ -68,7 +71,7 @@ def plot(summary, out: Path, title: str) -> None:
         ax.bar(x, acc["mean"], yerr=acc["sd"], capsize=6, alpha=0.8, width=0.6)
         ax.scatter(x + np.linspace(-0.12, 0.12, len(acc["values"])), acc["values"], color="black", s=14, zorder=3)
         ax.text(x, acc["mean"] + acc["sd"] + 0.004, f"{acc['mean']:.3f}", ha="center", va="bottom")
-    ax.set_xticks(range(len(names)), [LABELS[n].replace(", ", ",\n", 1) for n in names], fontsize=8)
+    ax.set_xticks(range(len(names)), names, fontsize=9)
     lo = min(min(summary[n]["test_accuracy"]["values"]) for n in names)
     ax.set_ylim(max(0.0, lo - 0.05), 1.0 if lo > 0.9 else min(1.0, lo + 0.25))
     ax.axhline(0.5, color="red", lw=0.8, ls="--")
@@ -136,6 +139,7 @@ def main() -> None:
         "elmo-features": (load_pretrained(elmo_dir, heads=False), replace(base, mode="features", head="bilstm", head_hidden=64,
                                                                           pooling="mean"), "pretrained"),
         "elmo-finetune": (load_pretrained(elmo_dir, heads=False), replace(base, mix="scalar", pooling="mean"), "pretrained"),
+        "elmo-random": (load_pretrained(elmo_dir, heads=False), replace(base, mix="scalar", pooling="mean"), "random"),
         "bert-tiny": (load_pretrained(bert_dir, heads=False), base, "pretrained"),
         "word2vec": (initial_model(bert_dir), base, "pretrained"),
         "random": (load_pretrained(bert_dir, heads=False), base, "random"),
