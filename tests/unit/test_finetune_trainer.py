@@ -150,3 +150,15 @@ def test_line_progress_is_sparse():
 def test_results_json_is_what_finetune_returns(tmp_path, task, checkpoint):
     result = finetune(checkpoint, task, tmp_path / "o", FinetuneConfig(epochs=1, batch_size=32, max_seq_len=16), progress=False)
     assert json.loads((tmp_path / "o" / "results.json").read_text()) == json.loads(json.dumps(result))
+
+
+def test_python_finetune_refuses_an_output_holding_its_model(tmp_path, task, checkpoint):
+    import shutil
+
+    from ptmkit.errors import PtmError
+
+    proj = tmp_path / "proj"
+    shutil.copytree(checkpoint, proj / "ck")
+    with pytest.raises(PtmError, match="inside"):
+        finetune(proj / "ck", task, proj, CFG, progress=False)
+    assert sorted(p.name for p in proj.iterdir()) == ["ck"]

@@ -259,11 +259,11 @@ def _better(metric: str, new: float, best: float | None) -> bool:
 _atomic_write = atomic_write_text  # results.json and predictions.jsonl: never half-written
 
 
-def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
+def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False, inputs: tuple = ()) -> Path:
     """Create and mark ``out_dir`` (:func:`ptmkit.outputs.claim`): it must be new, empty, or hold
     fine-tuning output of ptm's, which ``overwrite`` allows to be written over and ``resume``
-    to be continued."""
-    return outputs.claim(out_dir, "finetune", overwrite=overwrite, reuse=resume)
+    to be continued; an input (the model's directory) inside it is refused."""
+    return outputs.claim(out_dir, "finetune", inputs=inputs, overwrite=overwrite, reuse=resume)
 
 
 def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
@@ -310,7 +310,8 @@ def finetune(
     from ptmkit.train.trainer import Trainer
 
     started = time.time()
-    out = prepare_out_dir(out_dir, overwrite, resume) if out_dir is not None else None
+    model_path = (model,) if isinstance(model, (str, os.PathLike)) else ()
+    out = prepare_out_dir(out_dir, overwrite, resume, model_path) if out_dir is not None else None
     if resume and out is not None and (out / RESULTS_FILE).is_file():
         done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
         asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed}))
