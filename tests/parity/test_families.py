@@ -186,8 +186,7 @@ def test_export_then_import_restores_every_tensor(name: str, tmp_path) -> None:
     text.write_text("a b c d e\n" * 20)
     tok = Tokenizer.train([text], "wordpiece", 40, min_frequency=1)
     pre = Pretrained(pre.config, tok, pre.backbone, pre.objective, None, pre.model)
-    if tok.vocab_size > V:
-        pytest.skip("tokenizer larger than the model")
+    assert tok.vocab_size <= V  # the tokenizer fits the model's vocabulary
     export_hf(pre, tmp_path / "hf")
     back = load_hf(tmp_path / "hf")
     mine, theirs = pre.model.state_dict(), back.model.state_dict()

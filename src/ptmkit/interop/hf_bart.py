@@ -35,7 +35,6 @@ and it forces neither a first nor a last token, so HF's greedy ``generate`` equa
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +52,10 @@ from ptmkit.interop.hf_common import (
     load_hf_weights,
     load_tokenizer,
     quiet_transformers,
+    write_hf_dir,
 )
-from ptmkit import outputs
 from ptmkit.registry import register
 
-log = logging.getLogger(__name__)
 
 _WB = ("weight", "bias")  # the two tensors of a Linear or LayerNorm
 HF_LAYER_NORM_EPS = 1e-5  # HF BART's nn.LayerNorm default, not configurable
@@ -269,15 +267,7 @@ def export_bart(pretrained: Any, out_dir: str | Path) -> Path:
     """Write ``pretrained`` as an HF ``BartForConditionalGeneration`` directory (``BartModel`` loads
     it too), with the tokenizer files."""
     model = build_hf_bart(pretrained)
-    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
-        with quiet_transformers():
-            model.save_pretrained(stage)
-        if pretrained.tokenizer is not None:
-            hf_tokenizer = pretrained.tokenizer.to_transformers()
-            hf_tokenizer.model_max_length = pretrained.backbone.config.max_position
-            hf_tokenizer.save_pretrained(stage)
-    log.info("exported BartForConditionalGeneration to %s", out_dir)
-    return Path(out_dir)
+    return write_hf_dir(model, pretrained, out_dir)
 
 
 # -- import --------------------------------------------------------------------------------------

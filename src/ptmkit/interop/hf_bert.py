@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
@@ -44,7 +43,7 @@ from ptmkit.interop.hf_common import (
     export_heads,
     load_hf_weights,
     load_tokenizer,
-    quiet_transformers,
+    write_hf_dir,
 )
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.registry import register
@@ -238,16 +237,7 @@ def export_bert(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     tokenizer files).  ``BertModel``, ``BertForMaskedLM`` (with an MLM head) and
     ``BertForPreTraining`` (with an NSP head too) load it with ``from_pretrained``."""
     model, hf_state = build_hf_bert(pretrained, with_heads)
-    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
-        with quiet_transformers():
-            # state_dict= keeps tensors the class lacks (a pooler under BertForMaskedLM).
-            model.save_pretrained(stage, state_dict={k: v.contiguous() for k, v in hf_state.items()})
-        if pretrained.tokenizer is not None:
-            hf_tokenizer = pretrained.tokenizer.to_transformers()
-            hf_tokenizer.model_max_length = pretrained.backbone.config.max_position
-            hf_tokenizer.save_pretrained(stage)
-    log.info("exported %s to %s", type(model).__name__, out_dir)
-    return Path(out_dir)
+    return write_hf_dir(model, pretrained, out_dir, state_dict=hf_state)
 
 
 # -- import --------------------------------------------------------------------------------------

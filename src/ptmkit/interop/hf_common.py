@@ -140,6 +140,27 @@ class HFFamily:
         raise NotImplementedError
 
 
+def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+    """Save an HF ``model`` and ``pretrained``'s tokenizer (as an HF fast tokenizer, its
+    ``model_max_length`` the encoder's positions) into the new directory ``out_dir``, published
+    only when complete (:func:`ptmkit.outputs.staged`).  ``state_dict`` keeps tensors the HF
+    class lacks (a pooler under ``BertForMaskedLM``)."""
+    from ptmkit import outputs
+
+    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
+        with quiet_transformers():
+            if state_dict is None:
+                model.save_pretrained(stage)
+            else:
+                model.save_pretrained(stage, state_dict={k: v.contiguous() for k, v in state_dict.items()})
+        if pretrained.tokenizer is not None:
+            hf_tokenizer = pretrained.tokenizer.to_transformers()
+            hf_tokenizer.model_max_length = pretrained.backbone.config.max_position
+            hf_tokenizer.save_pretrained(stage)
+    log.info("exported %s to %s", type(model).__name__, out_dir)
+    return Path(out_dir)
+
+
 def export_heads(pretrained: Any) -> tuple[str, ...]:
     """The heads the objective declares for export (none when loaded without heads)."""
     return tuple(pretrained.objective.exported_heads()) if pretrained.objective is not None else ()

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
@@ -37,7 +36,7 @@ from ptmkit.interop.hf_common import (
     check_tied,
     load_hf_weights,
     load_tokenizer,
-    quiet_transformers,
+    write_hf_dir,
 )
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.registry import register
@@ -210,15 +209,7 @@ def export_gpt2(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     with the tokenizer files.  ``with_heads`` is accepted for symmetry: the LM head is tied, so
     the files are the same either way."""
     model = build_hf_gpt2(pretrained)
-    with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
-        with quiet_transformers():
-            model.save_pretrained(stage)
-        if pretrained.tokenizer is not None:
-            hf_tokenizer = pretrained.tokenizer.to_transformers()
-            hf_tokenizer.model_max_length = pretrained.backbone.config.max_position
-            hf_tokenizer.save_pretrained(stage)
-    log.info("exported GPT2LMHeadModel to %s", out_dir)
-    return Path(out_dir)
+    return write_hf_dir(model, pretrained, out_dir)
 
 
 # -- import --------------------------------------------------------------------------------------

@@ -256,9 +256,6 @@ def _better(metric: str, new: float, best: float | None) -> bool:
 # -------------------------------------------------------------------------------------- outputs
 
 
-_atomic_write = atomic_write_text  # results.json and predictions.jsonl: never half-written
-
-
 def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False, inputs: tuple = ()) -> Path:
     """Create and mark ``out_dir`` (:func:`ptmkit.outputs.claim`): it must be new, empty, or hold
     fine-tuning output of ptm's, which ``overwrite`` allows to be written over and ``resume``
@@ -276,7 +273,7 @@ def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], prob
         row["prediction"] = label_names[int(probs[i].argmax())]
         row["probabilities"] = {str(name): round(float(p), 6) for name, p in zip(label_names, probs[i])}
         lines.append(json.dumps(row, ensure_ascii=False))
-    _atomic_write(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 # -------------------------------------------------------------------------------------- training
@@ -368,7 +365,7 @@ def finetune(
     }
     if out is not None and trainer.is_main:
         write_predictions(out / "predictions.jsonl", task_data.test, task_data.label_names, test_probs)
-        _atomic_write(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
     return result
 
