@@ -52,6 +52,10 @@ class Objective(nn.Module):
     * ``causal``: it trains the encoder to read left to right, so downstream use attends causally.
     * ``hf_heads``: the pre-training heads an HF export may carry (e.g. ``("mlm", "nsp")``);
       :meth:`exported_heads` narrows them to those this instance has.
+    * ``generation``: what the trained model can generate with :mod:`ptmkit.generation`:
+      ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
+      continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
+      ``None`` (it cannot generate).
 
     It is constructed as ``cls(cfg, encoder, tokenizer)``: heads are sized from the encoder
     (``encoder.output_size``, its config) and tie to ``encoder.output_embeddings()`` at forward time.
@@ -61,6 +65,7 @@ class Objective(nn.Module):
     encoders: ClassVar[tuple[str, ...]] = ("transformer",)
     causal: ClassVar[bool] = False
     hf_heads: ClassVar[tuple[str, ...]] = ()
+    generation: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()
