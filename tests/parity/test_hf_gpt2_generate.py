@@ -79,3 +79,19 @@ def test_greedy_left_padded_batch_with_eos_equals_hf_generate(models) -> None:
     assert torch.equal(mine, ours(backbone, PROMPTS, 16, eos=eos, use_cache=False))
     row = mine[1].tolist()
     assert eos in row and all(t == PAD for t in row[row.index(eos) + 1:])
+
+
+@pytest.mark.parametrize("k,p", [(5, 1.0), (0, 0.7), (10, 0.9), (1, 0.5)])
+def test_top_k_top_p_keep_the_tokens_hf_warpers_keep(k: int, p: float) -> None:
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    from ptmkit.generation import filter_top_k, filter_top_p
+
+    logits = torch.randn(8, 30, generator=torch.Generator().manual_seed(k + int(10 * p)), dtype=torch.float64)
+    ours_kept = torch.isfinite(filter_top_p(filter_top_k(logits, k), p))
+    theirs = logits
+    if k:
+        theirs = TopKLogitsWarper(k)(None, theirs)
+    if p < 1:
+        theirs = TopPLogitsWarper(p)(None, theirs)
+    assert torch.equal(ours_kept, torch.isfinite(theirs))

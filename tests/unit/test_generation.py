@@ -13,6 +13,7 @@ from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.generation import (
     CausalLMStepper,
+    choose,
     GenerationConfig,
     decode,
     filter_top_k,
@@ -119,7 +120,7 @@ def test_sampling_frequencies_match_the_filtered_distribution() -> None:
     assert_close(next_token_probs(logits, cfg)[0].double(), target, rtol=1e-6, atol=1e-6)
     n = 40_000
     g = torch.Generator().manual_seed(0)
-    draws = torch.multinomial(next_token_probs(logits.expand(n, 6), cfg), 1, generator=g)[:, 0]
+    draws = choose(logits.expand(n, 6), cfg, g)  # n independent draws through the decoding loop's chooser
     freq = torch.bincount(draws, minlength=6).double() / n
     assert (freq[target == 0] == 0).all()
     sd = (target * (1 - target) / n).sqrt()
