@@ -14,6 +14,10 @@ One config describes them all:
   is added to the attention scores (T5), computed once and shared by all layers.
   ``positions="none"``: no position information at all (a bag of tokens, or causal attention alone).
 
+Incremental decoding: ``forward(..., causal=True, cache=KVCache)`` (:meth:`TransformerEncoder.forward_cached`)
+runs only the new positions and reads the earlier ones' keys and values from the cache, so
+generating a token costs one position per layer.  Without a cache, ``forward`` is unchanged.
+
 Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``

@@ -33,8 +33,3 @@ class KVCache:
         """Number of positions cached (the next position's index in the padded batch)."""
         first = self.kv[0] if self.kv else None
         return 0 if first is None else int(first[0].shape[2])
-
-    def select(self, rows: torch.Tensor) -> "KVCache":
-        """The cache of the batch rows ``rows [B']`` only (e.g. to drop finished sequences)."""
-        kv = [None if p is None else (p[0][rows], p[1][rows]) for p in self.kv]
-        return KVCache(kv, None if self.key_mask is None else self.key_mask[rows])
