@@ -184,7 +184,9 @@ def greedy_decode(
     """
     from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 
-    cfg = GenerationConfig(max_new_tokens=max(1, int(max_length)), greedy=True, use_cache=use_cache)
+    if int(max_length) < 1:
+        return torch.zeros(input_ids.shape[0], 0, dtype=torch.long, device=input_ids.device)
+    cfg = GenerationConfig(max_new_tokens=int(max_length), greedy=True, use_cache=use_cache)
     with torch.no_grad():
         stepper = Seq2SeqStepper(encoder, input_ids, attention_mask, use_cache)
         return decode(stepper, cfg, eos_id, encoder.config.pad_token_id)
