@@ -14,7 +14,7 @@ model that can generate: one pre-trained with the clm objective (GPT, GPT-2), wh
 PROMPT, or with the bart objective, which rewrites PROMPT (its denoising task: a text with
 [MASK]s comes back filled in).  Generation stops at the end-of-sentence token ([SEP]) or after
 --max-new-tokens tokens.  Each PROMPT is printed with its generated text; several prompts are
-decoded in one batch and give the same text as one at a time.
+decoded in one batch (with --greedy, each gets the text it would get alone).
 
 decoding (each new token is chosen from the model's next-token distribution):
   --greedy           the most likely token every time (deterministic; ignores the options below)
