@@ -86,3 +86,17 @@ def test_tasks_are_declared_by_their_recipes():
         load_task("peoples-daily-pos")
     with pytest.raises(PtmError, match="did you mean 'zh-reviews'"):
         load_task("zh-review")
+
+
+# -- Brown POS (same file: the tagging recipes) ------------------------------------------------
+def test_brown_tags_map_to_the_universal_tagset():
+    from ptmkit.data.sources.brown_pos import TAGS, parse_sentence, universal
+
+    cases = {"nn": "NOUN", "np$-tl": "NOUN", "nns-hl": "NOUN", "pps+bez": "PRON", "dod*": "VERB", "*": "ADV",
+             "fw-nn": "X", "fw-in+at": "X", "pp$": "PRON", "md*": "VERB", "``": ".", "od": "ADJ", "to": "PRT",
+             "cs": "ADP", "wdt+bez": "DET", "ql": "ADV", "cd$": "NUM"}
+    assert {b: universal(b) for b in cases} == cases
+    assert set(cases.values()) <= set(TAGS)
+    with pytest.raises(PtmError, match="no universal tag"):
+        universal("zz")
+    assert parse_sentence("1-1/2/cd inches/nns ./.") == (["1-1/2", "inches", "."], ["cd", "nns", "."])
