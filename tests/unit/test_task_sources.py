@@ -121,3 +121,29 @@ def test_bible_pairs_are_balanced_hard_and_aligned():
         a, b = r["text"].split(), r["text_pair"].split()
         assert a[2] != b[2] and a[-2] == b[-2]
     assert 0 < sum(r["text"].startswith("web") for r in rows) < len(rows)
+
+
+def test_wordnet_wsd_parsing_and_instances():
+    from ptmkit.data.sources.wordnet_wsd import instances, lemma_pattern, parse_index, parse_synset
+
+    line = ('02084071 05 n 02 dog 0 domestic_dog 0 001 @ 02083346 n 0000 | a member of the genus Canis; '
+            '"the dog barked all night"  \n')
+    assert parse_synset(line) == ("02084071", "n", ["dog", "domestic_dog"], "a member of the genus Canis",
+                                  ["the dog barked all night"])
+    assert parse_synset("  1 This software and database is being provided") is None
+    assert parse_index("dog n 2 3 @ ~ + 2 1 02084071 10114209  \n") == ("dog", "n", ["02084071", "10114209"])
+    for lemma, text, hit in (("dog", "Dogs bark", "Dogs"), ("carry", "she carried it", "carried"),
+                             ("stop", "stopping now", "stopping"), ("take_off", "the plane took off", None),
+                             ("take_off", "we take off now", "take off"), ("cat", "a catalogue", None)):
+        found = lemma_pattern(lemma).search(text)
+        assert (found.group(0) if found else None) == hit
+    synsets = {
+        "1-n": ("1", "n", ["dog"], "a domestic canine", ["the dog barked"]),
+        "2-n": ("2", "n", ["dog", "frump"], "a dull unattractive woman", ["she is such a dog", "no match here"]),
+        "3-n": ("3", "n", ["cat"], "a feline", ["the cat and the dog"]),  # 'cat' has one sense: no instance
+    }
+    senses = {("dog", "n"): ["1-n", "2-n"], ("frump", "n"): ["2-n"], ("cat", "n"): ["3-n"]}
+    rows = instances(synsets, senses)
+    assert [(r["text"], r["label"], r["target"]) for r in rows] == [("the dog barked", 0, "dog"), ("she is such a dog", 1, "dog")]
+    assert rows[1]["choices"] == ["a domestic canine", "a dull unattractive woman"]
+    assert rows[1]["text"][rows[1]["start"] : rows[1]["end"]] == "dog"
