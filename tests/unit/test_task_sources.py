@@ -147,3 +147,26 @@ def test_wordnet_wsd_parsing_and_instances():
     assert [(r["text"], r["label"], r["target"]) for r in rows] == [("the dog barked", 0, "dog"), ("she is such a dog", 1, "dog")]
     assert rows[1]["choices"] == ["a domestic canine", "a dull unattractive woman"]
     assert rows[1]["text"][rows[1]["start"] : rows[1]["end"]] == "dog"
+
+
+def test_wordnet_qa_answers_point_into_the_shared_context():
+    import numpy as np
+
+    from ptmkit.data.sources.wordnet_qa import questions
+
+    rows = [
+        {"text": "the dog barked", "target": "dog", "start": 4, "end": 7, "lemma": "dog", "pos": "n",
+         "choices": ["a canine", "a frump"], "label": 0, "synset": "1-n"},
+        {"text": "she is such a dog", "target": "dog", "start": 14, "end": 17, "lemma": "dog", "pos": "n",
+         "choices": ["a canine", "a frump"], "label": 1, "synset": "2-n"},
+        {"text": "a lone cat", "target": "cat", "start": 7, "end": 10, "lemma": "cat", "pos": "n",
+         "choices": ["a feline", "a jazz musician"], "label": 0, "synset": "3-n"},  # one sense with an example: no context
+    ]
+    (group,) = questions(rows, np.random.default_rng(0))
+    assert sorted(q["question"] for q in group) == ["a canine", "a frump"]
+    context = group[0]["context"]
+    assert all(q["context"] == context for q in group) and context.count("dog") == 2
+    for q in group:
+        (a,) = q["answers"]
+        assert context[a["start"] : a["start"] + len(a["text"])] == "dog"
+    assert group[0]["answers"][0]["start"] != group[1]["answers"][0]["start"]

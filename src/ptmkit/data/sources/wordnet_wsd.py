@@ -108,6 +108,30 @@ def instances(synsets: dict[str, tuple], senses: dict[tuple[str, str], list[str]
     return out
 
 
+def read_wordnet(deb: Path, work: Path) -> tuple[dict[str, tuple], dict[tuple[str, str], list[str]]]:
+    """Unpack ``wordnet-base`` and read every synset (``offset-pos -> parsed line``) and the
+    sense inventory (``(lemma, pos) -> [offset-pos in sense order]``)."""
+    root = work / "root"
+    root.mkdir(exist_ok=True)
+    _run(["dpkg-deb", "-x", str(deb), str(root)], "Debian package wordnet-base (unpacking)")
+    wn = root / "usr/share/wordnet"
+    synsets: dict[str, tuple] = {}
+    senses: dict[tuple[str, str], list[str]] = {}
+    for pos, name in POS_FILES.items():
+        with open(wn / f"data.{name}", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parsed = parse_synset(line)
+                if parsed:
+                    synsets[f"{parsed[0]}-{parsed[1]}"] = parsed
+        with open(wn / f"index.{name}", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parsed_index = parse_index(line)
+                if parsed_index:
+                    lemma, p, offsets = parsed_index
+                    senses[(lemma, p)] = [f"{o}-{p}" for o in offsets]
+    return synsets, senses
+
+
 @register("source", "wordnet-wsd")
 class WordNetWSD(Source):
     name = "wordnet-wsd"
@@ -118,25 +142,7 @@ class WordNetWSD(Source):
                              "text": "text", "choices": "choices", "label": "label"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
-        (deb,) = files
-        root = work / "root"
-        root.mkdir()
-        _run(["dpkg-deb", "-x", str(deb), str(root)], "Debian package wordnet-base (unpacking)")
-        wn = root / "usr/share/wordnet"
-        synsets: dict[str, tuple] = {}
-        senses: dict[tuple[str, str], list[str]] = {}
-        for pos, name in POS_FILES.items():
-            with open(wn / f"data.{name}", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parsed = parse_synset(line)
-                    if parsed:
-                        synsets[f"{parsed[0]}-{parsed[1]}"] = parsed
-            with open(wn / f"index.{name}", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    parsed_index = parse_index(line)
-                    if parsed_index:
-                        lemma, p, offsets = parsed_index
-                        senses[(lemma, p)] = [f"{o}-{p}" for o in offsets]
+        synsets, senses = read_wordnet(files[0], work)
         rows = instances(synsets, senses)
         order = np.random.default_rng(SEED).permutation(len(rows))
         n_train, n_dev = int(FRACTIONS[0] * len(rows)), int(FRACTIONS[1] * len(rows))
