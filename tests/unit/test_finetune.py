@@ -172,13 +172,13 @@ def captured(monkeypatch):
     import ptmkit.tasks.finetune as ft
 
     models = []
-    build = ft.build_classifier
+    build = ft.classifier_on
 
     def capture(*args, **kwargs):
         models.append(build(*args, **kwargs))
         return models[-1]
 
-    monkeypatch.setattr(ft, "build_classifier", capture)
+    monkeypatch.setattr(ft, "classifier_on", capture)
     return models
 
 

@@ -1,4 +1,5 @@
-"""Fine-tuning a pre-trained encoder for sequence classification (Devlin et al. 2019, §4).
+"""Fine-tuning a pre-trained encoder on a downstream task (Devlin et al. 2019, §4): sequence and
+pair classification, token tagging (:mod:`ptmkit.tasks.task_types`).
 
 ``finetune`` builds ``SequenceClassifier(encoder)`` and trains it through the same
 :class:`~ptmkit.train.trainer.Trainer` as pre-training (AdamW without decay on norms and biases,
@@ -41,6 +42,7 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.classification import HEADS, MIXES, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
+from ptmkit.tasks.task_types import task_type_of
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class FinetuneConfig:
     aux_lm_weight: GPT's auxiliary language-modelling loss (Radford et al. 2018): the loss is
         ``L_task + aux_lm_weight * L_LM`` over the input text (0 = off; the paper uses 0.5).  Only
         for models pre-trained as a causal LM with a tied output layer (the clm objective).
+    crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
 
     Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
     pre-training's ``train`` section.
@@ -111,6 +114,7 @@ class FinetuneConfig:
     head: str = "linear"
     head_hidden: int = 128
     aux_lm_weight: float = 0.0
+    crf: bool = False
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -153,6 +157,8 @@ class FinetuneConfig:
             raise PtmError(f"aux_lm_weight must be a number >= 0 (0 = no auxiliary LM loss), got {self.aux_lm_weight!r}")
         if self.aux_lm_weight > 0 and self.mode == "features":
             raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
+        if not isinstance(self.crf, bool):
+            raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
 
@@ -215,21 +221,30 @@ def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
         )
 
 
-def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init: str, seed: int) -> SequenceClassifier:
-    """The classifier on a copy of the pre-trained backbone, or on a fresh one (``init="random"``)."""
+def _backbone(pretrained: Any, init: str, seed: int):
+    """A copy of the pre-trained backbone, or a fresh one of the same config (``init="random"``);
+    the new task layers built after it depend only on ``seed``."""
     if init not in INITS:
         raise PtmError(f"init must be one of {', '.join(INITS)}, got {init!r}")
-    check_aux_lm(pretrained.config, cfg)
-    torch.manual_seed(seed)  # the new head (and a random backbone) depend only on the seed
+    torch.manual_seed(seed)
     if init == "pretrained":
-        backbone = copy.deepcopy(pretrained.backbone)
-    else:
-        from ptmkit.build import build_encoder
+        return copy.deepcopy(pretrained.backbone)
+    from ptmkit.build import build_encoder
 
-        backbone = build_encoder(pretrained.config["model"], pretrained.tokenizer)
-    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=pretrained.causal,
-                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden, frozen=cfg.mode == "features",
-                              aux_lm_weight=cfg.aux_lm_weight)
+    return build_encoder(pretrained.config["model"], pretrained.tokenizer)
+
+
+def classifier_on(backbone: Any, num_labels: int, cfg: FinetuneConfig, causal: bool) -> SequenceClassifier:
+    """``SequenceClassifier`` on ``backbone`` with the settings of ``cfg``."""
+    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=causal,
+                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden,
+                              frozen=cfg.mode == "features", aux_lm_weight=cfg.aux_lm_weight)
+
+
+def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init: str, seed: int) -> SequenceClassifier:
+    """The classifier on a copy of the pre-trained backbone, or on a fresh one (``init="random"``)."""
+    check_aux_lm(pretrained.config, cfg)
+    return classifier_on(_backbone(pretrained, init, seed), num_labels, cfg, pretrained.causal)
 
 
 def _lowest_trainable(clf: SequenceClassifier, cfg: FinetuneConfig):
@@ -348,17 +363,18 @@ def finetune(
     max_position = getattr(mcfg, "max_position", None)
     if max_position is not None and getattr(mcfg, "positions", "absolute") == "absolute" and cfg.max_seq_len > max_position:
         raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={max_position}")
-    with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if task_data.is_pair else 1)
+    with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
 
     causal = pretrained.causal
-    encoded = {s: encode_split(task_data.split(s), tokenizer, cfg.max_seq_len, causal) for s in ("train", "dev", "test")}
-    clf = build_classifier(pretrained, task_data.num_labels, cfg, init, seed)
+    task = task_type_of(task_data, cfg, tokenizer, causal, with_types)
+    encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
+    check_aux_lm(pretrained.config, cfg)
+    clf = task.build(_backbone(pretrained, init, seed))
     train_cfg = cfg.train_config(len(task_data.train), seed)
-    batches = LabelledBatches(encoded["train"], task_data.train.labels, cfg.batch_size, tokenizer.pad_id, seed, with_types)
+    batches = task.batches(encoded["train"], seed)
 
-    def evaluate_dev(m: SequenceClassifier) -> dict[str, float]:
-        probs = predict(m, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types, next(m.parameters()).device)
-        return score(probs, task_data.dev.labels, task_data.num_labels)
+    def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
+        return task.score("dev", task.predict(m, encoded["dev"], next(m.parameters()).device))
 
     selection = DevSelection(evaluate_dev, cfg.select, batches.steps_per_epoch, out)
     callbacks = [selection, *callbacks]
@@ -372,18 +388,19 @@ def finetune(
 
     clf.load_state_dict(selection.best_state())
     device = trainer.device
-    dev_probs = predict(clf, encoded["dev"], tokenizer.pad_id, cfg.eval_batch_size, with_types, device)
-    test_probs = predict(clf, encoded["test"], tokenizer.pad_id, cfg.eval_batch_size, with_types, device)
+    dev_pred = task.predict(clf, encoded["dev"], device)
+    test_pred = task.predict(clf, encoded["test"], device)
     result: dict[str, Any] = {
         "task": task_data.name,
+        "task_type": getattr(task_data, "task_type", "classification"),
         "init": init,
         "seed": seed,
         "model": str(model) if isinstance(model, (str, os.PathLike)) else None,
         "labels": [str(x) for x in task_data.label_names],
         "sizes": {s: len(task_data.split(s)) for s in ("train", "dev", "test")},
         "best_epoch": selection.best_epoch,
-        "dev": score(dev_probs, task_data.dev.labels, task_data.num_labels),
-        "test": score(test_probs, task_data.test.labels, task_data.num_labels),
+        "dev": task.score("dev", dev_pred),
+        "test": task.score("test", test_pred),
         "history": selection.history,
         "config": to_dict(cfg),
         "num_parameters": sum(p.numel() for p in clf.parameters()),
@@ -391,7 +408,7 @@ def finetune(
         "time_s": round(time.time() - started, 2),
     }
     if out is not None and trainer.is_main:
-        write_predictions(out / "predictions.jsonl", task_data.test, task_data.label_names, test_probs)
+        task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
     return result
@@ -474,7 +491,10 @@ def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | No
     """A plain-text table: condition | test accuracy mean ± sd | F1 | per-seed accuracies."""
     labels = labels or {}
     f1_key = "test_f1" if all("test_f1" in e for e in summary.values()) else "test_macro_f1"
-    head = ["condition", "test accuracy (mean ± sd)", "F1" if f1_key == "test_f1" else "macro-F1", "per-seed accuracy"]
+    if not all(f1_key in e for e in summary.values()):  # e.g. POS tagging: accuracy only
+        f1_key = "test_accuracy"
+    head = ["condition", "test accuracy (mean ± sd)", {"test_f1": "F1", "test_macro_f1": "macro-F1"}.get(f1_key, "accuracy"),
+            "per-seed accuracy"]
     rows = []
     for init, e in summary.items():
         acc, f1 = e["test_accuracy"], e[f1_key]

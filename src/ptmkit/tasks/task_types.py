@@ -1,0 +1,143 @@
+"""What differs between downstream task types, behind one interface for ``finetune``.
+
+A task type turns its data into encoded splits, builds its model on a backbone, gives the
+Trainer its batches, and predicts, scores and writes a split.  Everything else — the Trainer,
+dev selection, staged unfreezing, checkpoints and exact resume, the output directory — is shared
+by :func:`ptmkit.tasks.finetune.finetune`.  Which type a task has is declared by its data object
+(``task_type`` attribute; ``TaskData`` is classification).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from ptmkit.errors import PtmError
+
+
+class TaskType:
+    """Interface; ``data`` is the task's data object, ``cfg`` a ``FinetuneConfig``."""
+
+    metrics: tuple[str, ...] = ()
+
+    def __init__(self, data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> None:
+        self.data, self.cfg, self.tokenizer, self.causal, self.with_types = data, cfg, tokenizer, causal, with_types
+        if cfg.select not in self.metrics:
+            raise PtmError(f"select={cfg.select!r} is not a metric of {type(self).__name__}; choose one of {', '.join(self.metrics)}")
+
+    def encode(self, split: str) -> Any:
+        raise NotImplementedError
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        raise NotImplementedError
+
+    def batches(self, encoded_train: Any, seed: int) -> Any:
+        raise NotImplementedError
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> Any:
+        raise NotImplementedError
+
+    def score(self, split: str, predictions: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def write_predictions(self, path: Path, split: str, predictions: Any) -> None:
+        raise NotImplementedError
+
+
+class Classification(TaskType):
+    """Sentence and sentence-pair classification (:mod:`ptmkit.tasks.classification`)."""
+
+    metrics = ("accuracy", "macro_f1", "f1", "loss")
+
+    def encode(self, split: str) -> Any:
+        from ptmkit.tasks.finetune import encode_split
+
+        return encode_split(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal)
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        from ptmkit.tasks.finetune import classifier_on
+
+        return classifier_on(backbone, self.data.num_labels, self.cfg, self.causal)
+
+    def batches(self, encoded_train: Any, seed: int) -> Any:
+        from ptmkit.tasks.batches import LabelledBatches
+
+        return LabelledBatches(encoded_train, self.data.train.labels, self.cfg.batch_size, self.tokenizer.pad_id, seed,
+                               self.with_types)
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> np.ndarray:
+        from ptmkit.tasks.finetune import predict
+
+        return predict(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: np.ndarray) -> dict[str, float]:
+        from ptmkit.tasks.finetune import score
+
+        return score(predictions, self.data.split(split).labels, self.data.num_labels)
+
+    def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
+        from ptmkit.tasks.finetune import write_predictions
+
+        write_predictions(path, self.data.split(split), self.data.label_names, predictions)
+
+
+class Tagging(TaskType):
+    """Token tagging with a softmax or a CRF (:mod:`ptmkit.tasks.tagging`); ``f1`` is chunk F1."""
+
+    metrics = ("accuracy", "f1", "loss")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if self.cfg.select == "f1" and not self.data.chunked:
+            raise PtmError(f"select=f1 is chunk F1, but the tags of {self.data.name} do not mark chunks; use select=accuracy")
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for tagging")
+        counts = np.bincount(np.concatenate(self.data.label_ids(self.data.train)), minlength=self.data.num_labels)
+        self.fallback = int(counts.argmax())  # predicted for words cut off by max_seq_len
+
+    def encode(self, split: str) -> Any:
+        from ptmkit.tasks.tagging import encode_words
+
+        part = self.data.split(split)
+        return encode_words(part.words, self.data.label_ids(part), self.tokenizer, self.cfg.max_seq_len, self.causal)
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        from ptmkit.tasks.tagging import TokenTagger
+
+        c = self.cfg
+        return TokenTagger(backbone, self.data.num_labels, dropout=c.dropout, causal=self.causal, mix=c.resolved_mix,
+                           head=c.head, head_hidden=c.head_hidden, frozen=c.mode == "features", crf=c.crf)
+
+    def batches(self, encoded_train: Any, seed: int) -> Any:
+        from ptmkit.tasks.tagging import TaggedBatches
+
+        return TaggedBatches(encoded_train, self.cfg.batch_size, self.tokenizer.pad_id, seed)
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> tuple[list[np.ndarray], float]:
+        from ptmkit.tasks.tagging import predict_tags
+
+        return predict_tags(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.fallback, device)
+
+    def score(self, split: str, predictions: tuple[list[np.ndarray], float]) -> dict[str, float]:
+        from ptmkit.tasks.tagging import score_tags
+
+        preds, loss = predictions
+        return {**score_tags(self.data, self.data.split(split), preds), "loss": loss}
+
+    def write_predictions(self, path: Path, split: str, predictions: tuple[list[np.ndarray], float]) -> None:
+        from ptmkit.tasks.tagging import write_tag_predictions
+
+        write_tag_predictions(path, self.data, self.data.split(split), predictions[0])
+
+
+TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagging": Tagging}
+
+
+def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:
+    kind = getattr(data, "task_type", "classification")
+    if kind not in TASK_TYPES:
+        raise PtmError(f"no fine-tuning path for {kind} tasks; task types: {', '.join(TASK_TYPES)}")
+    return TASK_TYPES[kind](data, cfg, tokenizer, causal, with_types)
