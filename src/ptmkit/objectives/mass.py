@@ -225,13 +225,19 @@ class MASS(Objective):
             "decoder_position_ids": positions, "labels": labels, "span_start": starts, "span_length": k,
         }
 
-    def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def gather(corpus: CorpusLike, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The examples ``spans [B, 2]`` as right-padded token ids ``[B, M]`` (padding: each row's
+        first token, never read) and their lengths ``[B]``."""
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         lengths = spans[:, 1] - spans[:, 0]
         M = int(lengths.max())
         idx = spans[:, :1] + np.arange(M)[None, :]
         inside = np.arange(M)[None, :] < lengths[:, None]
-        x = np.asarray(corpus.tokens)[np.where(inside, idx, spans[:, :1])].astype(np.int64)
+        return np.asarray(corpus.tokens)[np.where(inside, idx, spans[:, :1])].astype(np.int64), lengths
+
+    def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        x, lengths = self.gather(corpus, spans)
         arrays = self.build(x, lengths, rng)
         keys = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_position_ids", "labels")
         return {key: torch.from_numpy(np.ascontiguousarray(arrays[key])) for key in keys}
