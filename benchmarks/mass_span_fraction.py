@@ -204,7 +204,7 @@ def main() -> None:
 
     head = ["training span_ratio", "steps"] + [f"PTB test fragment ppl @ {e:g}" for e in args.eval_ratios]
     if task is not None:
-        head.append(f"MR test acc ({args.mr_train_size} train)")
+        head.append(f"MR test acc ({len(task.train)} train)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, e in summary.items():
         cells = [name, "/".join(str(s) for s in e["steps"])]
