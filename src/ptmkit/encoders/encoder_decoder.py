@@ -8,7 +8,9 @@ Shapes: ``B`` examples, ``S`` source (encoder) positions, ``T`` target (decoder)
   ``sqrt(H)`` (BART-large does not, the original Transformer does).
 * Learned absolute positions, one table for the encoder and one for the decoder, each
   ``[max_position + 2, H]``: position ``t`` reads row ``t + 2``.  fairseq reserved the first two
-  rows; HF BART keeps that offset, and so does ptmkit so the tables map one-to-one.
+  rows; HF BART keeps that offset, and so does ptmkit so the tables map one-to-one.  Decoder
+  inputs are numbered ``0 .. T - 1`` unless ``decoder_position_ids [B, T]`` places them elsewhere
+  (MASS feeds a masked span at its positions in the sentence).
 * ``embedding_norm``: a LayerNorm over the sum (BART's ``layernorm_embedding``), then dropout.
 * Encoder: ``encoder_layers`` post-LN blocks, ``x = LN(x + drop(SelfAttn(x)))``,
   ``x = LN(x + drop(FFN(x)))``.
@@ -287,12 +289,15 @@ class _Stack(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(layer(cfg) for _ in range(n))
 
-    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token embeddings ``[B, T, H]`` (already scaled) at positions ``start .. start + T - 1``
-        -> the first layer's input ``[B, T, H]``."""
-        T = tokens.shape[1]
-        lo = start + POSITION_OFFSET
-        x = tokens + self.position_embeddings.weight[lo : lo + T]  # [T, H] broadcast over the batch
+    def embed(self, tokens: torch.Tensor, start: int = 0, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings ``[B, T, H]`` (already scaled) at positions ``start .. start + T - 1``,
+        or at explicit ``position_ids [B, T]`` -> the first layer's input ``[B, T, H]``."""
+        if position_ids is not None:  # e.g. MASS: a span's tokens at their places in the sentence
+            x = tokens + self.position_embeddings(position_ids + POSITION_OFFSET)
+        else:
+            T = tokens.shape[1]
+            lo = start + POSITION_OFFSET
+            x = tokens + self.position_embeddings.weight[lo : lo + T]  # [T, H] broadcast over the batch
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
         return self.dropout(x)
@@ -390,6 +395,16 @@ class EncoderDecoder(Encoder):
                 f"use shorter sequences or a model with more positions"
             )
 
+    def _check_positions(self, position_ids: torch.Tensor, shape: torch.Size) -> None:
+        if tuple(position_ids.shape) != tuple(shape):
+            raise PtmError(f"decoder position ids have shape {tuple(position_ids.shape)}, the decoder inputs "
+                           f"{tuple(shape)}; give one position per decoder input")
+        if position_ids.numel() and (int(position_ids.min()) < 0 or int(position_ids.max()) >= self.config.max_position):
+            raise PtmError(
+                f"decoder position ids must lie in [0, {self.config.max_position}) (model.max_position), got "
+                f"{int(position_ids.min())} .. {int(position_ids.max())}"
+            )
+
     def encode(
         self,
         input_ids: torch.Tensor,
@@ -427,9 +442,15 @@ class EncoderDecoder(Encoder):
         decoder_attention_mask: torch.Tensor | None = None,
         cache: DecoderCache | None = None,
         output_hidden_states: bool = False,
+        position_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """The decoder: decoder_input_ids ``[B, T]`` over encoder states ``[B, S, H]`` with source
         padding mask ``[B, S]`` -> ``last_hidden_state [B, T, H]``.
+
+        position_ids ``[B, T]``: the positions whose embeddings the inputs receive; ``None`` (BART)
+        numbers them ``0 .. T - 1``, or on from the cached length.  Attention order is the order of
+        the inputs whatever their position ids (causal over the sequence as given; with a cache,
+        every cached input precedes the new ones).
 
         decoder_attention_mask ``[B, T]`` hides padded decoder inputs (with right padding and causal
         attention it changes nothing at the real positions, so training passes none).  With
@@ -438,7 +459,11 @@ class EncoderDecoder(Encoder):
         cache, and the extended cache is returned in ``extras["cache"]``.
         """
         start = cache.length if cache is not None else 0
-        self._check(decoder_input_ids, "decoder_input_ids", start)
+        if position_ids is None:
+            self._check(decoder_input_ids, "decoder_input_ids", start)
+        else:
+            self._check(decoder_input_ids, "decoder_input_ids")
+            self._check_positions(position_ids, decoder_input_ids.shape)
         if cache is None:
             if encoder_hidden_states is None:
                 raise PtmError("decode needs encoder_hidden_states (or a cache made by start_cache)")
@@ -447,7 +472,7 @@ class EncoderDecoder(Encoder):
             cross_kv = [layer.cross_attn.project_memory(encoder_hidden_states) for layer in self.decoder.layers]
         else:
             cross_mask, cross_kv = cache.cross_mask, cache.cross_kv
-        y = self.decoder.embed(self._tokens(decoder_input_ids), start)
+        y = self.decoder.embed(self._tokens(decoder_input_ids), start, position_ids)
         self_mask, is_causal = None, True
         if cache is None:
             T = decoder_input_ids.shape[1]
@@ -477,6 +502,7 @@ class EncoderDecoder(Encoder):
         attn_mask: torch.Tensor | None = None,
         causal: bool = False,
         output_hidden_states: bool = False,
+        decoder_position_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encoder then decoder (see the module docstring for the outputs).
 
@@ -484,7 +510,8 @@ class EncoderDecoder(Encoder):
         decoder_attention_mask ``[B, T]``: the decoder's inputs (default: ``shift_right(input_ids)``,
         with the source's padding); token_type_ids: accepted for the task heads' sake and ignored
         (BART has no segment embeddings); attn_mask / causal: the *encoder's* self-attention
-        pattern (the decoder is always causal).
+        pattern (the decoder is always causal); decoder_position_ids ``[B, T]``: the decoder inputs'
+        positions (default ``0 .. T - 1``; see :meth:`decode`).
         """
         del token_type_ids
         enc = self.encode(input_ids, attention_mask, attn_mask, causal, output_hidden_states)
@@ -494,7 +521,7 @@ class EncoderDecoder(Encoder):
             # right padding + causal attention: the real positions never see the padded ones
             decoder_attention_mask = None
         dec = self.decode(decoder_input_ids, enc.last_hidden_state, attention_mask, decoder_attention_mask,
-                          output_hidden_states=output_hidden_states)
+                          output_hidden_states=output_hidden_states, position_ids=decoder_position_ids)
         y = dec.last_hidden_state
         length_mask = attention_mask if derived else decoder_attention_mask
         if length_mask is not None:
