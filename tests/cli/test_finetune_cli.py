@@ -77,3 +77,26 @@ def test_finetune_cli_errors(files, tmp_path, capsys):
     # a missing checkpoint
     rc = main(["finetune", str(tmp_path / "nope"), "--task", "mr", "-o", str(tmp_path / "e")])
     assert rc == 2
+
+
+def test_finetune_cli_tagging_files_with_crf(files, tmp_path, capsys):
+    """--tagging reads CoNLL-style files; a CRF tagger trains, and the summary reports chunk F1."""
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
+        lines = []
+        for _ in range(n):
+            for w in rng.choice("the film plot was very quite".split(), 3):
+                lines.append(f"{w} O")
+            lines += ["great B-POS", "film I-POS", ""]
+        (tmp_path / f"{split}.conll").write_text("\n".join(lines))
+    out = tmp_path / "out"
+    rc = main(["finetune", str(files / "ck"), "--tagging", "--train", str(tmp_path / "train.conll"),
+               "--dev", str(tmp_path / "dev.conll"), "--test", str(tmp_path / "test.conll"), "-o", str(out),
+               "epochs=3", "lr=3e-3", "max_seq_len=32", "crf=true", "select=f1"])
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "test_f1" in json.dumps(summary)
+    (tmp_path / "bad.conll").write_text("the O\nfilm\n")
+    rc = main(["finetune", str(files / "ck"), "--tagging", "--train", str(tmp_path / "bad.conll"),
+               "--dev", str(tmp_path / "dev.conll"), "--test", str(tmp_path / "test.conll"), "-o", str(tmp_path / "o2")])
+    assert rc == 2 and "bad.conll:2" in capsys.readouterr().err

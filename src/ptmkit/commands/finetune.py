@@ -13,12 +13,15 @@ HELP = "fine-tune a pre-trained model on a classification task (MR or your own f
 
 DESCRIPTION = """\
 Fine-tune a pre-trained encoder (Transformer, LSTM, ...) for sentence (or sentence-pair)
-classification, select the epoch with the best dev score, and report its test score.  Runs go
+classification or token tagging, select the epoch with the best dev score, and report its test
+score.  Runs go
 through the same trainer as pre-training: a checkpoint every epoch, metrics.jsonl, loss.png,
 and --resume continues an interrupted run exactly where it stopped.
 
 RUN_OR_CKPT is a pre-training run directory (its latest checkpoint) or a checkpoint directory.
-The task is either built in (--task mr: movie-review polarity, fetched on first use) or given as
+The task is either built in (fetched on first use; --task mr: movie-review polarity, zh-reviews,
+bible-paraphrase; tagging: brown-pos, peoples-daily-seg/-pos/-ner, where crf=true adds a CRF and
+select=f1 picks epochs by chunk F1) or given as
 three files --train/--dev/--test in JSONL, CSV or TSV (by extension, else sniffed), with the
 columns named by --text-column, --pair-column (sentence pairs) and --label-column.  The label
 vocabulary comes from the training file.
@@ -63,13 +66,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", metavar="RUN_OR_CKPT", help="pre-training run directory or checkpoint directory")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. lr=5e-5 epochs=5")
-    p.add_argument("--task", help="built-in task (mr)")
+    p.add_argument("--task", help="built-in task: mr, zh-reviews, bible-paraphrase (classification); brown-pos, "
+                                  "peoples-daily-seg, peoples-daily-pos, peoples-daily-ner (tagging)")
     p.add_argument("--train", metavar="FILE", help="training file (JSONL/CSV/TSV)")
     p.add_argument("--dev", metavar="FILE", help="dev file, used to select the epoch")
     p.add_argument("--test", metavar="FILE", help="test file, scored with the selected model")
     p.add_argument("--text-column", default="text", help="column of the (first) text (default: text)")
     p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
     p.add_argument("--label-column", default="label", help="column of the label (default: label)")
+    p.add_argument("--tagging", action="store_true",
+                   help="the files are a tagging task: JSONL with 'tokens' and 'tags' lists, or CoNLL style "
+                        "('word tag' per line, a blank line between sentences)")
     init = p.add_mutually_exclusive_group()
     init.add_argument("--init", choices=("pretrained", "random", "both"), default="pretrained",
                       help="start from the pre-trained weights, a fresh initialisation, or run both")
@@ -115,6 +122,10 @@ def load_data(args: argparse.Namespace):
     if not all(files):
         missing = [n for n, f in zip(("--train", "--dev", "--test"), files) if not f]
         raise PtmError(f"no task given: use --task mr, or give all of --train --dev --test (missing {', '.join(missing)})")
+    if args.tagging:
+        from ptmkit.tasks.tagging import load_tagging_files
+
+        return load_tagging_files(*files)
     return load_files(*files, text_column=args.text_column, text_pair_column=args.pair_column, label_column=args.label_column)
 
 

@@ -247,18 +247,27 @@ def builtin_tasks() -> dict[str, tuple[str, dict[str, Any]]]:
     return dict(sorted(out.items()))
 
 
-def load_task(name: str) -> TaskData:
-    """A built-in classification task by name (``"mr"``, ``"zh-reviews"``), fetched on first use."""
+def load_task(name: str) -> Any:
+    """A built-in task by name, fetched on first use: a :class:`TaskData` for classification
+    (``"mr"``, ``"zh-reviews"``, ``"bible-paraphrase"``), a ``TaggingData`` for tagging
+    (``"brown-pos"``, ``"peoples-daily-ner"``, ...)."""
     tasks = builtin_tasks()
     if name not in tasks:
         raise PtmError(f"unknown task {name!r}{suggest(name, tasks)}; built-in tasks: {', '.join(tasks)}")
     from ptmkit.data.sources.base import fetch
 
     source, spec = tasks[name]
-    if spec.get("type", "classification") != "classification":
-        raise PtmError(f"task {name!r} is a {spec['type']} task; ptm finetune reads classification tasks")
+    kind = spec.get("type", "classification")
+    if kind not in ("classification", "tagging"):
+        raise PtmError(f"task {name!r} is a {kind} task, which ptm finetune cannot train yet; "
+                       f"it trains classification and tagging tasks")
     root = fetch(source)
     files = [root / f for f in spec["files"]]
+    if kind == "tagging":
+        from ptmkit.tasks.tagging import load_tagging_files
+
+        tagged = load_tagging_files(*files, tokens=spec["tokens"], tags=spec["tags"], name=name)
+        return replace(tagged, meta={**tagged.meta, "source": source, "dir": str(root)})
     data = load_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
                       label_column=spec["label"], name=name)
     return replace(data, meta={**data.meta, "source": source, "dir": str(root)})
