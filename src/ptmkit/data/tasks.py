@@ -258,9 +258,9 @@ def load_task(name: str) -> Any:
 
     source, spec = tasks[name]
     kind = spec.get("type", "classification")
-    if kind not in ("classification", "tagging"):
+    if kind not in ("classification", "tagging", "multiple_choice"):
         raise PtmError(f"task {name!r} is a {kind} task, which ptm finetune cannot train yet; "
-                       f"it trains classification and tagging tasks")
+                       f"it trains classification, tagging and multiple-choice tasks")
     root = fetch(source)
     files = [root / f for f in spec["files"]]
     if kind == "tagging":
@@ -268,6 +268,12 @@ def load_task(name: str) -> Any:
 
         tagged = load_tagging_files(*files, tokens=spec["tokens"], tags=spec["tags"], name=name)
         return replace(tagged, meta={**tagged.meta, "source": source, "dir": str(root)})
+    if kind == "multiple_choice":
+        from ptmkit.tasks.multiple_choice import load_choice_files
+
+        columns = {k: spec[k] for k in ("text", "choices", "label", "prefix") if k in spec}
+        chosen = load_choice_files(*files, name=name, **columns)
+        return replace(chosen, meta={**chosen.meta, "source": source, "dir": str(root)})
     data = load_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
                       label_column=spec["label"], name=name)
     return replace(data, meta={**data.meta, "source": source, "dir": str(root)})

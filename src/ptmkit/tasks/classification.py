@@ -75,8 +75,8 @@ class SequenceClassifier(nn.Module):
         for name, value, allowed in (("pooling", pooling, POOLINGS), ("mix", mix, MIXES), ("head", head, HEADS)):
             if value not in allowed:
                 raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-        if num_labels < 2:
-            raise PtmError(f"a classifier needs at least 2 labels, got {num_labels}")
+        if num_labels < 1:  # 1: a single score (a regression target, or one choice's score)
+            raise PtmError(f"a classifier needs at least 1 output, got {num_labels}")
         cfg = backbone.config
         if pooling == "auto":
             has_cls = bool(getattr(cfg, "pooler", False))  # a [CLS] pooler trained by the objective (BERT)

@@ -133,7 +133,51 @@ class Tagging(TaskType):
         write_tag_predictions(path, self.data, self.data.split(split), predictions[0])
 
 
-TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagging": Tagging}
+class MultipleChoice(TaskType):
+    """One score per (text, choice) sequence, softmax over the choices (:mod:`ptmkit.tasks.multiple_choice`)."""
+
+    metrics = ("accuracy", "loss")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for multiple choice")
+
+    def encode(self, split: str) -> Any:
+        from ptmkit.tasks.multiple_choice import encode_choices
+
+        return encode_choices(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal)
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        from ptmkit.tasks.multiple_choice import ChoiceScorer
+
+        c = self.cfg
+        return ChoiceScorer(backbone=backbone, pooling=c.pooling, dropout=c.dropout, causal=self.causal, mix=c.resolved_mix,
+                            head=c.head, head_hidden=c.head_hidden, frozen=c.mode == "features")
+
+    def batches(self, encoded_train: Any, seed: int) -> Any:
+        from ptmkit.tasks.multiple_choice import ChoiceBatches
+
+        return ChoiceBatches(encoded_train, self.cfg.batch_size, self.tokenizer.pad_id, seed, self.with_types)
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> list[np.ndarray]:
+        from ptmkit.tasks.multiple_choice import predict_choices
+
+        return predict_choices(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: list[np.ndarray]) -> dict[str, float]:
+        from ptmkit.tasks.multiple_choice import score_choices
+
+        return score_choices(self.data.split(split), predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: list[np.ndarray]) -> None:
+        from ptmkit.tasks.multiple_choice import write_choice_predictions
+
+        write_choice_predictions(path, self.data.split(split), predictions)
+
+
+TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagging": Tagging,
+                                         "multiple_choice": MultipleChoice}
 
 
 def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:

@@ -4,7 +4,8 @@ Many synsets carry example sentences in their gloss (``dog``, sense 1: "the dog 
 night").  Each example that contains one of its synset's lemmas, where that lemma (with its part
 of speech) has at least two senses, becomes an instance labelled by the synset it illustrates.
 It is framed as multiple choice over the lemma's senses: the choices are the definitions of the
-lemma's synsets in WordNet's sense order (``index.POS``: sense 1 is the most frequent in SemCor),
+lemma's synsets (each read after the target word, ``"dog: a member of the genus Canis"``, which
+tells the model which word of the sentence to disambiguate) in WordNet's sense order (``index.POS``: sense 1 is the most frequent in SemCor),
 the answer is the illustrated one, so a model must match the context to the right definition
 (GlossBERT's framing, Huang et al. 2019).  Always answering choice 0 is the most-frequent-sense
 baseline, which ``stats.json`` reports.
@@ -139,7 +140,7 @@ class WordNetWSD(Source):
     packages = (Package("debian", "wordnet-base"),)
     license = "WordNet 3.0 licence (Princeton University, BSD-like)"
     tasks = {"wordnet-wsd": {"type": "multiple_choice", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
-                             "text": "text", "choices": "choices", "label": "label"}}
+                             "text": "text", "choices": "choices", "label": "label", "prefix": "target"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
         synsets, senses = read_wordnet(files[0], work)
