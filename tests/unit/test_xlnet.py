@@ -320,3 +320,22 @@ def test_pretrain_cli_loss_falls(tmp_path):
     assert rc == 0
     losses = [r["plm_loss"] for r in read_metrics(run / "metrics.jsonl", "train")]
     assert len(losses) == 6 and losses[-1] < losses[0] - 0.5
+
+
+def test_plain_forward_serves_fine_tuning():
+    """``forward(input_ids, attention_mask)`` is the bidirectional content stream: padding never
+    changes a real token's state, and a classifier over it trains (mean pooling, scalar mix)."""
+    from ptmkit.tasks.classification import SequenceClassifier
+
+    pm = model()
+    ids = torch.randint(5, V, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 4:] = 0
+    full = pm.backbone(ids, mask).last_hidden_state
+    alone = pm.backbone(ids[1:, :4]).last_hidden_state
+    torch.testing.assert_close(full[1, :4], alone[0], rtol=1e-5, atol=1e-5)
+    clf = SequenceClassifier(pm.backbone, num_labels=2, mix="scalar")
+    assert clf.pooling == "mean"
+    out = clf({"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1])})
+    out.loss.backward()
+    assert pm.backbone.layers[0].attn.q.weight.grad.abs().sum() > 0
