@@ -125,3 +125,23 @@ def test_lm_log_probs_is_the_identity_order():
     logits = hf(input_ids=ids, perm_mask=perm, target_mapping=mapping).logits
     expected = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     assert_close(pre.objective.lm_log_probs(pre.backbone, ids), expected, **TOL)
+
+
+def test_directory_round_trip_with_tokenizer(tmp_path):
+    """``export_hf`` writes an ``XLNetLMHeadModel`` directory; ``load_hf`` reads back every tensor."""
+    from ptmkit.interop import export_hf, load_hf
+    from ptmkit.tokenization import Tokenizer
+
+    text = tmp_path / "t.txt"
+    text.write_text("a b c d e f g\n" * 20)
+    tok = Tokenizer.train([text], "unigram", 40)
+    assert tok.vocab_size <= V
+    pre = pretrained(seed=9)
+    pre = Pretrained(pre.config, tok, pre.backbone, pre.objective, None, pre.model)
+    export_hf(pre, tmp_path / "hf")
+    back = load_hf(tmp_path / "hf")
+    assert back.config["objective"]["name"] == "plm" and back.config["model"]["encoder"] == "xlnet"
+    mine, theirs = pre.model.state_dict(), back.model.state_dict()
+    assert set(mine) == set(theirs)
+    for k in mine:
+        assert torch.equal(mine[k], theirs[k]), k

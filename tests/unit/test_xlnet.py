@@ -339,3 +339,17 @@ def test_plain_forward_serves_fine_tuning():
     out = clf({"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([0, 1])})
     out.loss.backward()
     assert pm.backbone.layers[0].attn.q.weight.grad.abs().sum() > 0
+
+
+def test_trainer_refuses_carried_state_under_ddp(monkeypatch):
+    from ptmkit.train import distributed
+    from ptmkit.train.config import TrainConfig
+    from ptmkit.train.trainer import Trainer
+
+    pm = model()
+    source = SimpleNamespace(steps_per_epoch=3)
+    monkeypatch.setattr(distributed, "init_distributed", lambda device="auto": distributed.DistInfo(0, 2, 0))
+    with pytest.raises(PtmError, match="mem_len=0"):
+        Trainer(pm, source, TrainConfig(batch_size=4, device="cpu"))
+    monkeypatch.undo()
+    Trainer(pm, source, TrainConfig(batch_size=4, device="cpu"))  # one process: accepted

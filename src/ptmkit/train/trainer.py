@@ -12,6 +12,12 @@ seeing the whole global batch.  (The *gradient* is the mean of the per-rank mean
 every DDP implementation; when ranks hold different numbers of predicted positions this
 differs slightly from the global mean, so DDP and single-process loss curves agree to a
 small tolerance rather than exactly.)
+
+A sub-module whose ``carries_state`` is true (an objective's memory of the previous segment,
+see :class:`ptmkit.objectives.base.Objective`) keeps state from one step to the next: its
+``carried_state_dict()`` goes into every checkpoint's ``trainer_state.pt`` under ``carried`` and
+is handed back on resume, so the resumed run continues step for step; it is not in the weights.
+Such a run is refused under DDP (each rank would hold only its rows' state).
 """
 
 from __future__ import annotations
