@@ -353,3 +353,22 @@ def test_trainer_refuses_carried_state_under_ddp(monkeypatch):
         Trainer(pm, source, TrainConfig(batch_size=4, device="cpu"))
     monkeypatch.undo()
     Trainer(pm, source, TrainConfig(batch_size=4, device="cpu"))  # one process: accepted
+
+
+def test_targets_are_whole_words_when_the_corpus_records_them():
+    c = corpus(200)
+    c.word_starts = np.random.default_rng(2).random(len(c.tokens)) < 0.4  # words of ~2.5 tokens
+    pm = build_model({"model": MODEL, "objective": {"name": "plm"}}, TOK)
+    obj = pm.objective
+    spans = obj.example_spans(c, 30)[:8]
+    starts = obj.stream.word_starts(c, spans)
+    batch = obj.collate(c, spans, np.random.default_rng(0))
+    pos, labels = batch["target_positions"].numpy(), batch["labels"].numpy()
+    word = np.cumsum(starts, axis=1)  # word index of each position
+    for b in range(8):
+        chosen = pos[b][labels[b] != -100]
+        assert len(chosen) >= 1 and len(chosen) <= 5
+        targets = np.zeros(30, bool)
+        targets[chosen] = True
+        for w in np.unique(word[b][chosen]):
+            assert targets[word[b] == w].all()  # no word is predicted in part

@@ -8,9 +8,11 @@ through the tied output layer: ``p(x | ...) = softmax(E g + b)``.
 
 Batches (all randomness from the ``rng`` given to :meth:`collate`, vectorised over the batch):
 
-* targets: n-gram spans as in XLNet's implementation, lengths ``n`` in ``1..max_ngram`` with
-  ``p(n)`` proportional to ``1/n``, until ``round(T / K)`` tokens are chosen (the run selector of
-  :mod:`ptmkit.objectives.masking`, over tokens);
+* targets: n-gram spans as in XLNet's implementation, ``n`` whole words (the corpus's word
+  starts; tokens when it records none) with ``n`` in ``1..max_ngram``, ``p(n)`` proportional to
+  ``1/n``, until ``round(T / K)`` tokens are chosen (the run selector of
+  :mod:`ptmkit.objectives.masking`; a word longer than what is left of the budget ends the
+  selection a few tokens short);
 * the factorisation order: the non-targets first, as one block (none of them is predicted, and
   as in XLNet's implementation their content streams see one another), then the targets in a
   uniformly random order: ``rank [B, T]`` is -1 for a non-target and ``0..P-1`` for the targets;
@@ -176,7 +178,8 @@ class PermutationLM(Objective):
         seq, inside = self.stream.read(corpus, spans)
         budget = np.minimum(self.n_predict(inside.sum(1)), inside.sum(1))
         n_slots = int(budget.max())
-        positions, used, *_ = select_runs(inside, None, budget, n_slots, self._ngram_probs, rng)
+        starts = self.stream.word_starts(corpus, spans)  # n-grams of whole words where recorded
+        positions, used, *_ = select_runs(inside, starts, budget, n_slots, self._ngram_probs, rng)
         targets = np.zeros_like(inside)  # unused slots point at position 0: mark only the used ones
         rows = np.broadcast_to(np.arange(len(seq))[:, None], positions.shape)
         targets[rows[used], positions[used]] = True
