@@ -47,7 +47,7 @@ def test_resume_with_memory_matches_uninterrupted(tmp_path):
     ck = ckpt.latest_checkpoint(tmp_path / "cut")
     assert ck.name == "step-0000004"
     state = ckpt.load_trainer_state(ck)
-    assert state["carried"]["objective"]["mems"].shape[:3] == (4, 2, 12)  # streams, layers, mem_len
+    assert state["carried"]["objective"]["values"]["mems"].shape[:3] == (4, 2, 12)  # streams, layers, mem_len
     with safe_open(str(ck / ckpt.MODEL_FILE), framework="pt") as f:  # the memory is not a weight
         assert not [k for k in f.keys() if "mem" in k and "mask_emb" not in k]
     pretrain("xlnet-tiny", out_dir=tmp_path / "cut", resume=True, **kw)

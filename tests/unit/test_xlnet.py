@@ -295,11 +295,11 @@ def test_memory_is_carried_state_not_weights():
     c = corpus(300)
     src = PretrainBatches(c, obj, obj.example_spans(c, 16), 16, batch_size=4, seed=0)
     out0 = pm(src(0, 0))
-    assert obj.memory.filled.tolist() == [5] * 4 and obj.memory.step.tolist() == [0] * 4
+    assert obj.memory.state.values["filled"].tolist() == [5] * 4 and obj.memory.state.step.tolist() == [0] * 4
     out1 = pm(src(0, 1))
     assert torch.isfinite(out0.loss) and torch.isfinite(out1.loss)
     state = obj.carried_state_dict()
-    assert state["mems"].shape == (4, 2, 5, 16)
+    assert state["values"]["mems"].shape == (4, 2, 5, 16)
     no_mem = model(dropout=0.1, mem_len=0)
     assert not no_mem.objective.carries_state
 

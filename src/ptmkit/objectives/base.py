@@ -63,6 +63,7 @@ class Objective(nn.Module):
     objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
     ``load_carried_state_dict``.  The trainer saves it in ``trainer_state.pt``, never in
     ``model.safetensors``, so a resumed run continues with it and an exported model has none.
+    :class:`ptmkit.objectives.carried.StreamState` keeps such state per stream.
 
     It is constructed as ``cls(cfg, encoder, tokenizer)``: heads are sized from the encoder
     (``encoder.output_size``, its config) and tie to ``encoder.output_embeddings()`` at forward time.

@@ -47,6 +47,7 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.masking import ngram_lengths, select_runs
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
@@ -82,61 +83,36 @@ def factorisation_masks(targets: np.ndarray, rng: np.random.Generator) -> tuple[
 
 
 class StreamMemory:
-    """Per-stream memory of a Transformer-XL: for each stream (a row id of the batch source)
-    and layer the last ``mem_len`` layer inputs, how many are filled, and the block they follow.
-
-    Buffers: ``mems`` ``[S, L, mem_len, H]``, ``filled [S]``, ``step [S]`` (-1: nothing yet).
-    """
+    """Transformer-XL's memory per stream, as :class:`~ptmkit.objectives.carried.StreamState`
+    tensors: ``mems [S, L, mem_len, H]`` (right-aligned: the newest state last) and ``filled [S]``
+    (how many of the ``mem_len`` slots hold states; fewer after the first blocks)."""
 
     def __init__(self, mem_len: int) -> None:
         self.mem_len = mem_len
-        self.mems: torch.Tensor | None = None
-        self.filled = torch.zeros(0, dtype=torch.int64)
-        self.step = torch.zeros(0, dtype=torch.int64)
+        self.state = StreamState()
 
     def read(self, ids: torch.Tensor, steps: torch.Tensor, device) -> list[torch.Tensor] | None:
-        """Per layer ``[b, m, H]`` for the rows ``ids`` at ``steps``, or ``None`` unless every row's
-        memory holds the block just before (a new epoch restarts every stream)."""
-        ids, steps = ids.cpu(), steps.cpu()
-        if self.mems is None or int(ids.max()) >= len(self.step):
+        """Per layer ``[b, m, H]`` for the rows ``ids`` at ``steps``, or ``None`` when they do not
+        continue the block the memory was written at (the first block, a new epoch)."""
+        got = self.state.read(ids, steps, device)
+        if got is None:
             return None
-        if not bool((self.step[ids] == steps - 1).all()):
-            return None
-        m = int(self.filled[ids].min())
-        if m == 0:
-            return None
-        block = self.mems.to(device)[ids.to(device), :, self.mem_len - m :]  # [b, L, m, H]
-        return list(block.unbind(1))
+        m = int(got["filled"].min())  # rows of one batch always hold the same number
+        return list(got["mems"][:, :, self.mem_len - m :].unbind(1)) if m else None
 
     def write(self, ids: torch.Tensor, steps: torch.Tensor, new: list[torch.Tensor]) -> None:
         """Store ``new`` (per layer ``[b, m', H]``, ``m' <= mem_len``) for rows ``ids``."""
-        ids = ids.cpu()
-        L, H = len(new), new[0].shape[-1]
-        S = int(ids.max()) + 1
-        if self.mems is None or S > len(self.step) or self.mems.shape[1] != L:
-            grow = S if self.mems is None else max(S, len(self.step))
-            old = self.mems
-            self.mems = torch.zeros(grow, L, self.mem_len, H, dtype=new[0].dtype, device=new[0].device)
-            if old is not None and old.shape[1] == L:
-                self.mems[: old.shape[0]] = old.to(self.mems.device)
-            self.filled = torch.cat([self.filled, torch.zeros(grow - len(self.filled), dtype=torch.int64)])
-            self.step = torch.cat([self.step, torch.full((grow - len(self.step),), -1, dtype=torch.int64)])
-        m = new[0].shape[1]
-        block = torch.stack(new, dim=1).to(self.mems.device, self.mems.dtype)  # [b, L, m, H]
-        dev_ids = ids.to(self.mems.device)
-        self.mems[dev_ids] = 0.0
-        self.mems[dev_ids, :, self.mem_len - m :] = block
-        self.filled[ids] = m
-        self.step[ids] = steps.cpu()
+        block = torch.stack(new, dim=1)  # [b, L, m', H]
+        m = block.shape[2]
+        padded = block.new_zeros(*block.shape[:2], self.mem_len, block.shape[3])
+        padded[:, :, self.mem_len - m :] = block
+        self.state.write(ids, steps, {"mems": padded, "filled": torch.full((len(ids),), m, dtype=torch.int64)})
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mems": None if self.mems is None else self.mems.detach().cpu().clone(),
-                "filled": self.filled.clone(), "step": self.step.clone()}
+        return self.state.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mems = None if state.get("mems") is None else state["mems"].clone()
-        self.filled = state["filled"].clone()
-        self.step = state["step"].clone()
+        self.state.load_state_dict(state)
 
 
 @register("objective", "plm")
