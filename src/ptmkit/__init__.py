@@ -6,6 +6,7 @@ stays fast)::
     import ptmkit
     run = ptmkit.pretrain("bert-tiny", data="corpus.txt", out_dir="runs/bert", overrides=["train.max_steps=500"])
     model = ptmkit.load_pretrained(run)              # Pretrained(config, tokenizer, backbone, objective)
+    ptmkit.generate("runs/gpt", "the cat", max_new_tokens=20, top_p=0.9)  # a run trained with clm or bart
     vectors = ptmkit.train_word2vec("corpus.txt", {"model": "skipgram", "loss": "ns"})
     vectors.most_similar("king")
 """
@@ -35,6 +36,8 @@ _EXPORTS = {
     "TransformerConfig": "ptmkit.encoders",
     "load_preset": "ptmkit.presets",
     "finetune": "ptmkit.tasks.finetune",
+    "generate": "ptmkit.generation",
+    "GenerationConfig": "ptmkit.generation",
     "FinetuneConfig": "ptmkit.tasks.finetune",
     "load_task": "ptmkit.data.tasks",
     "load_files": "ptmkit.data.tasks",

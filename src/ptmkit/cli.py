@@ -22,6 +22,7 @@ COMMANDS = (
     "prepare",
     "pretrain",
     "finetune",
+    "generate",
     "export",
     "import_",
     "vectors",
@@ -38,6 +39,7 @@ typical flow:
   ptm prepare CORPUS.txt -t TOK -o DIR     tokenize into memory-mapped shards
   ptm pretrain bert-tiny --data DIR -o RUN pre-train (key=value overrides)
   ptm finetune RUN --task mr               fine-tune and evaluate
+  ptm generate RUN "a prompt"              continue a text (clm) or rewrite it (bart)
   ptm demo                                 all of the above, end to end
 """
 

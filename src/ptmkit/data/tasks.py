@@ -236,20 +236,29 @@ def load_files(
     )
 
 
-# Built-in tasks: name -> (data recipe, file names, columns).
-BUILTIN = {
-    "mr": {"source": "mr", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"), "text": "text", "label": "label"},
-}
+def builtin_tasks() -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{task name: (data recipe, task spec)}`` over every registered recipe's ``tasks``."""
+    from ptmkit import registry
+
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for source in registry.names("source"):
+        for task, spec in getattr(registry.get("source", source), "tasks", {}).items():
+            out[task] = (source, spec)
+    return dict(sorted(out.items()))
 
 
 def load_task(name: str) -> TaskData:
-    """A built-in task by name (``"mr"``: movie-review sentence polarity), fetched on first use."""
-    if name not in BUILTIN:
-        raise PtmError(f"unknown task {name!r}{suggest(name, BUILTIN)}; built-in tasks: {', '.join(BUILTIN)}")
+    """A built-in classification task by name (``"mr"``, ``"zh-reviews"``), fetched on first use."""
+    tasks = builtin_tasks()
+    if name not in tasks:
+        raise PtmError(f"unknown task {name!r}{suggest(name, tasks)}; built-in tasks: {', '.join(tasks)}")
     from ptmkit.data.sources.base import fetch
 
-    spec = BUILTIN[name]
-    root = fetch(spec["source"])
+    source, spec = tasks[name]
+    if spec.get("type", "classification") != "classification":
+        raise PtmError(f"task {name!r} is a {spec['type']} task; ptm finetune reads classification tasks")
+    root = fetch(source)
     files = [root / f for f in spec["files"]]
-    data = load_files(*files, text_column=spec["text"], label_column=spec["label"], name=name)
-    return replace(data, meta={**data.meta, "source": spec["source"], "dir": str(root)})
+    data = load_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
+                      label_column=spec["label"], name=name)
+    return replace(data, meta={**data.meta, "source": source, "dir": str(root)})

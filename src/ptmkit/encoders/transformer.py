@@ -14,6 +14,10 @@ One config describes them all:
   is added to the attention scores (T5), computed once and shared by all layers.
   ``positions="none"``: no position information at all (a bag of tokens, or causal attention alone).
 
+Incremental decoding: ``forward(..., causal=True, cache=KVCache)`` (:meth:`TransformerEncoder.forward_cached`)
+runs only the new positions and reads the earlier ones' keys and values from the cache, so
+generating a token costs one position per layer.  Without a cache, ``forward`` is unchanged.
+
 Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
@@ -38,7 +42,8 @@ from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.feedforward import FeedForward
-from ptmkit.nn.masks import build_attention_mask
+from ptmkit.nn.kv_cache import KV, KVCache
+from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
 
@@ -180,6 +185,18 @@ class TransformerLayer(nn.Module):
         x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
+    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | None) -> tuple[torch.Tensor, KV]:
+        """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
+        the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``.
+        Returns ``[B, T, H]`` and the extended keys/values."""
+        if self.pre_norm:
+            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask)
+            x = x + self.dropout(a)
+            return x + self.dropout(self.ffn(self.ffn_norm(x))), kv
+        a, kv = self.attn.forward_cached(x, past, mask)
+        x = self.attn_norm(x + self.dropout(a))
+        return self.ffn_norm(x + self.dropout(self.ffn(x))), kv
+
 
 def build_layers(cfg: TransformerConfig) -> nn.ModuleList:
     """``num_layers`` layers; with ``sharing`` the shared sub-modules are one object reused."""
@@ -279,9 +296,9 @@ class TransformerEncoder(Encoder):
         """The embedding layer's output ``[B, T, H]`` (ELECTRA's generator shares it)."""
         return self.embeddings(input_ids, token_type_ids, position_ids)
 
-    def _check_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None) -> None:
+    def _check_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, start: int = 0) -> None:
         check_token_ids(input_ids, self.config.vocab_size)
-        T = input_ids.shape[1]
+        T = start + input_ids.shape[1]
         P = self.config.max_position
         if self.config.positions != "absolute":
             return
@@ -299,8 +316,6 @@ class TransformerEncoder(Encoder):
             return mask, is_causal
         bias = self.relative_bias(T, T, bidirectional=not causal, device=device).to(dtype)  # [1, heads, T, T]
         if mask is None and is_causal:
-            from ptmkit.nn.masks import causal_mask
-
             mask = causal_mask(T, device)[None, None]
         if mask is None:
             return bias, False
@@ -317,11 +332,20 @@ class TransformerEncoder(Encoder):
         attn_mask: torch.Tensor | None = None,
         causal: bool = False,
         output_hidden_states: bool = False,
+        cache: KVCache | None = None,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding);
         token_type_ids ``[B, T]``; position_ids ``[B or 1, T]``; attn_mask ``[B|1, heads|1, T, T]``
         (boolean, True = may attend; or additive float; overrides ``causal``); causal: each
-        position attends only to itself and the positions before it."""
+        position attends only to itself and the positions before it.
+
+        cache: incremental causal decoding (see :meth:`forward_cached`); the extended cache is
+        returned in ``extras["cache"]``."""
+        if cache is not None:
+            if not causal or attn_mask is not None:
+                raise PtmError("a key/value cache needs causal=True and no attn_mask (it decodes left to right)")
+            return self.forward_cached(input_ids, cache, attention_mask, token_type_ids, position_ids,
+                                       output_hidden_states)
         self._check_inputs(input_ids, position_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
@@ -336,3 +360,67 @@ class TransformerEncoder(Encoder):
                 hidden[-1] = x
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled)
+
+    def forward_cached(
+        self,
+        input_ids: torch.Tensor,
+        cache: KVCache,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> EncoderOutput:
+        """Causal attention over the ``T`` new positions ``input_ids [B, T]`` that follow the
+        ``t0 = cache.length`` cached ones: ``last_hidden_state [B, T, H]`` equals the last ``T``
+        rows of ``forward(all t0 + T tokens, causal=True)``, at the cost of ``T`` positions.
+
+        attention_mask ``[B, T]``: the new positions' padding (1 = token; left padding of a
+        batch of prompts), remembered in the cache so later positions never attend to it.
+        position_ids ``[B or 1, T]``: default ``t0 .. t0 + T - 1``; a left-padded row passes its
+        own (the count of real tokens before each position), as it would have unpadded.
+        ``extras["cache"]`` is a new :class:`KVCache` with ``t0 + T`` positions.
+        """
+        t0 = cache.length
+        T = input_ids.shape[1]
+        if self.config.positions == "absolute" and position_ids is None and t0:
+            position_ids = torch.arange(t0, t0 + T, device=input_ids.device)[None]
+        self._check_inputs(input_ids, position_ids, start=0 if position_ids is not None else t0)
+        if len(cache.kv) != len(self.layers):
+            raise PtmError(f"the cache has {len(cache.kv)} layers, the model {len(self.layers)}")
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        key_mask = cache.key_mask
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            new = attention_mask.bool()
+            old = key_mask if key_mask is not None else new.new_ones(new.shape[0], t0)
+            key_mask = torch.cat([old, new], dim=1)  # [B, t0 + T]
+        elif key_mask is not None:
+            key_mask = torch.cat([key_mask, key_mask.new_ones(key_mask.shape[0], T)], dim=1)
+        mask = None
+        if key_mask is not None or self.relative_bias is not None:
+            # query i (position t0 + i) sees keys j <= t0 + i that are real tokens
+            allowed = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)[None, None]
+            if key_mask is not None:
+                allowed = allowed & key_mask[:, None, None, :]
+                allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a padded query attends to anything: no NaN
+            mask = allowed
+            if self.relative_bias is not None:
+                bias = self.relative_bias(t0 + T, t0 + T, bidirectional=False, device=x.device)[:, :, t0:].to(x.dtype)
+                mask = bias.masked_fill(~allowed, torch.finfo(x.dtype).min)
+        hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
+        kv: list[KV | None] = []
+        for layer, past in zip(self.layers, cache.kv):
+            x, layer_kv = layer.forward_cached(x, mask, past)
+            kv.append(layer_kv)
+            if hidden is not None:
+                hidden.append(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden is not None:
+                hidden[-1] = x
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
+                             {"cache": KVCache(kv, key_mask)})
+
+    def start_cache(self) -> KVCache:
+        """An empty :class:`KVCache` for :meth:`forward_cached`."""
+        return KVCache.empty(len(self.layers))

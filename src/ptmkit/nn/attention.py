@@ -39,3 +39,27 @@ class MultiHeadSelfAttention(nn.Module):
             is_causal=is_causal and mask is None,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, H))
+
+    def forward_cached(
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Attention for incremental decoding: the ``T`` new positions of ``x [B, T, H]`` attend to
+        the cached keys/values ``past`` (each ``[B, heads, t0, d]``, or ``None`` for ``t0 = 0``)
+        and to themselves.  mask: broadcastable to ``[B, heads, T, t0 + T]`` (bool, True = may
+        attend), or ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
+        the extended keys/values ``[B, heads, t0 + T, d]``."""
+        B, T, H = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        is_causal = False
+        if mask is None and T > 1:
+            t0 = k.shape[2] - T
+            if t0 == 0:
+                is_causal = True
+            else:  # query i (position t0 + i) sees keys j <= t0 + i
+                mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal
+        )
+        return self.out(y.transpose(1, 2).reshape(B, T, H)), (k, v)

@@ -163,7 +163,6 @@ def rotate(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 # -- greedy decoding -----------------------------------------------------------------------------
-@torch.no_grad()
 def greedy_decode(
     encoder: Any,
     input_ids: torch.Tensor,
@@ -172,41 +171,25 @@ def greedy_decode(
     eos_id: int | None = None,
     use_cache: bool = True,
 ) -> torch.Tensor:
-    """Greedy reconstruction of ``input_ids [B, S]`` by an ``encoder_decoder`` encoder.
+    """Greedy reconstruction of ``input_ids [B, S]`` by an encoder–decoder (the shared decoding
+    loop of :mod:`ptmkit.generation` with ``greedy=True``).
 
     The decoder starts from ``decoder_start_token_id`` and appends the arg-max token (of the tied
     logits + ``final_logits_bias``) until every sequence has produced ``eos_id`` or ``max_length``
-    tokens exist; tokens after a sequence's ``eos_id`` are padding.  Returns the generated ids
-    ``[B, L]`` (``L <= max_length``, the start token not included), as HF ``generate`` with
-    greedy settings would (minus its leading start token).  ``use_cache=False`` reruns the decoder
-    over the whole prefix at each step (the reference the cached path is tested against).
+    tokens exist (at most the decoder's ``max_position``); tokens after a sequence's ``eos_id``
+    are padding.  Returns the generated ids ``[B, L]`` (the start token not included), as HF
+    ``generate`` with greedy settings would (minus its leading start token).  ``use_cache=False``
+    reruns the decoder over the whole prefix at each step (the reference the cached path is
+    tested against).
     """
-    cfg = encoder.config
-    max_length = min(int(max_length), cfg.max_position)
-    memory = encoder.encode(input_ids, attention_mask).last_hidden_state  # [B, S, H]
-    B = input_ids.shape[0]
-    pad = cfg.pad_token_id
-    prefix = torch.full((B, 1), cfg.decoder_start_token_id, dtype=torch.long, device=input_ids.device)
-    done = torch.zeros(B, dtype=torch.bool, device=input_ids.device)
-    cache = encoder.start_cache(memory, attention_mask) if use_cache else None
-    step_input = prefix
-    out: list[torch.Tensor] = []
-    for _ in range(max_length):
-        if use_cache:
-            dec = encoder.decode(step_input, cache=cache)
-            cache = dec.extras["cache"]
-        else:
-            dec = encoder.decode(prefix, memory, attention_mask)
-        nxt = encoder.logits(dec.last_hidden_state[:, -1]).argmax(dim=-1)  # [B]
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        out.append(nxt)
-        if eos_id is not None:
-            done = done | (nxt == eos_id)
-        step_input = nxt[:, None]
-        prefix = torch.cat([prefix, step_input], dim=1)
-        if bool(done.all()):
-            break
-    return torch.stack(out, dim=1) if out else prefix[:, :0]
+    from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
+
+    if int(max_length) < 1:
+        return torch.zeros(input_ids.shape[0], 0, dtype=torch.long, device=input_ids.device)
+    cfg = GenerationConfig(max_new_tokens=int(max_length), greedy=True, use_cache=use_cache)
+    with torch.no_grad():
+        stepper = Seq2SeqStepper(encoder, input_ids, attention_mask, use_cache)
+        return decode(stepper, cfg, eos_id, encoder.config.pad_token_id)
 
 
 @register("objective", "bart")
@@ -218,6 +201,7 @@ class BartDenoising(Objective):
     encoders = ("encoder_decoder",)
     causal = False
     hf_heads = ("lm",)
+    generation = "seq2seq"
 
     def __init__(self, cfg: DenoisingConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)

@@ -58,6 +58,10 @@ class Objective(nn.Module):
       step ``t`` (:class:`ptmkit.data.batches.PretrainBatches` then adds ``stream_ids`` and
       ``stream_steps`` to each training batch).  Segment recurrence (XLNet's memory) and
       carried LSTM states rely on it.
+    * ``generation``: what the trained model can generate with :mod:`ptmkit.generation`:
+      ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
+      continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
+      ``None`` (it cannot generate).
 
     Cross-step state (a memory carried from one training step to the next) is not a weight: an
     objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
@@ -73,6 +77,7 @@ class Objective(nn.Module):
     encoders: ClassVar[tuple[str, ...]] = ("transformer",)
     causal: ClassVar[bool] = False
     hf_heads: ClassVar[tuple[str, ...]] = ()
+    generation: ClassVar[str | None] = None
     reads_streams: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:

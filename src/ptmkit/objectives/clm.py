@@ -41,6 +41,7 @@ class CausalLM(Objective):
     config_class = CLMConfig
     causal = True
     hf_heads = ("lm",)
+    generation = "causal_lm"
 
     def __init__(self, cfg: CLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)

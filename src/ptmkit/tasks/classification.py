@@ -11,6 +11,12 @@ Inputs follow the papers:
 
 Batches are right-padded: ``input_ids[B, T]``, ``attention_mask[B, T]``, optional
 ``token_type_ids[B, T]`` and ``labels[B]``.
+
+GPT's auxiliary language-modelling objective (Radford et al. 2018, §3.2): with
+``aux_lm_weight = λ > 0`` the loss is ``L_task + λ L_LM``, where ``L_LM`` is the mean next-token
+cross-entropy over the input text (every real token after the first, predicted from the top
+layer through the tied output layer, as in pre-training).  It needs a causal encoder whose
+output layer is its word embeddings.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ptmkit.errors import PtmError
+from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.scalar_mix import ScalarMix
 from ptmkit.train.step import StepOutput
 
@@ -46,12 +53,25 @@ class SequenceClassifier(nn.Module):
         over the token states, mean-pooled: the small task network of feature-based transfer).
     frozen: feature-based transfer: the encoder's weights stay fixed and it runs without dropout
         or gradient; only the mix and the head learn.
+    aux_lm_weight: λ of GPT's auxiliary LM loss (see the module docstring); 0 = off.
     """
 
     def __init__(self, backbone: nn.Module, num_labels: int, pooling: str = "auto", dropout: float | None = None,
                  causal: bool = False, mix: str = "last", head: str = "linear", head_hidden: int = 128,
-                 frozen: bool = False) -> None:
+                 frozen: bool = False, aux_lm_weight: float = 0.0) -> None:
         super().__init__()
+        if aux_lm_weight < 0:
+            raise PtmError(f"aux_lm_weight must be >= 0, got {aux_lm_weight}")
+        if aux_lm_weight > 0:
+            tied = backbone.output_embeddings()
+            if not causal or tied is None or tied.shape[1] != backbone.output_size:
+                raise PtmError(
+                    "aux_lm_weight > 0 (the auxiliary LM loss) needs a causal encoder whose output layer is its "
+                    "word embeddings (a model pre-trained with the clm objective); set aux_lm_weight=0"
+                )
+            if frozen:
+                raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
+        self.aux_lm_weight = float(aux_lm_weight)
         for name, value, allowed in (("pooling", pooling, POOLINGS), ("mix", mix, MIXES), ("head", head, HEADS)):
             if value not in allowed:
                 raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
@@ -102,8 +122,10 @@ class SequenceClassifier(nn.Module):
 
     def pool(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The sequence representation ``[B, H']`` fed to the classifier."""
+        return self._pool(batch, *self._states(batch))
+
+    def _pool(self, batch: dict[str, torch.Tensor], out, hidden: torch.Tensor) -> torch.Tensor:
         mask = batch["attention_mask"]
-        out, hidden = self._states(batch)
         if self.head_kind == "bilstm":
             lengths = mask.long().sum(dim=1).clamp(min=1).cpu()
             packed = nn.utils.rnn.pack_padded_sequence(self.dropout(hidden), lengths, batch_first=True, enforce_sorted=False)
@@ -116,22 +138,40 @@ class SequenceClassifier(nn.Module):
             return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         return _masked_mean(hidden, mask)
 
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Unnormalised class scores ``[B, num_labels]``."""
-        x = self.dropout(self.pool(batch))
+    def _classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(pooled)
         if self.head_kind == "mlp":
             x = self.dropout(torch.relu(self.hidden(x)))
         return self.classifier(x)
 
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Unnormalised class scores ``[B, num_labels]``."""
+        return self._classify(self.pool(batch))
+
+    def lm_loss(self, batch: dict[str, torch.Tensor], top: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy of the input text from the top layer's states ``top [B, T, H]``:
+        position ``t`` predicts token ``t + 1`` wherever that is a real token."""
+        targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+        bias_of = getattr(self.backbone, "output_bias", None)
+        return linear_cross_entropy(top[:, :-1].flatten(0, 1), self.backbone.output_embeddings(),
+                                    bias_of() if bias_of is not None else None, targets.flatten())
+
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
-        """Cross-entropy on ``batch["labels"]``; metrics: ``accuracy``."""
-        logits = self.logits(batch)
+        """Cross-entropy on ``batch["labels"]`` (+ ``aux_lm_weight`` x the LM loss of the input text);
+        metrics: ``accuracy`` (and ``task_loss``, ``lm_loss`` with the auxiliary loss)."""
+        out, hidden = self._states(batch)
+        logits = self._classify(self._pool(batch, out, hidden))
         labels = batch["labels"]
         loss = F.cross_entropy(logits.float(), labels)
         acc = (logits.detach().argmax(dim=-1) == labels).float().mean()
+        metrics = {"accuracy": acc}
+        if self.aux_lm_weight > 0:
+            lm = self.lm_loss(batch, out.last_hidden_state)
+            metrics.update(task_loss=loss.detach(), lm_loss=lm.detach())
+            loss = loss + self.aux_lm_weight * lm
         return StepOutput(
             loss=loss,
-            metrics={"accuracy": acc},
+            metrics=metrics,
             n_tokens=int(batch["attention_mask"].sum()),
             n_predictions=int(labels.shape[0]),
         )

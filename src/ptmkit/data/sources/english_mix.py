@@ -312,16 +312,16 @@ def _entry_dtype(raw: bytes, blocks_idx: np.ndarray) -> np.dtype:
     raise PtmError("unrecognised SWORD module index (neither 10- nor 12-byte entries fit its blocks)")
 
 
-def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
-    """A SWORD compressed module (zText Bible or zCom commentary) -> documents.
+def sword_entries(module_dir: Path) -> Iterator[tuple[str, int, bool, str]]:
+    """Every non-empty entry of a SWORD compressed module (zText Bible or zCom commentary):
+    ``(testament, entry index, starts_chapter, OSIS markup)``.
 
     Files per testament ``{ot,nt}.?zs`` (blocks: offset, compressed size, size, into ``.?zz``,
     zlib), ``.?zv`` (entries: block, offset in the block, size in 2 or 4 bytes, see
-    :func:`_entry_dtype`).  ``by_chapter``: a document per Bible
-    chapter (an entry holding a ``<chapter sID=...>`` milestone starts one), each entry a
-    paragraph; otherwise a document per non-empty entry (a commentary note).
+    :func:`_entry_dtype`).  The entry index is the verse's place in the module's versification,
+    so two Bibles of the same versification align entry by entry.  ``starts_chapter``: the
+    entry holds a ``<chapter sID=...>`` milestone.
     """
-    doc: Document = []
     for part in ("ot", "nt"):
         found = sorted(module_dir.glob(f"{part}.?zs"))
         if not found or found[0].stat().st_size == 0:
@@ -332,24 +332,36 @@ def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
         entries = np.frombuffer(raw, dtype=_entry_dtype(raw, blocks_idx))
         data = Path(stem + "z").read_bytes()
         cache: dict[int, bytes] = {}
-        previous = ""
-        for blk, off, size in entries:
+        for i, (blk, off, size) in enumerate(entries):
             if size == 0:
                 continue
             if blk not in cache:
                 o, s = int(blocks_idx[blk]["off"]), int(blocks_idx[blk]["size"])
                 cache = {blk: zlib.decompress(data[o : o + s])}  # entries come in block order
             osis = cache[blk][off : off + size].decode("utf-8", errors="replace")
-            if by_chapter and "<chapter" in osis and "sID" in osis and doc:
-                yield doc
-                doc = []
-            text = osis_to_text(osis)
-            if text and text != previous:  # a note covering verses 18-25 is stored under each
-                doc.append(text)
-            previous = text
-            if not by_chapter and doc:
-                yield doc
-                doc = []
+            yield part, i, "<chapter" in osis and "sID" in osis, osis
+
+
+def read_sword(module_dir: Path, by_chapter: bool) -> Iterator[Document]:
+    """A SWORD compressed module -> documents (see :func:`sword_entries`).
+
+    ``by_chapter``: a document per Bible chapter (an entry holding a ``<chapter sID=...>``
+    milestone starts one), each entry a paragraph; otherwise a document per non-empty entry (a
+    commentary note).
+    """
+    doc: Document = []
+    previous = ""
+    for _part, _i, starts_chapter, osis in sword_entries(module_dir):
+        if by_chapter and starts_chapter and doc:
+            yield doc
+            doc = []
+        text = osis_to_text(osis)
+        if text and text != previous:  # a note covering verses 18-25 is stored under each
+            doc.append(text)
+        previous = text
+        if not by_chapter and doc:
+            yield doc
+            doc = []
     if doc:
         yield doc
 

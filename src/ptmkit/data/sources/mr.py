@@ -72,6 +72,8 @@ class MovieReviews(Source):
     packages = (Package("pypi", PACKAGE, SHA256, sdist=True),)
     origin = f"PyPI {PACKAGE} (sdist), {INNER.split('/', 1)[1]}"
     license = "MIT (vaderSentiment); sentences from Pang & Lee (2004) movie reviews, research use"
+    tasks = {"mr": {"type": "classification", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
+                    "text": "text", "label": "label"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
         (archive,) = files
