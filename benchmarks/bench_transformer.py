@@ -12,6 +12,11 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   decoder have ``LAYERS // 2`` layers each (the same depth in all as the other workloads).  The
   batches come from the bart objective's own collate over random text: targets of ``seq_len`` tokens,
   sources noised by text infilling (30 %) + sentence permutation, so shorter and padded.
+* ``xlnet``: XLNet permutation LM.  ptmkit: ``XLNetEncoder`` + ``PermutationLM``; HF: ``XLNetLMHeadModel``
+  with ``perm_mask`` = not ``sees``, ``target_mapping`` = one-hot ``target_positions`` and ``labels``.
+  Batches from the plm objective's collate over random text (``seq_len / 6`` n-gram targets, a random
+  factorisation order per row); no memory on either side (the training step of a fresh segment).
+  HF's XLNet has no SDPA path: both sides compute the relative attention explicitly.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
 the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
@@ -32,8 +37,8 @@ training run needs.  ``steady_mb`` is the RSS after the first step minus the bas
 reset through ``/proc/self/clear_refs``).
 
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
-``mlm_speedup``, ``clm_speedup``, ``bart_speedup`` (ptmkit tokens/s / HF tokens/s), ``mlm_mem_ratio``,
-``clm_mem_ratio``, ``bart_mem_ratio`` (ptmkit peak / HF peak).  ``--workloads`` picks a subset.
+``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF tokens/s),
+``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit peak / HF peak).  ``--workloads`` picks a subset.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ import torch
 HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
 TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 FRAMEWORKS = ("ptmkit", "hf")
-WORKLOADS = ("mlm", "clm", "bart")
+WORKLOADS = ("mlm", "clm", "bart", "xlnet")
 
 
 def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
@@ -84,6 +89,11 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
         elif workload == "bart":
             ours = bart_batch(batch_size, seq_len, rng)
             hf = dict(ours)
+        elif workload == "xlnet":
+            ours = xlnet_batch(batch_size, seq_len, rng)
+            hf = {"input_ids": ours["input_ids"], "perm_mask": (~ours["sees"]).float(),
+                  "target_mapping": torch.nn.functional.one_hot(ours["target_positions"], seq_len).float(),
+                  "labels": ours["labels"]}
         else:
             stream = torch.from_numpy(rng.integers(5, VOCAB, size=(batch_size, seq_len + 1)).astype(np.int64))
             ours = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, 1:].contiguous()}
@@ -119,8 +129,34 @@ def bart_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
     return objective.collate(corpus, np.stack([starts, starts + seq_len - 2], axis=1), rng)
 
 
+def _xlnet_config():
+    from ptmkit.encoders.xlnet import XLNetConfig
+
+    return XLNetConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN,
+                       dropout=DROPOUT, mem_len=0)
+
+
+def xlnet_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
+    """One plm batch from the objective's collate over a random token stream (one sentence)."""
+    from ptmkit.encoders.xlnet import XLNetEncoder
+    from ptmkit.objectives.plm import PermutationLM, PLMConfig
+
+    n = batch_size * seq_len
+    corpus = SimpleNamespace(tokens=rng.integers(5, VOCAB, size=n).astype(np.int64),
+                             sentences=np.array([0, n], dtype=np.int64), documents=np.array([0, 1], dtype=np.int64))
+    objective = PermutationLM(PLMConfig(separator=False), XLNetEncoder(replace(_xlnet_config(), num_layers=1)), TOKENIZER)
+    return objective.collate(corpus, objective.example_spans(corpus, seq_len)[:batch_size], rng)
+
+
 def build_model(framework: str, workload: str) -> torch.nn.Module:
     torch.manual_seed(0)
+    if framework == "ptmkit" and workload == "xlnet":
+        from ptmkit.encoders.xlnet import XLNetEncoder
+        from ptmkit.objectives.base import PretrainModel
+        from ptmkit.objectives.plm import PermutationLM, PLMConfig
+
+        encoder = XLNetEncoder(_xlnet_config())
+        return PretrainModel(encoder, PermutationLM(PLMConfig(), encoder, TOKENIZER))
     if framework == "ptmkit":
         from ptmkit.encoders import TransformerConfig, TransformerEncoder
         from ptmkit.objectives.base import PretrainModel
@@ -146,6 +182,11 @@ def build_model(framework: str, workload: str) -> torch.nn.Module:
         return PretrainModel(encoder, CausalLM(CLMConfig(), encoder, TOKENIZER))
     import transformers
 
+    if workload == "xlnet":
+        cfg = transformers.XLNetConfig(vocab_size=VOCAB, d_model=HIDDEN, n_layer=LAYERS, n_head=HEADS, d_inner=FFN,
+                                       ff_activation="gelu", dropout=DROPOUT, mem_len=None, use_mems_train=False,
+                                       pad_token_id=TOKENIZER.pad_id)
+        return transformers.XLNetLMHeadModel(cfg)
     if workload == "bart":
         cfg = transformers.BartConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=LAYERS // 2,
                                       decoder_layers=LAYERS // 2, encoder_attention_heads=HEADS,

@@ -324,7 +324,8 @@ def initial_model(run_dir: str | Path):
     model = build_model(config, tokenizer)
     spans = model.objective.example_spans(corpus, train_cfg.seq_len)
     held_out = train_cfg.eval_fraction > 0 and not (run_dir / EVAL_DATA_DIR).exists()  # as _pretrain splits
-    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)[0] if held_out else spans
+    contiguous = bool(getattr(model.objective, "reads_streams", False))
+    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed, contiguous)[0] if held_out else spans
     init_from_corpus(model.backbone, model.objective, corpus, train_spans, train_cfg)
     return Pretrained(config, tokenizer, model.backbone, model.objective, None, model)
 
@@ -358,7 +359,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         train_spans, eval_spans = spans, objective.example_spans(eval_corpus, seq_len)
     elif train_cfg.eval_fraction > 0:
         eval_corpus = corpus
-        train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed)
+        train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed,
+                                              contiguous=bool(getattr(objective, "reads_streams", False)))
     else:
         eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
     if not (resume and ckpt.checkpoint_steps(run_dir)):  # a resumed run loads its weights instead

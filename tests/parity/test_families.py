@@ -159,7 +159,46 @@ def case_bart(tmp_path):
     return pairs + [("lm logits", pre.backbone.logits(out.last_hidden_state), theirs.logits, tgt)]
 
 
-CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart}
+XLNET = dict(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, mem_len=6)
+
+
+@torch.no_grad()
+def case_xlnet(tmp_path):
+    """The content stream on a padded batch with segments, then the query stream of a factorisation
+    order (``sees`` = HF's ``1 - perm_mask``) reading the first forward's memory."""
+    import numpy as np
+
+    from ptmkit.objectives.plm import factorisation_masks
+
+    config = {"model": {"encoder": "xlnet", "vocab_size": V, **XLNET}, "objective": {"name": "plm"}}
+    torch.manual_seed(0)
+    pm = build_model(config, TOK)
+    perturb(pm)
+    pre = Pretrained(config, None, pm.backbone, pm.objective, None, pm.eval())
+    batch = padded_batch(segments=True)
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "XLNetLMHeadModel"
+    theirs = hf(**batch, output_hidden_states=True, use_mems=True)
+    ours = pre.backbone(**batch, output_hidden_states=True)
+    keep = batch["attention_mask"].bool()
+    pairs = [(f"hidden {i}", a, b, keep) for i, (a, b) in enumerate(zip(ours.hidden_states, theirs.hidden_states))]
+    pairs.append(("lm logits", pre.objective.logits(pre.backbone, ours.last_hidden_state), theirs.logits, keep))
+    mems = pre.backbone.update_mems(None, ours.hidden_states)
+    pairs += [(f"memory {i}", a, b.transpose(0, 1), None) for i, (a, b) in enumerate(zip(mems, theirs.mems))]
+    pos = torch.tensor([[1, 4, 5], [0, 8, 2], [3, 4, 0]])
+    targets = np.zeros((3, 12), dtype=bool)
+    np.put_along_axis(targets, pos.numpy(), True, axis=1)
+    sees = torch.from_numpy(factorisation_masks(targets, np.random.default_rng(0))[1])
+    ids2 = padded_batch(segments=False, seed=1)["input_ids"]
+    theirs2 = hf(input_ids=ids2, perm_mask=(~sees).float(), target_mapping=F.one_hot(pos, 12).float(), mems=theirs.mems)
+    ours2 = pre.backbone(ids2, sees=sees, target_positions=pos, mems=mems)
+    return pairs + [("query-stream logits with memory", pre.objective.logits(pre.backbone, ours2.extras["query"]),
+                     theirs2.logits, None)]
+
+
+CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart,
+                              "xlnet": case_xlnet}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -5,6 +5,15 @@ Resuming at (epoch, step) therefore needs no replay: the permutation of epoch ``
 negatives) comes from ``default_rng([seed, e, step, 1])``.  Every rank collates the whole global
 batch and keeps its own contiguous block of rows, so the examples and their masks are identical
 whatever the world size.
+
+An objective that ``reads_streams`` (its spans are consecutive blocks of one stream, in order)
+gets its spans laid out as ``batch_size`` parallel streams instead of shuffled: the ``N`` spans
+are cut into ``batch_size`` contiguous runs of ``steps_per_epoch`` blocks, row ``r`` of step ``s``
+is block ``r * steps_per_epoch + s``, so row ``r`` of step ``s + 1`` continues the text of row
+``r`` of step ``s``.  Its training batches carry ``stream_ids [B]`` (the row's stream, the global
+row index) and ``stream_steps [B]`` (its block within the stream), which survive DDP and
+gradient-accumulation slicing, so an objective can carry a state per stream and tell a
+continuation from a restart (a new epoch starts every stream again at step 0).
 """
 
 from __future__ import annotations
@@ -72,13 +81,18 @@ class PretrainBatches:
         self.rank = rank
         self.world_size = world_size
         self.steps_per_epoch = len(spans) // batch_size
+        self.streams = bool(getattr(objective, "reads_streams", False))
         self._perm_epoch: int | None = None
         self._perm: np.ndarray | None = None
 
     def permutation(self, epoch: int) -> np.ndarray:
         """The order of the spans in ``epoch`` (cached for the current epoch)."""
         if self._perm_epoch != epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.spans))
+            if self.streams:  # the same parallel streams every epoch (see the module docstring)
+                n = self.steps_per_epoch * self.batch_size
+                self._perm = np.arange(n).reshape(self.batch_size, self.steps_per_epoch).T.reshape(-1)
+            else:
+                self._perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.spans))
             self._perm_epoch = epoch
         assert self._perm is not None
         return self._perm
@@ -100,6 +114,9 @@ class PretrainBatches:
         rows = self.global_rows(epoch, step)
         rng = np.random.default_rng([self.seed, epoch, step, 1])
         batch = self.objective.collate(self.corpus, self.spans[rows], rng)
+        if self.streams:
+            batch["stream_ids"] = torch.arange(self.batch_size, dtype=torch.int64)
+            batch["stream_steps"] = torch.full((self.batch_size,), step, dtype=torch.int64)
         if self.world_size == 1:
             return batch
         per = self.batch_size // self.world_size
@@ -130,8 +147,9 @@ class PretrainBatches:
             yield batch
 
 
-def split_spans(spans: np.ndarray, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Hold out ``round(eval_fraction * N)`` (at least 1 if the fraction is > 0) random spans.
+def split_spans(spans: np.ndarray, eval_fraction: float, seed: int, contiguous: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Hold out ``round(eval_fraction * N)`` (at least 1 if the fraction is > 0) random spans,
+    or with ``contiguous`` the last ones (a stream's training part then has no holes).
 
     Deterministic in ``seed``; both parts keep the corpus order.  Returns (train [N-k, 2], eval [k, 2]).
     """
@@ -143,5 +161,8 @@ def split_spans(spans: np.ndarray, eval_fraction: float, seed: int) -> tuple[np.
     if k >= n:
         raise PtmError(f"cannot hold out {k} of {n} examples for evaluation: the corpus is too small")
     held = np.zeros(n, dtype=bool)
+    if contiguous:
+        held[n - k:] = True
+        return spans[~held], spans[held]
     held[np.random.default_rng([int(seed), SPLIT_STREAM]).permutation(n)[:k]] = True
     return spans[~held], spans[held]

@@ -142,7 +142,7 @@ class HFFamily:
 
 def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Save an HF ``model`` and ``pretrained``'s tokenizer (as an HF fast tokenizer, its
-    ``model_max_length`` the encoder's positions) into the new directory ``out_dir``, published
+    ``model_max_length`` the encoder's positions, if it has a limit) into the new directory ``out_dir``, published
     only when complete (:func:`ptmkit.outputs.staged`).  ``state_dict`` keeps tensors the HF
     class lacks (a pooler under ``BertForMaskedLM``)."""
     from ptmkit import outputs
@@ -155,7 +155,9 @@ def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: d
                 model.save_pretrained(stage, state_dict={k: v.contiguous() for k, v in state_dict.items()})
         if pretrained.tokenizer is not None:
             hf_tokenizer = pretrained.tokenizer.to_transformers()
-            hf_tokenizer.model_max_length = pretrained.backbone.config.max_position
+            max_position = getattr(pretrained.backbone.config, "max_position", None)
+            if max_position is not None:  # relative positions (XLNet): no length limit to declare
+                hf_tokenizer.model_max_length = max_position
             hf_tokenizer.save_pretrained(stage)
     log.info("exported %s to %s", type(model).__name__, out_dir)
     return Path(out_dir)

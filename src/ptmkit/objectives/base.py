@@ -52,10 +52,22 @@ class Objective(nn.Module):
     * ``causal``: it trains the encoder to read left to right, so downstream use attends causally.
     * ``hf_heads``: the pre-training heads an HF export may carry (e.g. ``("mlm", "nsp")``);
       :meth:`exported_heads` narrows them to those this instance has.
+    * ``reads_streams``: its examples are consecutive blocks of one stream
+      (:meth:`example_spans` returns them in stream order) and training batches must lay them
+      out as parallel streams: row ``i`` of step ``t + 1`` continues the text of row ``i`` of
+      step ``t`` (:class:`ptmkit.data.batches.PretrainBatches` then adds ``stream_ids`` and
+      ``stream_steps`` to each training batch).  Segment recurrence (XLNet's memory) and
+      carried LSTM states rely on it.
     * ``generation``: what the trained model can generate with :mod:`ptmkit.generation`:
       ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
       continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
       ``None`` (it cannot generate).
+
+    Cross-step state (a memory carried from one training step to the next) is not a weight: an
+    objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
+    ``load_carried_state_dict``.  The trainer saves it in ``trainer_state.pt``, never in
+    ``model.safetensors``, so a resumed run continues with it and an exported model has none.
+    :class:`ptmkit.objectives.carried.StreamState` keeps such state per stream.
 
     It is constructed as ``cls(cfg, encoder, tokenizer)``: heads are sized from the encoder
     (``encoder.output_size``, its config) and tie to ``encoder.output_embeddings()`` at forward time.
@@ -66,6 +78,7 @@ class Objective(nn.Module):
     causal: ClassVar[bool] = False
     hf_heads: ClassVar[tuple[str, ...]] = ()
     generation: ClassVar[str | None] = None
+    reads_streams: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()
@@ -101,6 +114,19 @@ class Objective(nn.Module):
     def exported_heads(self) -> tuple[str, ...]:
         """The heads of ``hf_heads`` this instance has (an HF export writes these)."""
         return tuple(self.hf_heads)
+
+    # -- state carried across training steps --------------------------------------------------
+    @property
+    def carries_state(self) -> bool:
+        """Whether this instance keeps state from one training step to the next."""
+        return False
+
+    def carried_state_dict(self) -> dict[str, Any]:
+        """The cross-step state (CPU tensors), saved in the training checkpoint."""
+        return {}
+
+    def load_carried_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`carried_state_dict` (a resumed run)."""
 
 
 def token_counts(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> np.ndarray:

@@ -55,9 +55,9 @@ class SentenceStream:
         start = np.arange(n, dtype=np.int64) * seq_len
         return np.stack([start, start + seq_len + 1], axis=1)
 
-    def read(self, corpus, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of stream ``spans [B, 2]``: ``(seq int64 [B, L], inside bool [B, L])`` with ``L``
-        the longest span; positions past a span's end hold ``pad_id`` and ``inside = False``."""
+    def _locate(self, corpus, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For stream ``spans [B, 2]``: ``inside [B, L]``, ``in_sentence [B, L]`` (a token, not a
+        separator) and ``src [B, L]`` (its index in ``corpus.tokens``, clipped)."""
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         starts = self.starts(corpus)
         sent = np.asarray(corpus.sentences, dtype=np.int64)
@@ -68,6 +68,21 @@ class SentenceStream:
         offset = v - starts[k]
         in_sentence = offset < sent[k + 1] - sent[k]
         src = np.clip(sent[k] + offset, 0, len(corpus.tokens) - 1)
+        return inside, in_sentence, src
+
+    def word_starts(self, corpus, spans: np.ndarray) -> np.ndarray | None:
+        """``bool [B, L]``: the positions of ``spans`` that begin a word (a separator is a word of
+        its own); ``None`` when the corpus records no word starts."""
+        bits = getattr(corpus, "word_starts", None)
+        if bits is None:
+            return None
+        inside, in_sentence, src = self._locate(corpus, spans)
+        return inside & np.where(in_sentence, np.asarray(bits[src], dtype=bool), True)
+
+    def read(self, corpus, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of stream ``spans [B, 2]``: ``(seq int64 [B, L], inside bool [B, L])`` with ``L``
+        the longest span; positions past a span's end hold ``pad_id`` and ``inside = False``."""
+        inside, in_sentence, src = self._locate(corpus, spans)
         seq = np.where(in_sentence, np.asarray(corpus.tokens[src], dtype=np.int64), self.eos_id)
         seq = np.where(inside, seq, self.pad_id)
         return seq, inside

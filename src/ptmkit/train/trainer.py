@@ -12,6 +12,12 @@ seeing the whole global batch.  (The *gradient* is the mean of the per-rank mean
 every DDP implementation; when ranks hold different numbers of predicted positions this
 differs slightly from the global mean, so DDP and single-process loss curves agree to a
 small tolerance rather than exactly.)
+
+A sub-module whose ``carries_state`` is true (an objective's memory of the previous segment,
+see :class:`ptmkit.objectives.base.Objective`) keeps state from one step to the next: its
+``carried_state_dict()`` goes into every checkpoint's ``trainer_state.pt`` under ``carried`` and
+is handed back on resume, so the resumed run continues step for step; it is not in the weights.
+Such a run is refused under DDP (each rank would hold only its rows' state).
 """
 
 from __future__ import annotations
@@ -189,6 +195,15 @@ class Trainer:
         if int(getattr(train_batches, "steps_per_epoch", 0)) <= 0:
             raise PtmError("the training data yields no batch: it has fewer examples than train.batch_size")
         self.model = model.to(self.device)
+        # Modules that carry state from one step to the next (an objective's memory): saved in
+        # the training checkpoint, restored on resume, never part of the weights.
+        self.carriers = {name: m for name, m in self.model.named_modules() if getattr(m, "carries_state", False) is True}
+        if self.carriers and self.dist.world_size > 1:
+            raise PtmError(
+                f"{', '.join(sorted(n or 'the model' for n in self.carriers))} carries state across steps (a memory), "
+                f"which is not supported with {self.dist.world_size} processes; train on one process, or switch the "
+                f"memory off (for XLNet: model.mem_len=0)"
+            )
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.ddp_model = self.model  # replaced by the DDP wrapper in fit()
@@ -369,6 +384,8 @@ class Trainer:
                 "train_config": to_dict(self.cfg),
                 "callbacks": [cb.state_dict() for cb in self.stateful_callbacks],
             }
+            if self.carriers:
+                state["carried"] = {name: m.carried_state_dict() for name, m in self.carriers.items()}
             path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, self._extra(), self.cfg.keep_checkpoints)
         dist.barrier()
         return path
@@ -394,6 +411,11 @@ class Trainer:
         self.window = Window()
         if self.is_main:
             self.window.load_state_dict(state.get("window", {}))
+        carried = state.get("carried", {})
+        for name, m in self.carriers.items():
+            if name not in carried:
+                raise PtmError(f"the checkpoint {ck} has no carried state for {name or 'the model'}; it cannot be resumed exactly")
+            m.load_carried_state_dict(carried[name])
         saved = state.get("callbacks", [])
         for cb, cb_state in zip(self.stateful_callbacks, saved):
             cb.load_state_dict(cb_state)
