@@ -56,6 +56,9 @@ class Objective(nn.Module):
       ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
       continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
       ``None`` (it cannot generate).
+    * ``hf_family``: the registered HF family its models are exported as when no format is asked
+      for and that family can express the model (RoBERTa, ALBERT); ``None``: the first family
+      that can (:func:`ptmkit.interop.infer_format`).
 
     It is constructed as ``cls(cfg, encoder, tokenizer)``: heads are sized from the encoder
     (``encoder.output_size``, its config) and tie to ``encoder.output_embeddings()`` at forward time.
@@ -66,6 +69,7 @@ class Objective(nn.Module):
     causal: ClassVar[bool] = False
     hf_heads: ClassVar[tuple[str, ...]] = ()
     generation: ClassVar[str | None] = None
+    hf_family: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()
