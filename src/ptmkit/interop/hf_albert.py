@@ -272,6 +272,11 @@ def import_albert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> t
     mapping = hf_state[f"{_MAPPING}.weight"]
     identity = (hf_cfg.embedding_size == hf_cfg.hidden_size and torch.equal(mapping, torch.eye(hf_cfg.hidden_size))
                 and not hf_state[f"{_MAPPING}.bias"].any())
+    if hf_cfg.embedding_size == hf_cfg.hidden_size and not identity:
+        raise PtmError(
+            f"the checkpoint maps its embeddings E -> H with a learned {hf_cfg.hidden_size} x {hf_cfg.hidden_size} "
+            f"matrix; ptmkit projects only factorized embeddings (E < H), so it cannot import this model"
+        )
     cfg = from_hf_config(hf_cfg, pooler="albert.pooler.weight" in hf_state, project=not identity)
     check_tied(hf_state.get("predictions.decoder.weight"), hf_state["albert.embeddings.word_embeddings.weight"], "MLM decoder")
     head = ("predictions.dense.weight", "predictions.LayerNorm.weight", "predictions.bias")
