@@ -96,7 +96,7 @@ class ALBERT(MaskedLM):
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         a0, a1, b0, b1, labels = sop_segments(*self.split_spans(corpus, spans, rng), rng)
         layout = self.pair_inputs(corpus, a0, a1, b0, b1)
-        return self.finish_batch({"sop_labels": torch.from_numpy(labels)}, corpus, spans, *layout, rng)
+        return self.finish_batch({"sop_labels": torch.from_numpy(labels)}, spans, *layout, rng)
 
     def exported_heads(self) -> tuple[str, ...]:
         return ("mlm", "sop") if self.sop_head is not None else ("mlm",)

@@ -245,7 +245,7 @@ class MaskedLM(Objective):
             batch["nsp_labels"] = torch.from_numpy(nsp_labels)
         else:
             layout = self.single_inputs(corpus, spans)
-        return self.finish_batch(batch, corpus, spans, *layout, rng)
+        return self.finish_batch(batch, spans, *layout, rng)
 
     def pair_inputs(self, corpus: CorpusLike, a0, a1, b0, b1) -> tuple[np.ndarray, ...]:
         """``[CLS] A [SEP] B [SEP]`` from token ranges ``[a0, a1)``, ``[b0, b1)`` ``[B]``.
@@ -286,7 +286,7 @@ class MaskedLM(Objective):
         return ids, np.zeros_like(ids), word_starts, ls + 2
 
     def finish_batch(
-        self, batch: dict[str, torch.Tensor], corpus: CorpusLike, spans: np.ndarray, ids: np.ndarray,
+        self, batch: dict[str, torch.Tensor], spans: np.ndarray, ids: np.ndarray,
         segment: np.ndarray, word_starts: np.ndarray | None, length: np.ndarray, rng: np.random.Generator,
     ) -> dict[str, torch.Tensor]:
         """Mask the laid-out examples and add the model inputs and predictions to ``batch``."""
