@@ -7,6 +7,11 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   positions (the HF way; its head projects every position onto the vocabulary).
 * ``clm``: GPT-2 causal LM.  ptmkit: ``TransformerEncoder`` (pre-LN, causal) + ``CausalLM``.  HF: ``GPT2LMHeadModel``
   with ``labels = input_ids``.
+* ``roberta``: RoBERTa masked LM.  ptmkit: ``TransformerEncoder`` (one segment, no pooler, LayerNorm eps 1e-5) +
+  ``RoBERTa``; HF: ``RobertaForMaskedLM`` (positions from pad + 1), ``labels`` as for ``mlm``.
+* ``albert``: ALBERT n-gram MLM + sentence-order prediction, E = 128, all layers sharing one set of
+  weights.  ptmkit: ``TransformerEncoder`` (``embedding_size=128``, ``sharing=all``) + ``ALBERT``; HF:
+  ``AlbertForPreTraining`` with dense ``labels`` and ``sentence_order_label``.  Pairs of two segments.
 * ``bart``: BART denoising.  ptmkit: ``EncoderDecoder`` + ``BartDenoising``; HF: ``BartForConditionalGeneration``
   with the same ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels``.  Encoder and
   decoder have ``LAYERS // 2`` layers each (the same depth in all as the other workloads).  The
@@ -38,7 +43,8 @@ reset through ``/proc/self/clear_refs``).
 
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
 ``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF tokens/s),
-``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit peak / HF peak).  ``--workloads`` picks a subset.
+``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit peak / HF peak), and the same keys
+for ``roberta`` and ``albert``.  ``--workloads`` picks a subset.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ import torch
 HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
 TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 FRAMEWORKS = ("ptmkit", "hf")
-WORKLOADS = ("mlm", "clm", "bart", "xlnet")
+WORKLOADS = ("mlm", "clm", "bart", "xlnet", "roberta", "albert")
+ALBERT_E = 128
 
 
 def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
@@ -70,6 +77,9 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
+        if workload in ("roberta", "albert"):
+            out.append(roberta_albert_batch(workload, batch_size, seq_len, rng))
+            continue
         ids = rng.integers(5, VOCAB, size=(batch_size, seq_len)).astype(np.int64)
         if workload == "mlm":
             ids[:, 0], ids[:, -1] = TOKENIZER.cls_id, TOKENIZER.sep_id
@@ -148,8 +158,66 @@ def xlnet_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict
     return objective.collate(corpus, objective.example_spans(corpus, seq_len)[:batch_size], rng)
 
 
-def build_model(framework: str, workload: str) -> torch.nn.Module:
+def roberta_albert_batch(workload: str, batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
+    """One ``roberta`` / ``albert`` batch for both frameworks, masked by the objective's own masker
+    (ALBERT: n-grams over words of one token; two segments and a random sentence-order label)."""
+    ids = rng.integers(5, VOCAB, size=(batch_size, seq_len)).astype(np.int64)
+    ids[:, 0], ids[:, -1] = TOKENIZER.cls_id, TOKENIZER.sep_id
+    segment = np.zeros_like(ids)
+    if workload == "albert":
+        ids[:, seq_len // 2] = TOKENIZER.sep_id
+        segment[:, seq_len // 2 + 1 :] = 1
+    attention = np.ones_like(ids)
+    objective = build_model("ptmkit", workload, layers=1).objective
+    positions, labels = objective.mask_tokens(ids, attention, rng, np.ones_like(ids, dtype=bool))
+    dense = np.full_like(ids, -100)
+    used = labels != -100
+    dense[np.nonzero(used)[0], positions[used]] = labels[used]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    ours = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(segment),
+            "mlm_positions": t(positions), "mlm_labels": t(labels)}
+    hf = {"input_ids": t(ids), "attention_mask": t(attention), "labels": t(dense)}
+    if workload == "albert":
+        order = t(rng.integers(0, 2, size=batch_size))
+        ours["sop_labels"], hf["sentence_order_label"], hf["token_type_ids"] = order, order, t(segment)
+    return {"ptmkit": ours, "hf": hf}
+
+
+def roberta_albert_model(framework: str, workload: str, layers: int) -> torch.nn.Module:
+    """The ``roberta`` / ``albert`` models of both frameworks at the benchmark's size."""
+    if framework == "ptmkit":
+        from ptmkit.encoders import TransformerConfig, TransformerEncoder
+        from ptmkit.objectives.albert import ALBERT, ALBERTConfig
+        from ptmkit.objectives.base import PretrainModel
+        from ptmkit.objectives.roberta import RoBERTa, RoBERTaConfig
+
+        common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=layers, num_heads=HEADS, intermediate_size=FFN,
+                      max_position=POSITIONS, dropout=DROPOUT, attention_dropout=DROPOUT)
+        if workload == "roberta":
+            encoder = TransformerEncoder(TransformerConfig(**common, type_vocab_size=1, pooler=False, layer_norm_eps=1e-5))
+            return PretrainModel(encoder, RoBERTa(RoBERTaConfig(), encoder, TOKENIZER))
+        encoder = TransformerEncoder(TransformerConfig(**common, embedding_size=ALBERT_E, sharing="all", activation="gelu_tanh"))
+        return PretrainModel(encoder, ALBERT(ALBERTConfig(), encoder, TOKENIZER))
+    import transformers
+
+    common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=layers, num_attention_heads=HEADS,
+                  intermediate_size=FFN, hidden_dropout_prob=DROPOUT, attention_probs_dropout_prob=DROPOUT)
+    if workload == "roberta":
+        cfg = transformers.RobertaConfig(**common, max_position_embeddings=POSITIONS + TOKENIZER.pad_id + 1,
+                                         type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=TOKENIZER.pad_id,
+                                         bos_token_id=TOKENIZER.cls_id, eos_token_id=TOKENIZER.sep_id)
+        cfg._attn_implementation = "sdpa"
+        return transformers.RobertaForMaskedLM(cfg)
+    cfg = transformers.AlbertConfig(**common, embedding_size=ALBERT_E, num_hidden_groups=1, max_position_embeddings=POSITIONS,
+                                    hidden_act="gelu_new", classifier_dropout_prob=DROPOUT, pad_token_id=TOKENIZER.pad_id)
+    cfg._attn_implementation = "sdpa"
+    return transformers.AlbertForPreTraining(cfg)
+
+
+def build_model(framework: str, workload: str, layers: int = LAYERS) -> torch.nn.Module:
     torch.manual_seed(0)
+    if workload in ("roberta", "albert"):
+        return roberta_albert_model(framework, workload, layers)
     if framework == "ptmkit" and workload == "xlnet":
         from ptmkit.encoders.xlnet import XLNetEncoder
         from ptmkit.objectives.base import PretrainModel

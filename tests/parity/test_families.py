@@ -197,8 +197,46 @@ def case_xlnet(tmp_path):
                      theirs2.logits, None)]
 
 
+ROBERTA = dict(BERT, type_vocab_size=1, pooler=False, layer_norm_eps=1e-5)
+ALBERT = dict(BERT, embedding_size=16, sharing="all", activation="gelu_tanh")
+
+
+@torch.no_grad()
+def case_roberta(tmp_path):
+    """RoBERTa numbers positions from pad + 1: the padded rows must not shift the others."""
+    pre = random_pretrained(ROBERTA, {"name": "roberta"})
+    batch = padded_batch(segments=False)
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "RobertaForMaskedLM"
+    assert hf.config.max_position_embeddings == ROBERTA["max_position"] + TOK.pad_id + 1
+    theirs = hf(**batch, output_hidden_states=True)
+    ours = pre.backbone(**batch, output_hidden_states=True)
+    mlm = pre.objective.mlm_head(ours.last_hidden_state, pre.backbone.output_embeddings())
+    keep = batch["attention_mask"].bool()
+    pairs = [(f"hidden {i}", a, b, keep) for i, (a, b) in enumerate(zip(ours.hidden_states, theirs.hidden_states))]
+    return pairs + [("mlm logits", mlm, theirs.logits, keep)]
+
+
+@torch.no_grad()
+def case_albert(tmp_path):
+    """Factorized embeddings (E = 16 < H = 32) and one layer shared by both layers."""
+    pre = random_pretrained(ALBERT, {"name": "albert"})
+    batch = padded_batch(segments=True)
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "AlbertForPreTraining" and hf.config.num_hidden_groups == 1
+    theirs = hf(**batch, output_hidden_states=True)
+    ours = pre.backbone(**batch, output_hidden_states=True)
+    mlm = pre.objective.mlm_head(ours.last_hidden_state, pre.backbone.output_embeddings())
+    sop = pre.objective.sop_head(ours.pooled)
+    keep = batch["attention_mask"].bool()
+    pairs = [(f"hidden {i}", a, b, keep) for i, (a, b) in enumerate(zip(ours.hidden_states, theirs.hidden_states))]
+    return pairs + [("mlm logits", mlm, theirs.prediction_logits, keep), ("sop logits", sop, theirs.sop_logits, None)]
+
+
 CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart,
-                              "xlnet": case_xlnet}
+                              "xlnet": case_xlnet, "roberta": case_roberta, "albert": case_albert}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -216,9 +254,17 @@ def test_every_family_has_a_parity_case() -> None:
     assert set(registry.names("hf_family")) <= set(CASES)
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2"])
+ROUND_TRIP = {
+    "bert": (BERT, {"name": "mlm", "nsp": True}),
+    "gpt2": (GPT2, {"name": "clm"}),
+    "roberta": (ROBERTA, {"name": "roberta"}),
+    "albert": (ALBERT, {"name": "albert"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUND_TRIP))
 def test_export_then_import_restores_every_tensor(name: str, tmp_path) -> None:
-    pre = random_pretrained(BERT, {"name": "mlm", "nsp": True}) if name == "bert" else random_pretrained(GPT2, {"name": "clm"})
+    pre = random_pretrained(*ROUND_TRIP[name])
     from ptmkit.tokenization import Tokenizer
 
     text = tmp_path / "t.txt"

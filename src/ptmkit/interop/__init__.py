@@ -36,7 +36,14 @@ def importable() -> tuple[str, ...]:
 
 
 def infer_format(pretrained: Any) -> str:
-    """The export format of the first family that can express ``pretrained``."""
+    """The export format of the family the model's objective prefers (``Objective.hf_family``)
+    when it can express ``pretrained``, else of the first family that can."""
+    name = (pretrained.config.get("objective") or {}).get("name")
+    preferred = getattr(registry.get("objective", name), "hf_family", None) if name else None
+    if preferred is not None:
+        fmt = registry.get("hf_family", preferred)().format_for(pretrained)
+        if fmt is not None:
+            return fmt
     for fam in families():
         fmt = fam.format_for(pretrained)
         if fmt is not None:

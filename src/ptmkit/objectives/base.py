@@ -62,6 +62,9 @@ class Objective(nn.Module):
       ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
       continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
       ``None`` (it cannot generate).
+    * ``hf_family``: the registered HF family its models are exported as when no format is asked
+      for and that family can express the model (RoBERTa, ALBERT); ``None``: the first family
+      that can (:func:`ptmkit.interop.infer_format`).
 
     Cross-step state (a memory carried from one training step to the next) is not a weight: an
     objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
@@ -79,6 +82,7 @@ class Objective(nn.Module):
     hf_heads: ClassVar[tuple[str, ...]] = ()
     generation: ClassVar[str | None] = None
     reads_streams: ClassVar[bool] = False
+    hf_family: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()

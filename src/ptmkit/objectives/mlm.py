@@ -155,16 +155,39 @@ class MaskedLM(Objective):
             self.mlm_head.bias.copy_(torch.from_numpy(logp))
 
     # -- data -------------------------------------------------------------------------------
+    @property
+    def sentence_pairs(self) -> bool:
+        """Whether an example is a pair ``[CLS] A [SEP] B [SEP]`` (NSP; ALBERT's SOP) rather
+        than one text ``[CLS] S [SEP]``."""
+        return bool(self.cfg.nsp)
+
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
-        """NSP: runs of whole sentences of one document, <= ``seq_len - 3`` tokens (room for
+        """Pairs: runs of whole sentences of one document, <= ``seq_len - 3`` tokens (room for
         [CLS] A [SEP] B [SEP]) and >= 2 tokens (A and B each get one); otherwise <= ``seq_len - 2``."""
-        budget = seq_len - (3 if self.cfg.nsp else 2)
+        pairs = self.sentence_pairs
+        budget = seq_len - (3 if pairs else 2)
         if budget < 2:
-            raise PtmError(f"seq_len={seq_len} is too short for MLM (need at least {(5 if self.cfg.nsp else 4)})")
-        spans = pack_sentences(corpus.sentences, corpus.documents, budget, min_len=2 if self.cfg.nsp else 1)
+            raise PtmError(f"seq_len={seq_len} is too short for MLM (need at least {(5 if pairs else 4)})")
+        spans = pack_sentences(corpus.sentences, corpus.documents, budget, min_len=2 if pairs else 1)
         if len(spans) == 0:
             raise PtmError("the corpus has no usable text for MLM examples (is it empty?)")
         return spans
+
+    @staticmethod
+    def split_spans(corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """Cut each span ``[st, en)`` (>= 2 tokens) in two: ``st, cut, en`` ``[B]`` with
+        ``st < cut < en``; the cut is a uniformly chosen sentence boundary inside the span, or a
+        uniformly chosen token boundary when the span is one sentence."""
+        sent = np.asarray(corpus.sentences, dtype=np.int64)
+        n_sent = len(sent) - 1
+        st, en = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
+        lo = np.searchsorted(sent, st, side="right")
+        hi = np.searchsorted(sent, en, side="left")
+        n_inner = hi - lo
+        u = rng.random(len(st))
+        inner = sent[np.minimum(lo + (u * n_inner).astype(np.int64), n_sent)]
+        mid = st + 1 + (u * (en - st - 1)).astype(np.int64)
+        return st, np.where(n_inner > 0, inner, mid), en
 
     def _nsp_segments(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         """Choose (A, B) token ranges for each span.  Returns ``a0, a1, b0, b1, label`` ``[B]``."""
@@ -172,17 +195,9 @@ class MaskedLM(Objective):
         docs = np.asarray(corpus.documents, dtype=np.int64)
         n_sent = len(sent) - 1
         total = int(sent[-1])
-        st, en = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
-        n = len(st)
-
         # A ends at a sentence boundary inside the span, or mid-sentence if there is none.
-        lo = np.searchsorted(sent, st, side="right")
-        hi = np.searchsorted(sent, en, side="left")
-        n_inner = hi - lo
-        u = rng.random(n)
-        inner = sent[np.minimum(lo + (u * n_inner).astype(np.int64), n_sent)]
-        mid = st + 1 + (u * (en - st - 1)).astype(np.int64)
-        cut = np.where(n_inner > 0, inner, mid)
+        st, cut, en = self.split_spans(corpus, spans, rng)
+        n = len(st)
         is_next = rng.random(n) < 0.5
         target = en - cut  # random B gets the length the true B would have
 
@@ -223,47 +238,74 @@ class MaskedLM(Objective):
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        tokens = corpus.tokens
-        n = len(spans)
         batch: dict[str, torch.Tensor] = {}
         if self.cfg.nsp:
             a0, a1, b0, b1, nsp_labels = self._nsp_segments(corpus, spans, rng)
-            la, lb = a1 - a0, b1 - b0
-            T = int((la + lb).max()) + 3
-            j = np.arange(T)[None, :]
-            in_a = (j >= 1) & (j <= la[:, None])
-            b_first = la[:, None] + 2
-            in_b = (j >= b_first) & (j < b_first + lb[:, None])
-            src = np.where(in_a, a0[:, None] + j - 1, b0[:, None] + j - b_first)
-            ids = np.where(in_a | in_b, np.asarray(tokens[np.clip(src, 0, len(tokens) - 1)], dtype=np.int64), self.pad_id)
-            word_starts = self.masker.word_starts(corpus, src, in_a | in_b)
-            ids[:, 0] = self.cls_id
-            ids[np.arange(n), la + 1] = self.sep_id
-            ids[np.arange(n), la + lb + 2] = self.sep_id
-            length = la + lb + 3
-            segment = ((j >= b_first) & (j < length[:, None])).astype(np.int64)
+            layout = self.pair_inputs(corpus, a0, a1, b0, b1)
             batch["nsp_labels"] = torch.from_numpy(nsp_labels)
         else:
-            st, en = spans[:, 0], spans[:, 1]
-            ls = en - st
-            T = int(ls.max()) + 2
-            j = np.arange(T)[None, :]
-            inside = (j >= 1) & (j <= ls[:, None])
-            src = np.clip(st[:, None] + j - 1, 0, len(tokens) - 1)
-            ids = np.where(inside, np.asarray(tokens[src], dtype=np.int64), self.pad_id)
-            word_starts = self.masker.word_starts(corpus, src, inside)
-            ids[:, 0] = self.cls_id
-            ids[np.arange(n), ls + 1] = self.sep_id
-            length = ls + 2
-            segment = np.zeros_like(ids)
-        attention = (j < length[:, None]).astype(np.int64)
-        masked = self.masker(ids, attention, rng, word_starts)
+            layout = self.single_inputs(corpus, spans)
+        return self.finish_batch(batch, spans, *layout, rng)
+
+    def pair_inputs(self, corpus: CorpusLike, a0, a1, b0, b1) -> tuple[np.ndarray, ...]:
+        """``[CLS] A [SEP] B [SEP]`` from token ranges ``[a0, a1)``, ``[b0, b1)`` ``[B]``.
+        Returns ``ids [B, T]`` (padded), ``segment [B, T]`` (0 for [CLS] A [SEP], 1 for B [SEP]),
+        ``word_starts [B, T] | None`` and ``length [B]``."""
+        tokens = corpus.tokens
+        n = len(a0)
+        la, lb = a1 - a0, b1 - b0
+        T = int((la + lb).max()) + 3
+        j = np.arange(T)[None, :]
+        in_a = (j >= 1) & (j <= la[:, None])
+        b_first = la[:, None] + 2
+        in_b = (j >= b_first) & (j < b_first + lb[:, None])
+        src = np.where(in_a, a0[:, None] + j - 1, b0[:, None] + j - b_first)
+        ids = np.where(in_a | in_b, np.asarray(tokens[np.clip(src, 0, len(tokens) - 1)], dtype=np.int64), self.pad_id)
+        word_starts = self.masker.word_starts(corpus, src, in_a | in_b)
+        ids[:, 0] = self.cls_id
+        ids[np.arange(n), la + 1] = self.sep_id
+        ids[np.arange(n), la + lb + 2] = self.sep_id
+        length = la + lb + 3
+        segment = ((j >= b_first) & (j < length[:, None])).astype(np.int64)
+        return ids, segment, word_starts, length
+
+    def single_inputs(self, corpus: CorpusLike, spans: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``[CLS] S [SEP]`` from the token spans ``[B, 2]``; returns as :meth:`pair_inputs`."""
+        tokens = corpus.tokens
+        st, en = spans[:, 0], spans[:, 1]
+        n = len(st)
+        ls = en - st
+        T = int(ls.max()) + 2
+        j = np.arange(T)[None, :]
+        inside = (j >= 1) & (j <= ls[:, None])
+        src = np.clip(st[:, None] + j - 1, 0, len(tokens) - 1)
+        ids = np.where(inside, np.asarray(tokens[src], dtype=np.int64), self.pad_id)
+        word_starts = self.masker.word_starts(corpus, src, inside)
+        ids[:, 0] = self.cls_id
+        ids[np.arange(n), ls + 1] = self.sep_id
+        return ids, np.zeros_like(ids), word_starts, ls + 2
+
+    def finish_batch(
+        self, batch: dict[str, torch.Tensor], spans: np.ndarray, ids: np.ndarray,
+        segment: np.ndarray, word_starts: np.ndarray | None, length: np.ndarray, rng: np.random.Generator,
+    ) -> dict[str, torch.Tensor]:
+        """Mask the laid-out examples and add the model inputs and predictions to ``batch``."""
+        attention = (np.arange(ids.shape[1])[None, :] < length[:, None]).astype(np.int64)
+        masked = self.choose_predictions(ids, attention, rng, word_starts, spans)
         batch["input_ids"] = torch.from_numpy(ids)
         batch["attention_mask"] = torch.from_numpy(attention)
         if self.model_cfg.type_vocab_size > 0:
             batch["token_type_ids"] = torch.from_numpy(segment)
         self.add_predictions(batch, masked)
         return batch
+
+    def choose_predictions(
+        self, ids: np.ndarray, attention: np.ndarray, rng: np.random.Generator, word_starts: np.ndarray | None,
+        spans: np.ndarray,
+    ) -> Masked:
+        """Run the masker on the batch (in place on ``ids``); ``spans [B, 2]`` name the examples
+        for a schedule that fixes each example's masks (RoBERTa's static baseline)."""
+        return self.masker(ids, attention, rng, word_starts)
 
     def add_predictions(self, batch: dict[str, torch.Tensor], masked: Masked) -> None:
         """Put what the heads need from the masker into the batch: ``mlm_positions [B, P]`` and
@@ -290,24 +332,32 @@ class MaskedLM(Objective):
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
-        labels = batch["mlm_labels"]
-        used = labels != IGNORE
-        rows, slots = used.nonzero(as_tuple=True)
-        target = labels[rows, slots]
-        h = out.last_hidden_state[rows, batch["mlm_positions"][rows, slots]]  # [N, H]: only chosen positions
-        logits = self.mlm_head(h, backbone.output_embeddings())  # [N, V]
-        mlm_loss = F.cross_entropy(logits.float(), target)
-        metrics = {
-            "mlm_loss": mlm_loss.detach(),
-            "mlm_acc": (logits.detach().argmax(-1) == target).float().mean(),
-        }
-        loss = mlm_loss
+        loss, metrics, n_predictions = self.mlm_loss(out.last_hidden_state, batch, backbone.output_embeddings())
         if self.nsp_head is not None and "nsp_labels" in batch:
-            pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
-            nsp_logits = self.nsp_head(pooled)
-            nsp_loss = F.cross_entropy(nsp_logits.float(), batch["nsp_labels"])
-            metrics["nsp_loss"] = nsp_loss.detach()
-            metrics["nsp_acc"] = (nsp_logits.detach().argmax(-1) == batch["nsp_labels"]).float().mean()
-            loss = loss + nsp_loss
+            loss = loss + self.pair_loss("nsp", self.nsp_head, out, batch["nsp_labels"], metrics)
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
-        return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=int(target.numel()))
+        return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_predictions)
+
+    def mlm_loss(
+        self, h: torch.Tensor, batch: dict[str, torch.Tensor], decoder_weight: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        """``(loss, metrics, N)``: cross-entropy of the MLM head on the N chosen positions of
+        ``h [B, T, H]`` (gathered first, so the ``H x V`` projection runs on those rows only)."""
+        labels = batch["mlm_labels"]
+        rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
+        target = labels[rows, slots]
+        logits = self.mlm_head(h[rows, batch["mlm_positions"][rows, slots]], decoder_weight)  # [N, V]
+        loss = F.cross_entropy(logits.float(), target)
+        metrics = {"mlm_loss": loss.detach(), "mlm_acc": (logits.detach().argmax(-1) == target).float().mean()}
+        return loss, metrics, int(target.numel())
+
+    @staticmethod
+    def pair_loss(name: str, head: nn.Module, out, labels: torch.Tensor, metrics: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A binary sentence-pair head (NSP, SOP) on the pooled output (``h[CLS]`` without a
+        pooler): returns its loss and adds ``<name>_loss`` / ``<name>_acc`` to ``metrics``."""
+        pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+        logits = head(pooled)  # [B, 2]
+        loss = F.cross_entropy(logits.float(), labels)
+        metrics[f"{name}_loss"] = loss.detach()
+        metrics[f"{name}_acc"] = (logits.detach().argmax(-1) == labels).float().mean()
+        return loss
