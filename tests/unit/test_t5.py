@@ -64,12 +64,14 @@ def test_registered_and_presets() -> None:
     assert SpanCorruptionConfig() == SpanCorruptionConfig(noise_density=0.15, mean_noise_span_length=3.0)
     tiny = load_preset("t5-tiny")
     _, cfg = encoder_config(tiny["model"])
-    assert (cfg.encoder_layers, cfg.decoder_layers, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size) == (2, 2, 128, 2, 512)
+    sizes = (cfg.encoder_layers, cfg.decoder_layers, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size)
+    assert sizes == (2, 2, 128, 2, 512)
     assert tiny["tokenizer"]["extra_ids"] == 100 and tiny["objective"]["name"] == "t5"
     _, small = encoder_config(load_preset("t5-small")["model"])
     assert (small.hidden_size, small.encoder_layers, small.decoder_layers, small.num_heads, small.intermediate_size,
             small.relative_buckets, small.relative_max_distance) == (512, 6, 6, 8, 2048, 32, 128)
-    assert (small.norm, small.norm_type, small.bias, small.positions, small.scale_attention) == ("pre", "rms", False, "relative", False)
+    switches = (small.norm, small.norm_type, small.bias, small.positions, small.scale_attention)
+    assert switches == ("pre", "rms", False, "relative", False)
 
 
 def test_t5_small_has_the_hf_parameter_count() -> None:

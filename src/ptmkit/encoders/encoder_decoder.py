@@ -162,17 +162,18 @@ class EncoderDecoderConfig:
             value = getattr(self, name)
             if value not in allowed:
                 raise PtmError(f"model.{name}={value!r} is not one of {allowed}{suggest(str(value), allowed)}")
-        for name in ("bias", "scale_attention", "gated_ffn", "scale_decoder_output", "embedding_norm", "scale_embedding"):
+        for name in ("bias", "scale_attention", "gated_ffn", "scale_decoder_output"):
             if not isinstance(getattr(self, name), bool):
                 raise PtmError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("relative_buckets", "relative_max_distance"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 4:
                 raise PtmError(f"model.{name} must be an integer >= 4, got {value!r}")
-        if self.positions == "relative" and self.relative_max_distance <= self.relative_buckets // 4:
+        # the log-spaced buckets start after the exact offsets (buckets / 2 in the causal decoder)
+        if self.positions == "relative" and self.relative_max_distance <= self.relative_buckets // 2:
             raise PtmError(
                 f"model.relative_max_distance={self.relative_max_distance} must exceed the exact offsets "
-                f"(relative_buckets / 4 = {self.relative_buckets // 4}); raise it"
+                f"(relative_buckets / 2 = {self.relative_buckets // 2}); raise it"
             )
         if float(self.layer_norm_eps) <= 0 or float(self.init_std) <= 0:
             raise PtmError("model.layer_norm_eps and model.init_std must be positive")
@@ -298,13 +299,6 @@ def make_norm(cfg: EncoderDecoderConfig) -> nn.Module:
 
 def _attention_scale(cfg: EncoderDecoderConfig) -> float | None:
     return None if cfg.scale_attention else 1.0  # None: SDPA's default 1/sqrt(d)
-
-
-def _residual(x: torch.Tensor, norm: nn.Module, sublayer: Any, dropout: nn.Dropout, pre: bool) -> torch.Tensor:
-    """Post-LN ``LN(x + drop(f(x)))`` or pre-LN ``x + drop(f(LN(x)))``."""
-    if pre:
-        return x + dropout(sublayer(norm(x)))
-    return norm(x + dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):

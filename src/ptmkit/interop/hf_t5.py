@@ -70,7 +70,8 @@ def problems(model_cfg: Any) -> list[str]:
               "embedding_norm": False, "scale_embedding": False}
     out = [f"{k}={getattr(model_cfg, k)!r} (T5 has {k}={v!r})" for k, v in wanted.items() if getattr(model_cfg, k) != v]
     if (model_cfg.activation, model_cfg.gated_ffn) not in _FFN_TO_HF:
-        out.append(f"activation={model_cfg.activation!r} with gated_ffn={model_cfg.gated_ffn} has no HF T5 feed_forward_proj")
+        out.append(f"activation={model_cfg.activation!r} with gated_ffn={model_cfg.gated_ffn} "
+                   f"has no HF T5 feed_forward_proj")
     return out
 
 

@@ -58,7 +58,9 @@ class SpanCorruptionConfig:
                 except ValueError:
                     raise PtmError(f"objective.{name} must be a number, got {value!r}") from None
         if not 0.0 < self.noise_density < 1.0:
-            raise PtmError(f"objective.noise_density is a share of the tokens and must be in (0, 1), got {self.noise_density}")
+            raise PtmError(
+                f"objective.noise_density is a share of the tokens and must be in (0, 1), got {self.noise_density}"
+            )
         if not self.mean_noise_span_length >= 1.0:
             raise PtmError(f"objective.mean_noise_span_length must be at least 1, got {self.mean_noise_span_length}")
 
@@ -185,7 +187,8 @@ class SpanCorruption(BartDenoising):
     def show(self, tokenizer: Any, x: np.ndarray, source: np.ndarray, generated: np.ndarray) -> dict[str, str]:
         """``noised``: the input with its sentinels; ``reconstruction``: the input with each
         sentinel replaced by what the model generated behind it."""
-        generated = generated[: int(np.argmax(generated == self.eos_id))] if (generated == self.eos_id).any() else generated
+        ends = np.flatnonzero(generated == self.eos_id)
+        generated = generated[: ends[0]] if len(ends) else generated  # what follows [SEP] is padding
         filled = fill_sentinels(source[:-1], generated, self.sentinel_ids)
         return {
             "original": tokenizer.decode(x.tolist()),
