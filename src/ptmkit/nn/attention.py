@@ -65,6 +65,7 @@ class MultiHeadSelfAttention(nn.Module):
             else:  # query i (position t0 + i) sees keys j <= t0 + i
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal
+            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal,
+            scale=self.scale,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, H)), (k, v)
