@@ -22,6 +22,11 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   Batches from the plm objective's collate over random text (``seq_len / 6`` n-gram targets, a random
   factorisation order per row); no memory on either side (the training step of a fresh segment).
   HF's XLNet has no SDPA path: both sides compute the relative attention explicitly.
+* ``t5``: T5 span corruption.  ptmkit: ``EncoderDecoder`` configured as T5 v1.0 (pre-LN RMS norm, no
+  biases, relative position buckets, ReLU, tied output rescaled) + ``SpanCorruption``; HF:
+  ``T5ForConditionalGeneration`` at the same size (``LAYERS // 2`` layers per stack, 32 buckets) with
+  the same ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels``, from the t5
+  objective's collate: examples of ``seq_len - 1`` tokens, 15 % of them in spans of mean length 3.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
 the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
@@ -42,9 +47,9 @@ training run needs.  ``steady_mb`` is the RSS after the first step minus the bas
 reset through ``/proc/self/clear_refs``).
 
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
-``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF tokens/s),
-``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit peak / HF peak), and the same keys
-for ``roberta`` and ``albert``.  ``--workloads`` picks a subset.
+``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``t5_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF
+tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``t5_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit
+peak / HF peak), and the same keys for ``roberta`` and ``albert``.  ``--workloads`` picks a subset.
 """
 
 from __future__ import annotations
@@ -65,8 +70,10 @@ import torch
 HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
 TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 FRAMEWORKS = ("ptmkit", "hf")
-WORKLOADS = ("mlm", "clm", "bart", "xlnet", "roberta", "albert")
+WORKLOADS = ("mlm", "clm", "bart", "t5", "xlnet", "roberta", "albert")
 ALBERT_E = 128
+SENTINELS = 100  # T5's <extra_id_i>, the last ids of the vocabulary; the text never uses them
+T5_TOKENIZER = SimpleNamespace(**vars(TOKENIZER), sentinel_ids=tuple(range(VOCAB - 1, VOCAB - 1 - SENTINELS, -1)))
 
 
 def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int = 0) -> list[dict]:
@@ -104,6 +111,9 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
             hf = {"input_ids": ours["input_ids"], "perm_mask": (~ours["sees"]).float(),
                   "target_mapping": torch.nn.functional.one_hot(ours["target_positions"], seq_len).float(),
                   "labels": ours["labels"]}
+        elif workload == "t5":
+            ours = t5_batch(batch_size, seq_len, rng)
+            hf = dict(ours)
         else:
             stream = torch.from_numpy(rng.integers(5, VOCAB, size=(batch_size, seq_len + 1)).astype(np.int64))
             ours = {"input_ids": stream[:, :-1].contiguous(), "labels": stream[:, 1:].contiguous()}
@@ -214,6 +224,32 @@ def roberta_albert_model(framework: str, workload: str, layers: int) -> torch.nn
     return transformers.AlbertForPreTraining(cfg)
 
 
+def _t5_config():
+    from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
+
+    return EncoderDecoderConfig(vocab_size=VOCAB, hidden_size=HIDDEN, encoder_layers=LAYERS // 2,
+                                decoder_layers=LAYERS // 2, num_heads=HEADS, intermediate_size=FFN, max_position=POSITIONS,
+                                activation="relu", dropout=DROPOUT, attention_dropout=DROPOUT, activation_dropout=DROPOUT,
+                                layer_norm_eps=1e-6, embedding_norm=False, norm="pre", norm_type="rms", bias=False,
+                                positions="relative", relative_buckets=32, relative_max_distance=128,
+                                scale_attention=False, scale_decoder_output=True, init="t5",
+                                pad_token_id=TOKENIZER.pad_id, decoder_start_token_id=TOKENIZER.pad_id)
+
+
+def t5_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
+    """One T5 batch from the t5 objective's collate over random text (examples of ``seq_len - 1`` tokens)."""
+    from ptmkit.encoders.encoder_decoder import EncoderDecoder
+    from ptmkit.objectives.t5 import SpanCorruption, SpanCorruptionConfig
+
+    n = batch_size * (seq_len - 1)
+    corpus = SimpleNamespace(tokens=rng.integers(5, VOCAB - SENTINELS, size=n).astype(np.int64),
+                             sentences=np.array([0, n], dtype=np.int64), documents=np.array([0, 1], dtype=np.int64))
+    cfg = replace(_t5_config(), encoder_layers=1, decoder_layers=1)
+    objective = SpanCorruption(SpanCorruptionConfig(), EncoderDecoder(cfg), T5_TOKENIZER)
+    starts = np.arange(batch_size, dtype=np.int64) * (seq_len - 1)
+    return objective.collate(corpus, np.stack([starts, starts + seq_len - 1], axis=1), rng)
+
+
 def build_model(framework: str, workload: str, layers: int = LAYERS) -> torch.nn.Module:
     torch.manual_seed(0)
     if workload in ("roberta", "albert"):
@@ -237,6 +273,12 @@ def build_model(framework: str, workload: str, layers: int = LAYERS) -> torch.nn
 
             encoder = EncoderDecoder(_bart_config())
             return PretrainModel(encoder, BartDenoising(DenoisingConfig(), encoder, TOKENIZER))
+        if workload == "t5":
+            from ptmkit.encoders.encoder_decoder import EncoderDecoder
+            from ptmkit.objectives.t5 import SpanCorruption, SpanCorruptionConfig
+
+            encoder = EncoderDecoder(_t5_config())
+            return PretrainModel(encoder, SpanCorruption(SpanCorruptionConfig(), encoder, T5_TOKENIZER))
         common = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN,
                       max_position=POSITIONS, dropout=DROPOUT, attention_dropout=DROPOUT)
         if workload == "mlm":
@@ -265,6 +307,14 @@ def build_model(framework: str, workload: str, layers: int = LAYERS) -> torch.nn
                                       forced_eos_token_id=None)
         cfg._attn_implementation = "sdpa"
         return transformers.BartForConditionalGeneration(cfg)
+    if workload == "t5":
+        cfg = transformers.T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
+                                    num_layers=LAYERS // 2, num_decoder_layers=LAYERS // 2, num_heads=HEADS,
+                                    relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                                    dropout_rate=DROPOUT, feed_forward_proj="relu", pad_token_id=TOKENIZER.pad_id,
+                                    eos_token_id=TOKENIZER.sep_id, decoder_start_token_id=TOKENIZER.pad_id)
+        cfg._attn_implementation = "sdpa"
+        return transformers.T5ForConditionalGeneration(cfg)
     if workload == "mlm":
         cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                       num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=POSITIONS,

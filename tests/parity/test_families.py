@@ -235,8 +235,44 @@ def case_albert(tmp_path):
     return pairs + [("mlm logits", mlm, theirs.prediction_logits, keep), ("sop logits", sop, theirs.sop_logits, None)]
 
 
+T5 = dict(hidden_size=32, encoder_layers=2, decoder_layers=3, num_heads=4, intermediate_size=64, max_position=40,
+          activation="relu", norm="pre", norm_type="rms", bias=False, positions="relative", relative_buckets=8,
+          relative_max_distance=20, scale_attention=False, scale_decoder_output=True, embedding_norm=False,
+          layer_norm_eps=1e-6, init="t5", decoder_start_token_id=0)
+
+
+@torch.no_grad()
+def case_t5(tmp_path):
+    config = {"model": {"encoder": "encoder_decoder", "vocab_size": V, **T5}, "objective": {"name": "t5"}}
+    torch.manual_seed(0)
+    pm = build_model(config, SimpleNamespace(**vars(TOK), sentinel_ids=tuple(range(V - 1, V - 11, -1))))
+    perturb(pm)
+    pre = Pretrained(config, None, pm.backbone, pm.objective, None, pm.eval())
+    b = padded_batch(segments=False)
+    g = torch.Generator().manual_seed(1)
+    dec = torch.randint(5, V, (3, 8), generator=g)
+    dec[:, 0] = TOK.pad_id  # T5's decoder starts from <pad>
+    dec_mask = torch.ones_like(dec)
+    dec_mask[1, 6:] = 0
+    dec_mask[2, 2:] = 0
+    dec[dec_mask == 0] = TOK.pad_id
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "T5ForConditionalGeneration"
+    theirs = hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=dec,
+                decoder_attention_mask=dec_mask, output_hidden_states=True)
+    out = pre.backbone(b["input_ids"], b["attention_mask"], decoder_input_ids=dec, decoder_attention_mask=dec_mask,
+                       output_hidden_states=True)
+    src, tgt = b["attention_mask"].bool(), dec_mask.bool()
+    pairs = [(f"encoder hidden {i}", a, c, src)
+             for i, (a, c) in enumerate(zip(out.extras["encoder_hidden_states"], theirs.encoder_hidden_states))]
+    pairs += [(f"decoder hidden {i}", a, c, tgt)
+              for i, (a, c) in enumerate(zip(out.extras["decoder_hidden_states"], theirs.decoder_hidden_states))]
+    return pairs + [("lm logits", pre.backbone.logits(out.last_hidden_state), theirs.logits, tgt)]
+
+
 CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart,
-                              "xlnet": case_xlnet, "roberta": case_roberta, "albert": case_albert}
+                              "xlnet": case_xlnet, "roberta": case_roberta, "albert": case_albert, "t5": case_t5}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -19,6 +19,28 @@ Shapes: ``B`` examples, ``S`` source (encoder) positions, ``T`` target (decoder)
 * Logits ``= y E^T + final_logits_bias``; the bias is a ``[V]`` buffer (zeros in BART, never trained,
   kept because BART checkpoints carry it).
 
+T5 (Raffel et al. 2020) is a configuration of the same encoder (``presets/t5-*.yaml``); each switch
+defaults to BART's behaviour:
+
+* ``norm="pre"``: pre-LN blocks, ``x = x + drop(SubLayer(LN(x)))``, and a final LayerNorm + dropout
+  on each stack (``{encoder,decoder}.final_norm``); ``norm_type="rms"``: T5's RMS norm,
+  ``x / sqrt(mean(x^2) + eps) * g`` (no mean subtraction, no bias; ``torch.nn.RMSNorm``).
+* ``bias=false``: no biases in any attention or FFN projection.
+* ``positions="relative"``: no position tables; each stack owns one learned bias per head and
+  bucketed offset (:class:`ptmkit.nn.positions.RelativePositionBias`, ``relative_buckets``,
+  ``relative_max_distance``), bidirectional in the encoder and causal in the decoder, computed once
+  per forward pass and added to every self-attention layer's scores (cross-attention has none).
+* ``scale_attention=false``: scores ``q . k`` without the ``1/sqrt(d)`` factor (T5 folds it into
+  ``init="t5"``: ``W_q ~ N(0, (H d)^-1/2)``, ``W_k, W_v ~ N(0, H^-1/2)``, ``W_o ~ N(0, H^-1/2)``,
+  FFN in ``N(0, H^-1/2)``, out ``N(0, I^-1/2)``, embeddings ``N(0, 1)``, relative bias ``N(0, H^-1/2)``).
+* ``gated_ffn``: ``fc2(act(fc1(x)) * fc1_linear(x))`` (T5 v1.1's gated-GELU with ``gelu_tanh``);
+  T5 v1.0 is the plain ReLU FFN.
+* ``scale_decoder_output``: the decoder output is multiplied by ``H^-1/2`` before the tied output
+  projection (T5 with tied embeddings), in :meth:`EncoderDecoder.lm_input`.
+
+With ``norm="pre"`` the last entry of each half's hidden states is the stack's output after the
+final norm (the layer's raw output is not listed), as HF T5 reports them.
+
 Attention is ``torch.nn.functional.scaled_dot_product_attention``; padding masks go through
 :func:`ptmkit.nn.masks.build_attention_mask`, which never leaves a query row with nothing to
 attend to (no NaN from fully padded rows).
@@ -46,6 +68,9 @@ Parameter names (the HF key map relies on them): ``word_embeddings.weight [V, H]
 ``decoder.layers.{j}.cross_attn.q.{weight [H, H], bias}``, ``decoder.layers.{j}.cross_attn.kv.{weight [2H, H], bias}``
 (k, v stacked), ``decoder.layers.{j}.cross_attn.out.*``, ``decoder.layers.{j}.cross_attn_norm.*``,
 ``decoder.layers.{j}.ffn.*``, ``decoder.layers.{j}.ffn_norm.*``; buffer ``final_logits_bias [V]``.
+With the T5 options: ``{encoder,decoder}.relative_bias.bias.weight [buckets, h]`` instead of the
+position tables, ``{encoder,decoder}.final_norm.weight``, ``....ffn.fc1_linear.weight`` (gated), and
+no ``bias`` tensors.
 """
 
 from __future__ import annotations
@@ -64,9 +89,14 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.masks import build_attention_mask
+from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+NORMS = ("post", "pre")
+NORM_TYPES = ("layer", "rms")
+POSITIONS = ("absolute", "relative")
+INITS = ("normal", "t5")
 POSITION_OFFSET = 2  # BART reads position t from row t + 2 of its position tables
 KV = tuple[torch.Tensor, torch.Tensor]  # attention keys and values, each [B, h, t, d]
 
@@ -92,6 +122,17 @@ class EncoderDecoderConfig:
     # The decoder's first input.  BART starts with its end-of-sequence token; ptmkit's tokenizers
     # reserve [PAD] [UNK] [CLS] [SEP] [MASK] as ids 0-4, so 3 is [SEP] (objectives check it).
     decoder_start_token_id: int = 3
+    # T5's switches (see the module docstring); the defaults are BART's
+    norm: str = "post"  # "post" (BART) | "pre" (T5: LN before each sub-layer, final LN per stack)
+    norm_type: str = "layer"  # "layer" (LayerNorm) | "rms" (T5's RMS norm, no bias)
+    bias: bool = True  # biases in the attention and FFN projections
+    positions: str = "absolute"  # "absolute" (learned tables) | "relative" (T5 buckets)
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
+    scale_attention: bool = True  # scores / sqrt(d); T5: false
+    gated_ffn: bool = False  # T5 v1.1's gated FFN
+    scale_decoder_output: bool = False  # decoder output * H^-1/2 before the tied projection (T5)
+    init: str = "normal"  # "normal": N(0, init_std) (BART) | "t5": T5's fan-in scaled init
 
     def __post_init__(self) -> None:
         for name in ("dropout", "attention_dropout", "activation_dropout", "layer_norm_eps", "init_std"):
@@ -117,6 +158,23 @@ class EncoderDecoderConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise PtmError(f"model.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        for name, allowed in (("norm", NORMS), ("norm_type", NORM_TYPES), ("positions", POSITIONS), ("init", INITS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise PtmError(f"model.{name}={value!r} is not one of {allowed}{suggest(str(value), allowed)}")
+        for name in ("bias", "scale_attention", "gated_ffn", "scale_decoder_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"model.{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("relative_buckets", "relative_max_distance"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 4:
+                raise PtmError(f"model.{name} must be an integer >= 4, got {value!r}")
+        # the log-spaced buckets start after the exact offsets (buckets / 2 in the causal decoder)
+        if self.positions == "relative" and self.relative_max_distance <= self.relative_buckets // 2:
+            raise PtmError(
+                f"model.relative_max_distance={self.relative_max_distance} must exceed the exact offsets "
+                f"(relative_buckets / 2 = {self.relative_buckets // 2}); raise it"
+            )
         if float(self.layer_norm_eps) <= 0 or float(self.init_std) <= 0:
             raise PtmError("model.layer_norm_eps and model.init_std must be positive")
         for name in ("pad_token_id", "decoder_start_token_id"):
@@ -170,10 +228,12 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
     """Causal self-attention (the parameters of :class:`MultiHeadSelfAttention`) with a step that
     extends cached keys and values, for incremental decoding."""
 
-    def step(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+    def step(self, x: torch.Tensor, past: KV | None,
+             position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
         """x ``[B, T, H]`` at positions ``t0 .. t0 + T - 1`` where ``t0`` = the cached length;
-        past: keys/values ``[B, h, t0, d]`` or ``None``.  Returns ``[B, T, H]`` and the keys/values
-        ``[B, h, t0 + T, d]``."""
+        past: keys/values ``[B, h, t0, d]`` or ``None``; position_bias: an additive float mask
+        ``[1, h, T, t0 + T]`` (relative positions, causal pattern included) or ``None``.  Returns
+        ``[B, T, H]`` and the keys/values ``[B, h, t0 + T, d]``."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         t0 = 0
@@ -187,7 +247,10 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
             else:  # query i (position t0 + i) sees keys j <= t0 + i
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
         dropout = self.attention_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
+        if position_bias is not None:  # [1, h, T, t0 + T], already holding the causal pattern
+            mask, is_causal = position_bias, False
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                           scale=self.scale)
         return self.out(_merge(y)), (k, v)
 
 
@@ -196,13 +259,15 @@ class CrossAttention(nn.Module):
     ``kv.{weight [2H, H], bias [2H]}`` (key and value projections stacked, one matmul for both),
     ``out.{weight [H, H], bias [H]}``."""
 
-    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0, bias: bool = True,
+                 scale: float | None = None) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.attention_dropout = attention_dropout
-        self.q = nn.Linear(hidden_size, hidden_size)
-        self.kv = nn.Linear(hidden_size, 2 * hidden_size)
-        self.out = nn.Linear(hidden_size, hidden_size)
+        self.scale = scale
+        self.q = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.kv = nn.Linear(hidden_size, 2 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
     def project_memory(self, memory: torch.Tensor) -> KV:
         """Encoder states ``[B, S, H]`` -> keys and values ``[B, h, S, d]`` each."""
@@ -215,44 +280,64 @@ class CrossAttention(nn.Module):
         attend) or ``None`` -> ``[B, T, H]``."""
         q = _heads(self.q(y), self.num_heads)
         dropout = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=mask, dropout_p=dropout)
+        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=mask, dropout_p=dropout, scale=self.scale)
         return self.out(_merge(out))
 
 
 def _ffn(ffn: FeedForward, x: torch.Tensor, act_dropout: nn.Dropout) -> torch.Tensor:
-    """BART's FFN: ``fc2(dropout(act(fc1(x))))`` with the FFN's own parameters."""
-    return ffn.fc2(act_dropout(ffn.act(ffn.fc1(x))))
+    """BART's FFN: ``fc2(dropout(act(fc1(x))))`` with the FFN's own parameters (T5 v1.1:
+    ``fc2(dropout(act(fc1(x)) * fc1_linear(x)))``)."""
+    return ffn.fc2(act_dropout(ffn.inner(x)))
+
+
+def make_norm(cfg: EncoderDecoderConfig) -> nn.Module:
+    """LayerNorm (BART) or RMS norm (T5: no mean subtraction, no bias) over ``H``."""
+    if cfg.norm_type == "rms":
+        return nn.RMSNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+    return nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+
+def _attention_scale(cfg: EncoderDecoderConfig) -> float | None:
+    return None if cfg.scale_attention else 1.0  # None: SDPA's default 1/sqrt(d)
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN block: ``x = LN(x + drop(SelfAttn(x)))``; ``x = LN(x + drop(FFN(x)))``; ``[B, S, H]``."""
+    """Post-LN block: ``x = LN(x + drop(SelfAttn(x)))``; ``x = LN(x + drop(FFN(x)))``; ``[B, S, H]``
+    (pre-LN with ``norm="pre"``: ``x = x + drop(SelfAttn(LN(x)))``, ``x = x + drop(FFN(LN(x)))``)."""
 
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
-        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.pre = cfg.norm == "pre"
+        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.bias,
+                                           _attention_scale(cfg))
+        self.attn_norm = make_norm(cfg)
+        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.gated_ffn)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.act_dropout = nn.Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
-        return self.ffn_norm(x + self.dropout(_ffn(self.ffn, x, self.act_dropout)))
+        if not self.pre:  # BART: the original expressions, unchanged
+            x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
+            return self.ffn_norm(x + self.dropout(_ffn(self.ffn, x, self.act_dropout)))
+        x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal))
+        return x + self.dropout(_ffn(self.ffn, self.ffn_norm(x), self.act_dropout))
 
 
 class DecoderLayer(nn.Module):
-    """Post-LN block: causal self-attention, cross-attention over the encoder, FFN; ``[B, T, H]``."""
+    """Post-LN (or pre-LN) block: causal self-attention, cross-attention over the encoder, FFN; ``[B, T, H]``."""
 
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
         H = cfg.hidden_size
-        self.self_attn = DecoderSelfAttention(H, cfg.num_heads, cfg.attention_dropout)
-        self.self_attn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.cross_attn = CrossAttention(H, cfg.num_heads, cfg.attention_dropout)
-        self.cross_attn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(H, cfg.intermediate_size, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(H, eps=cfg.layer_norm_eps)
+        self.pre = cfg.norm == "pre"
+        scale = _attention_scale(cfg)
+        self.self_attn = DecoderSelfAttention(H, cfg.num_heads, cfg.attention_dropout, cfg.bias, scale)
+        self.self_attn_norm = make_norm(cfg)
+        self.cross_attn = CrossAttention(H, cfg.num_heads, cfg.attention_dropout, cfg.bias, scale)
+        self.cross_attn_norm = make_norm(cfg)
+        self.ffn = FeedForward(H, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.gated_ffn)
+        self.ffn_norm = make_norm(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
         self.act_dropout = nn.Dropout(cfg.activation_dropout)
 
@@ -267,40 +352,79 @@ class DecoderLayer(nn.Module):
         use_cache: bool = False,
     ) -> tuple[torch.Tensor, KV | None]:
         """y ``[B, T, H]``; self_mask / is_causal: the decoder's own attention pattern (ignored when
-        caching: positions are causal by construction); memory_kv: the encoder states' keys and
-        values for this layer; cross_mask ``[B, 1, 1, S]`` or ``None``.  Returns ``[B, T, H]`` and,
-        with ``use_cache``, this layer's self-attention keys/values so far."""
+        caching without relative positions: positions are causal by construction; with them, the
+        cached step's mask is the position bias ``[1, h, T, t0 + T]``); memory_kv: the encoder
+        states' keys and values for this layer; cross_mask ``[B, 1, 1, S]`` or ``None``.  Returns
+        ``[B, T, H]`` and, with ``use_cache``, this layer's self-attention keys/values so far."""
+        if not self.pre:  # BART: the original expressions, unchanged
+            if use_cache:
+                a, kv = self.self_attn.step(y, past)
+            else:
+                a, kv = self.self_attn(y, self_mask, is_causal), None
+            y = self.self_attn_norm(y + self.dropout(a))
+            y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask)))
+            return self.ffn_norm(y + self.dropout(_ffn(self.ffn, y, self.act_dropout))), kv
+        h = self.self_attn_norm(y)
         if use_cache:
-            a, kv = self.self_attn.step(y, past)
+            a, kv = self.self_attn.step(h, past, self_mask)
         else:
-            a, kv = self.self_attn(y, self_mask, is_causal), None
-        y = self.self_attn_norm(y + self.dropout(a))
-        y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask)))
-        return self.ffn_norm(y + self.dropout(_ffn(self.ffn, y, self.act_dropout))), kv
+            a, kv = self.self_attn(h, self_mask, is_causal), None
+        y = y + self.dropout(a)
+        y = y + self.dropout(self.cross_attn(self.cross_attn_norm(y), memory_kv, cross_mask))
+        return y + self.dropout(_ffn(self.ffn, self.ffn_norm(y), self.act_dropout)), kv
 
 
 class _Stack(nn.Module):
-    """One half's position table, embedding LayerNorm and layers."""
+    """One half's position table (or relative position bias), embedding LayerNorm, layers and
+    (pre-LN) final norm."""
 
-    def __init__(self, cfg: EncoderDecoderConfig, layer: type, n: int) -> None:
+    def __init__(self, cfg: EncoderDecoderConfig, layer: type, n: int, bidirectional: bool) -> None:
         super().__init__()
-        self.position_embeddings = nn.Embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size)
-        self.embedding_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.bidirectional = bidirectional
+        absolute = cfg.positions == "absolute"
+        self.position_embeddings = nn.Embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size) if absolute else None
+        self.relative_bias = (None if absolute else
+                              RelativePositionBias(cfg.num_heads, cfg.relative_buckets, cfg.relative_max_distance))
+        self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(layer(cfg) for _ in range(n))
+        self.final_norm = make_norm(cfg) if cfg.norm == "pre" else None
 
     def embed(self, tokens: torch.Tensor, start: int = 0, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Token embeddings ``[B, T, H]`` (already scaled) at positions ``start .. start + T - 1``,
-        or at explicit ``position_ids [B, T]`` -> the first layer's input ``[B, T, H]``."""
+        or at explicit ``position_ids [B, T]`` -> the first layer's input ``[B, T, H]``.  Without a
+        position table (relative positions) the tokens enter as they are."""
+        x = tokens
         if position_ids is not None:  # e.g. MASS: a span's tokens at their places in the sentence
             x = tokens + self.position_embeddings(position_ids + POSITION_OFFSET)
-        else:
+        elif self.position_embeddings is not None:
             T = tokens.shape[1]
             lo = start + POSITION_OFFSET
             x = tokens + self.position_embeddings.weight[lo : lo + T]  # [T, H] broadcast over the batch
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
         return self.dropout(x)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """The stack's output: pre-LN stacks end in a norm and dropout (T5), post-LN ones as they are."""
+        return x if self.final_norm is None else self.dropout(self.final_norm(x))
+
+    def position_mask(self, mask: torch.Tensor | None, is_causal: bool, q_len: int, k_len: int,
+                      dtype: torch.dtype, q_start: int = 0) -> tuple[torch.Tensor | None, bool]:
+        """Fold the relative position bias (computed once, shared by every layer) into the
+        attention mask from :func:`build_attention_mask`: ``[B|1, h, T_q, T_k]`` float, with masked
+        keys at the dtype minimum.  Without relative positions the mask is returned as is."""
+        if self.relative_bias is None:
+            return mask, is_causal
+        device = self.relative_bias.bias.weight.device
+        bias = self.relative_bias(q_len, k_len, self.bidirectional, device, q_start).to(dtype)  # [1, h, Tq, Tk]
+        if is_causal:  # the fast path's implicit causal mask, made explicit
+            mask = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(q_start)
+        if mask is None:
+            return bias, False
+        if mask.dtype == torch.bool:
+            return bias.masked_fill(~mask, torch.finfo(dtype).min), False
+        return bias + mask, False
 
 
 _ENC_RE = re.compile(r"^encoder\.layers\.(\d+)\.")
@@ -320,15 +444,16 @@ class EncoderDecoder(Encoder):
         super().__init__(config)
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
-        self.encoder = _Stack(config, EncoderLayer, config.encoder_layers)
-        self.decoder = _Stack(config, DecoderLayer, config.decoder_layers)
+        self.encoder = _Stack(config, EncoderLayer, config.encoder_layers, bidirectional=True)
+        self.decoder = _Stack(config, DecoderLayer, config.decoder_layers, bidirectional=False)
         self.register_buffer("final_logits_bias", torch.zeros(config.vocab_size))
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """BART's initialisation: weights ~ N(0, init_std), biases 0, LayerNorm gain 1, the
-        padding token's embedding 0, ``final_logits_bias`` 0."""
+        padding token's embedding 0, ``final_logits_bias`` 0.  ``init="t5"``: T5's (module
+        docstring), which stands in for the ``1/sqrt(d)`` the unscaled attention leaves out."""
         std = self.config.init_std
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -338,8 +463,35 @@ class EncoderDecoder(Encoder):
             elif isinstance(module, nn.LayerNorm):
                 module.weight.fill_(1.0)
                 module.bias.zero_()
+            elif isinstance(module, nn.RMSNorm):
+                module.weight.fill_(1.0)
+        if self.config.init == "t5":
+            self._t5_init()
         self.word_embeddings.weight[self.config.pad_token_id].zero_()
         self.final_logits_bias.zero_()
+
+    @torch.no_grad()
+    def _t5_init(self) -> None:
+        """T5's fan-in scaled normal init (Mesh TensorFlow's, as HF ``T5PreTrainedModel`` does it)."""
+        cfg = self.config
+        H, d, I = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+        self.word_embeddings.weight.normal_(0.0, 1.0)
+        for module in self.modules():
+            if isinstance(module, MultiHeadSelfAttention):
+                module.qkv.weight[:H].normal_(0.0, (H * d) ** -0.5)  # q: the 1/sqrt(d) folded in
+                module.qkv.weight[H:].normal_(0.0, H ** -0.5)
+                module.out.weight.normal_(0.0, H ** -0.5)
+            elif isinstance(module, CrossAttention):
+                module.q.weight.normal_(0.0, (H * d) ** -0.5)
+                module.kv.weight.normal_(0.0, H ** -0.5)
+                module.out.weight.normal_(0.0, H ** -0.5)
+            elif isinstance(module, FeedForward):
+                module.fc1.weight.normal_(0.0, H ** -0.5)
+                if module.fc1_linear is not None:
+                    module.fc1_linear.weight.normal_(0.0, H ** -0.5)
+                module.fc2.weight.normal_(0.0, I ** -0.5)
+            elif isinstance(module, RelativePositionBias):
+                module.bias.weight.normal_(0.0, H ** -0.5)
 
     # -- the Encoder contract ---------------------------------------------------------------
     def input_embeddings(self) -> nn.Embedding:
@@ -362,6 +514,15 @@ class EncoderDecoder(Encoder):
     def layer_index(self, name: str) -> int:
         if name.startswith(_EMBEDDING_PREFIXES):
             return 0
+        # each stack's relative bias serves every layer; it is counted with the first, as T5 stores it
+        if name.startswith("encoder.relative_bias."):
+            return 1
+        if name.startswith("decoder.relative_bias."):
+            return self.config.encoder_layers + 1
+        if name.startswith("encoder.final_norm."):
+            return self.config.encoder_layers
+        if name.startswith("decoder.final_norm."):
+            return self.num_layers
         match = _ENC_RE.match(name)
         if match:
             return int(match.group(1)) + 1
@@ -371,9 +532,14 @@ class EncoderDecoder(Encoder):
         return self.num_layers + 1
 
     # -- pieces -----------------------------------------------------------------------------
+    def lm_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Decoder states ``[..., H]`` -> the input of the tied output projection: unchanged, or
+        ``* H^-1/2`` with ``scale_decoder_output`` (T5)."""
+        return hidden * self.config.hidden_size ** -0.5 if self.config.scale_decoder_output else hidden
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder states ``[..., H]`` -> vocabulary logits ``[..., V]`` (tied, plus ``final_logits_bias``)."""
-        return F.linear(hidden, self.word_embeddings.weight, self.final_logits_bias)
+        return F.linear(self.lm_input(hidden), self.word_embeddings.weight, self.final_logits_bias)
 
     def shift_right(self, ids: torch.Tensor) -> torch.Tensor:
         """``[B, T]`` -> ``[B, T]``: ``decoder_start_token_id`` then ``ids[:, :-1]`` (-100 becomes
@@ -389,13 +555,18 @@ class EncoderDecoder(Encoder):
     def _check(self, ids: torch.Tensor, what: str, start: int = 0) -> None:
         check_token_ids(ids, self.config.vocab_size)
         end = start + ids.shape[1]
-        if end > self.config.max_position:
+        if end > self.config.max_position:  # relative positions have no table, but the limit stays the model's
             raise PtmError(
                 f"{what} reach position {end}, beyond the model's max_position {self.config.max_position}; "
                 f"use shorter sequences or a model with more positions"
             )
 
     def _check_positions(self, position_ids: torch.Tensor, shape: torch.Size) -> None:
+        if self.config.positions != "absolute":
+            raise PtmError(
+                f"decoder position ids need learned absolute positions, and this model has "
+                f"model.positions={self.config.positions!r}; decode without them, or use model.positions=absolute"
+            )
         if tuple(position_ids.shape) != tuple(shape):
             raise PtmError(f"decoder position ids have shape {tuple(position_ids.shape)}, the decoder inputs "
                            f"{tuple(shape)}; give one position per decoder input")
@@ -417,12 +588,17 @@ class EncoderDecoder(Encoder):
         ``last_hidden_state [B, S, H]`` (and the embedding output + every layer's states)."""
         self._check(input_ids, "input_ids")
         x = self.encoder.embed(self._tokens(input_ids))
-        mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype)
+        S = input_ids.shape[1]
+        mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, S, x.dtype)
+        mask, is_causal = self.encoder.position_mask(mask, is_causal, S, S, x.dtype)
         hidden = [x] if output_hidden_states else None
         for layer in self.encoder.layers:
             x = layer(x, mask, is_causal)
             if hidden is not None:
                 hidden.append(x)
+        x = self.encoder.finish(x)
+        if hidden is not None and self.encoder.final_norm is not None:
+            hidden[-1] = x  # pre-LN: the stack's normalised output stands for its last layer
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None)
 
     def start_cache(self, encoder_hidden_states: torch.Tensor,
@@ -474,11 +650,14 @@ class EncoderDecoder(Encoder):
             cross_mask, cross_kv = cache.cross_mask, cache.cross_kv
         y = self.decoder.embed(self._tokens(decoder_input_ids), start, position_ids)
         self_mask, is_causal = None, True
+        T = decoder_input_ids.shape[1]
         if cache is None:
-            T = decoder_input_ids.shape[1]
             self_mask, is_causal = build_attention_mask(decoder_attention_mask, None, True, T, y.dtype)
+            self_mask, is_causal = self.decoder.position_mask(self_mask, is_causal, T, T, y.dtype)
         elif decoder_attention_mask is not None:
             raise PtmError("decoder_attention_mask is not supported with a cache (decode left-aligned sequences)")
+        elif self.decoder.relative_bias is not None:  # positions start .. start + T - 1 over keys 0 .. start + T - 1
+            self_mask, _ = self.decoder.position_mask(None, True, T, start + T, y.dtype, q_start=start)
         hidden = [y] if output_hidden_states else None
         new_kv: list[KV | None] = []
         for i, layer in enumerate(self.decoder.layers):
@@ -487,6 +666,9 @@ class EncoderDecoder(Encoder):
             new_kv.append(kv)
             if hidden is not None:
                 hidden.append(y)
+        y = self.decoder.finish(y)
+        if hidden is not None and self.decoder.final_norm is not None:
+            hidden[-1] = y
         extras: dict[str, Any] = {}
         if cache is not None:
             extras["cache"] = DecoderCache(new_kv, cross_kv, cross_mask)

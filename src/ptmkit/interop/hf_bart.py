@@ -79,6 +79,10 @@ def problems(model_cfg: Any) -> list[str]:
         out.append("embedding_norm=false (BART always normalises the embedding sum: layernorm_embedding)")
     if model_cfg.layer_norm_eps != HF_LAYER_NORM_EPS:
         out.append(f"layer_norm_eps={model_cfg.layer_norm_eps} (HF BART's LayerNorms use 1e-5)")
+    # the encoder-decoder's switches for other models (T5) at their BART values
+    plain = {"norm": "post", "norm_type": "layer", "bias": True, "positions": "absolute", "scale_attention": True,
+             "gated_ffn": False, "scale_decoder_output": False}
+    out += [f"{k}={getattr(model_cfg, k)!r} (BART has {k}={v!r})" for k, v in plain.items() if getattr(model_cfg, k) != v]
     return out
 
 

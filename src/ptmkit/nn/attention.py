@@ -11,19 +11,23 @@ class MultiHeadSelfAttention(nn.Module):
     """Scaled dot-product attention with ``heads`` heads (Vaswani et al. 2017).
 
     Parameters: ``qkv.weight [3H, H]`` and ``qkv.bias [3H]`` (query, key and value projections
-    stacked in that order, one matmul for all three), ``out.weight [H, H]``, ``out.bias [H]``.
+    stacked in that order, one matmul for all three), ``out.weight [H, H]``, ``out.bias [H]``;
+    ``bias=False`` drops both biases (T5).  ``scale`` multiplies the scores ``q . k`` (default
+    ``1/sqrt(d)``; T5 uses 1 and folds the factor into the initialisation of the query projection).
     The mask is data: ``forward`` takes whatever :func:`ptmkit.nn.masks.build_attention_mask`
     produced, so bidirectional, causal, padded and custom (prefix, seq2seq) attention all run
     through the same code.
     """
 
-    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0) -> None:
+    def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0, bias: bool = True,
+                 scale: float | None = None) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.attention_dropout = attention_dropout
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size)
-        self.out = nn.Linear(hidden_size, hidden_size)
+        self.scale = scale
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``."""
@@ -37,6 +41,7 @@ class MultiHeadSelfAttention(nn.Module):
             attn_mask=mask,
             dropout_p=self.attention_dropout if self.training else 0.0,
             is_causal=is_causal and mask is None,
+            scale=self.scale,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, H))
 
@@ -60,6 +65,7 @@ class MultiHeadSelfAttention(nn.Module):
             else:  # query i (position t0 + i) sees keys j <= t0 + i
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal
+            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal,
+            scale=self.scale,
         )
         return self.out(y.transpose(1, 2).reshape(B, T, H)), (k, v)

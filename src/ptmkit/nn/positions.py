@@ -43,8 +43,11 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
         self.bias = nn.Embedding(num_buckets, num_heads)
 
-    def forward(self, q_len: int, k_len: int, bidirectional: bool, device: torch.device | None = None) -> torch.Tensor:
-        q = torch.arange(q_len, device=device)[:, None]
+    def forward(self, q_len: int, k_len: int, bidirectional: bool, device: torch.device | None = None,
+                q_start: int = 0) -> torch.Tensor:
+        """Queries at positions ``q_start .. q_start + q_len - 1`` (later steps of incremental
+        decoding), keys at ``0 .. k_len - 1``."""
+        q = torch.arange(q_start, q_start + q_len, device=device)[:, None]
         k = torch.arange(k_len, device=device)[None, :]
         buckets = relative_position_bucket(k - q, bidirectional, self.num_buckets, self.max_distance)
         return self.bias(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, heads, T_q, T_k]

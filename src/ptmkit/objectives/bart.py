@@ -202,6 +202,8 @@ class BartDenoising(Objective):
     causal = False
     hf_heads = ("lm",)
     generation = "seq2seq"
+    metric = "bart_loss"  # the loss's name in the logged metrics
+    reserved = 2  # special tokens around an example's text: [CLS] ... [SEP]
 
     def __init__(self, cfg: DenoisingConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
@@ -218,14 +220,16 @@ class BartDenoising(Objective):
 
     # -- data -------------------------------------------------------------------------------
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
-        """Runs of whole sentences of one document, <= ``seq_len - 2`` tokens (room for [CLS], [SEP])."""
-        if seq_len < 3:
-            raise PtmError(f"seq_len={seq_len} is too short for BART (need at least 3)")
+        """Runs of whole sentences of one document, <= ``seq_len - reserved`` tokens (BART: room for
+        [CLS], [SEP])."""
+        name = type(self).__name__
+        if seq_len < self.reserved + 1:
+            raise PtmError(f"seq_len={seq_len} is too short for {name} (need at least {self.reserved + 1})")
         if seq_len > self.model_cfg.max_position:
             raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
-        spans = pack_sentences(corpus.sentences, corpus.documents, seq_len - 2, min_len=1)
+        spans = pack_sentences(corpus.sentences, corpus.documents, seq_len - self.reserved, min_len=1)
         if len(spans) == 0:
-            raise PtmError("the corpus has no usable text for BART examples (is it empty?)")
+            raise PtmError(f"the corpus has no usable text for {name} examples (is it empty?)")
         return spans
 
     def noise(self, x: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -269,6 +273,13 @@ class BartDenoising(Objective):
             noised.append(self.noise(x, bounds, rng)[:max_content])
         source, src_len = self._pad(noised, self.pad_id, wrap=True)
         target, tgt_len = self._pad(originals, self.pad_id, wrap=True)
+        return self.seq2seq_batch(source, src_len, target, tgt_len)
+
+    def seq2seq_batch(self, source: np.ndarray, src_len: np.ndarray, target: np.ndarray,
+                      tgt_len: np.ndarray) -> dict[str, torch.Tensor]:
+        """Padded sources ``[B, S]`` and targets ``[B, T]`` with their lengths ``[B]`` -> the batch:
+        ``input_ids``, ``attention_mask``, ``decoder_input_ids`` (targets shifted right behind the
+        decoder start token) and ``labels`` (-100 at padding)."""
         T = target.shape[1]
         real = np.arange(T)[None, :] < tgt_len[:, None]
         labels = np.where(real, target, IGNORE)
@@ -289,11 +300,11 @@ class BartDenoising(Objective):
         out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"])
         labels = batch["labels"]
         real = labels != IGNORE
-        h = out.last_hidden_state[real]  # [N, H]: only the real target positions reach the vocabulary
+        h = backbone.lm_input(out.last_hidden_state[real])  # [N, H]: only real target positions reach the vocabulary
         loss = linear_cross_entropy(h, backbone.output_embeddings(), backbone.output_bias(), labels[real])
         return StepOutput(
             loss=loss,
-            metrics={"bart_loss": loss.detach()},
+            metrics={self.metric: loss.detach()},
             n_tokens=int(attention_mask.sum()),
             n_predictions=int(h.shape[0]),
         )
@@ -309,15 +320,16 @@ class BartDenoising(Objective):
         """Noise each text (its lines are its sentences), reconstruct it greedily and decode:
         ``[{"original", "noised", "reconstruction"}]``; shows what the model has learned."""
         rng = np.random.default_rng(seed)
-        originals, noised = [], []
+        room = self.model_cfg.max_position - self.reserved
+        originals, sources = [], []
         for text in texts:
             lines = [ln for ln in str(text).splitlines() if ln.strip()] or [""]
             pieces = [np.asarray(tokenizer.encode(ln), dtype=np.int64) for ln in lines]
-            x = np.concatenate(pieces)[: self.model_cfg.max_position - 2]
+            x = np.concatenate(pieces)[:room]
             bounds = np.minimum(np.concatenate([[0], np.cumsum([len(p) for p in pieces])]), len(x))
             originals.append(x)
-            noised.append(self.noise(x, bounds, rng)[: self.model_cfg.max_position - 2])
-        source, src_len = self._pad(noised, self.pad_id, wrap=True)
+            sources.append(self.make_source(x, bounds, rng))
+        source, src_len = self._pad(sources, self.pad_id, wrap=False)
         attention = (np.arange(source.shape[1])[None, :] < src_len[:, None]).astype(np.int64)
         device = backbone.output_embeddings().device
         limit = max_length or int(max(len(x) for x in originals)) + 8
@@ -327,15 +339,23 @@ class BartDenoising(Objective):
             ids = self.generate(backbone, torch.from_numpy(source).to(device), torch.from_numpy(attention).to(device), limit)
         finally:
             backbone.train(was_training)
-        results = []
-        for i, x in enumerate(originals):
-            src = [int(t) for t in source[i, 1 : src_len[i] - 1]]
-            results.append({
-                "original": tokenizer.decode(x.tolist()),
-                "noised": tokenizer.decode(src, skip_special_tokens=False),  # shows the [MASK]s
-                "reconstruction": tokenizer.decode([int(t) for t in ids[i].tolist()]),
-            })
-        return results
+        return [self.show(tokenizer, x, source[i, : src_len[i]], ids[i].cpu().numpy()) for i, x in enumerate(originals)]
+
+    def make_source(self, x: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One text's tokens ``x [n]`` (sentence offsets ``bounds``) -> the encoder input shown to
+        :meth:`reconstruct`: ``[CLS] noise(x) [SEP]``."""
+        noised = self.noise(x, bounds, rng)[: self.model_cfg.max_position - 2]
+        return np.concatenate([[self.bos_id], noised, [self.eos_id]]).astype(np.int64)
+
+    def show(self, tokenizer: Any, x: np.ndarray, source: np.ndarray, generated: np.ndarray) -> dict[str, str]:
+        """One :meth:`reconstruct` row from the original ``x``, the encoder input ``source`` (from
+        :meth:`make_source`) and the generated ids."""
+        src = [int(t) for t in source[1:-1]]
+        return {
+            "original": tokenizer.decode(x.tolist()),
+            "noised": tokenizer.decode(src, skip_special_tokens=False),  # shows the [MASK]s
+            "reconstruction": tokenizer.decode([int(t) for t in generated.tolist()]),
+        }
 
 
 __all__ = [

@@ -3,6 +3,8 @@
 All kinds (see :mod:`ptmkit.tokenization.kinds`) expose the same special tokens
 ``[PAD] [UNK] [CLS] [SEP] [MASK]``, so masked and causal LM objectives work over any of them.
 The file format is plain ``tokenizer.json``; ptmkit's kind is recovered from its structure.
+Optionally (``extra_ids``) the vocabulary ends in T5's sentinel tokens ``<extra_id_0>`` ...
+``<extra_id_{N-1}>``, which span-corruption objectives put in place of the spans they remove.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ptmkit.errors import PtmError, require_file, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tokenization import kinds as K
 from ptmkit.tokenization.training import SUBWORD_KINDS, train_subword
+
+SENTINEL = "<extra_id_{}>"  # T5's sentinel tokens, numbered from 0
 
 
 def _has_text(path: str | os.PathLike[str]) -> bool:
@@ -71,8 +75,12 @@ class Tokenizer:
         self.cls_id: int = self._tok.token_to_id(K.CLS)
         self.sep_id: int = self._tok.token_to_id(K.SEP)
         self.mask_id: int = self._tok.token_to_id(K.MASK)
+        # <extra_id_0>, <extra_id_1>, ... while they exist (none unless trained with extra_ids)
+        self.sentinel_ids: tuple[int, ...] = tuple(
+            itertools.takewhile(lambda i: i is not None, (self._tok.token_to_id(SENTINEL.format(n)) for n in itertools.count()))
+        )
         self.special_ids: frozenset[int] = frozenset(
-            {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}
+            {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, *self.sentinel_ids}
         )
         self._char_tables: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -86,6 +94,7 @@ class Tokenizer:
         min_frequency: int = 2,
         lowercase: bool = True,
         show_progress: bool = False,
+        extra_ids: int = 0,
     ) -> "Tokenizer":
         """Train a tokenizer of ``kind`` on text ``files`` (streamed, line by line).
 
@@ -93,8 +102,12 @@ class Tokenizer:
         process (the subword kinds use ptmkit's trainers, see :mod:`ptmkit.tokenization.training`).
         ``min_frequency`` is the least count of a merged pair (``wordpiece``, ``bpe``) or of a kept
         token (``char``, ``word``); ``unigram`` ignores it.  ``show_progress`` draws HF's progress
-        bar (``char``, ``word``).
+        bar (``char``, ``word``).  ``extra_ids`` appends that many sentinel tokens as special tokens
+        after the learnt vocabulary, ``<extra_id_{N-1}>`` first so that ``<extra_id_0>`` has the
+        largest id, as in T5's vocabulary (the size grows to ``vocab_size + extra_ids``).
         """
+        if not isinstance(extra_ids, int) or isinstance(extra_ids, bool) or extra_ids < 0:
+            raise PtmError(f"tokenizer.extra_ids must be a non-negative integer (sentinel tokens), got {extra_ids!r}")
         check_kind(kind)
         if vocab_size < len(K.SPECIAL_TOKENS) + 1:
             raise PtmError(f"vocab_size must exceed the {len(K.SPECIAL_TOKENS)} special tokens, got {vocab_size}")
@@ -115,6 +128,8 @@ class Tokenizer:
                 tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
         except Exception as exc:  # the Rust trainer reports bad bytes as a generic exception
             raise PtmError(f"cannot train a {kind} tokenizer on {', '.join(paths)}: {exc}") from exc
+        if extra_ids:
+            tok.add_special_tokens([SENTINEL.format(n) for n in reversed(range(extra_ids))])
         K.add_post_processor(tok)
         return cls(tok, kind, lowercase)
 
