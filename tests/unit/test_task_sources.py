@@ -82,8 +82,6 @@ def test_tasks_are_declared_by_their_recipes():
     assert tasks["mr"][0] == "mr" and tasks["zh-reviews"][0] == "zh-reviews"
     assert {f"peoples-daily-{k}" for k in ("seg", "pos", "ner")} <= set(tasks)
     assert tasks["peoples-daily-ner"][1]["type"] == "tagging"
-    with pytest.raises(PtmError, match="span_qa task, which ptm finetune cannot train yet"):
-        load_task("wordnet-qa")
     with pytest.raises(PtmError, match="did you mean 'zh-reviews'"):
         load_task("zh-review")
 

@@ -47,7 +47,7 @@ from ptmkit.tasks.task_types import task_type_of
 log = logging.getLogger(__name__)
 
 INITS = ("pretrained", "random")
-SELECT = ("accuracy", "macro_f1", "f1", "loss")
+SELECT = ("accuracy", "macro_f1", "f1", "loss", "exact_match")
 MODES = ("finetune", "features")
 SCHEDULES = ("linear", "slanted_triangular")
 RESULTS_FILE = "results.json"
@@ -87,6 +87,8 @@ class FinetuneConfig:
         ``L_task + aux_lm_weight * L_LM`` over the input text (0 = off; the paper uses 0.5).  Only
         for models pre-trained as a causal LM with a tied output layer (the clm objective).
     crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
+    doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
+        windows, the longest answer in tokens, the start/end candidates per window.
 
     Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
     pre-training's ``train`` section.
@@ -115,12 +117,15 @@ class FinetuneConfig:
     head_hidden: int = 128
     aux_lm_weight: float = 0.0
     crf: bool = False
+    doc_stride: int = 128
+    max_answer_len: int = 30
+    n_best: int = 20
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len", "doc_stride", "max_answer_len", "n_best"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
@@ -370,13 +375,13 @@ def finetune(
     encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
     check_aux_lm(pretrained.config, cfg)
     clf = task.build(_backbone(pretrained, init, seed))
-    train_cfg = cfg.train_config(len(task_data.train), seed)
+    train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed)
     batches = task.batches(encoded["train"], seed)
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
-        return task.score("dev", task.predict(m, encoded["dev"], next(m.parameters()).device))
+        return task.score("dev", task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device))
 
-    selection = DevSelection(evaluate_dev, cfg.select, batches.steps_per_epoch, out)
+    selection = DevSelection(evaluate_dev, task.select, batches.steps_per_epoch, out)
     callbacks = [selection, *callbacks]
     lowest = _lowest_trainable(clf, cfg)
     if lowest is not None:
@@ -388,8 +393,8 @@ def finetune(
 
     clf.load_state_dict(selection.best_state())
     device = trainer.device
-    dev_pred = task.predict(clf, encoded["dev"], device)
-    test_pred = task.predict(clf, encoded["test"], device)
+    dev_pred = task.predict_split(clf, "dev", encoded["dev"], device)
+    test_pred = task.predict_split(clf, "test", encoded["test"], device)
     result: dict[str, Any] = {
         "task": task_data.name,
         "task_type": getattr(task_data, "task_type", "classification"),
@@ -399,6 +404,7 @@ def finetune(
         "labels": [str(x) for x in task_data.label_names],
         "sizes": {s: len(task_data.split(s)) for s in ("train", "dev", "test")},
         "best_epoch": selection.best_epoch,
+        "select": task.select,
         "dev": task.score("dev", dev_pred),
         "test": task.score("test", test_pred),
         "history": selection.history,
@@ -456,11 +462,12 @@ def run_seeds(
                              progress=progress, desc=desc, resume=resume)
                 if isinstance(model, (str, os.PathLike)):
                     r["model"] = str(model)
-                log.info("%s: dev acc %.4f (epoch %d), test acc %.4f", desc, r["dev"]["accuracy"], r["best_epoch"], r["test"]["accuracy"])
+                key = r["select"]
+                log.info("%s: dev %s %.4f (epoch %d), test %s %.4f", desc, key, r["dev"][key], r["best_epoch"], key, r["test"][key])
                 candidates.append(r)
             best = candidates[0]
             for r in candidates[1:]:
-                if _better(cfg.select, r["dev"][cfg.select], best["dev"][cfg.select]):
+                if _better(r["select"], r["dev"][r["select"]], best["dev"][r["select"]]):
                     best = r
             if lrs:
                 best = {**best, "lr_search": [{"lr": r["config"]["lr"], "dev": r["dev"], "test": r["test"]} for r in candidates]}
@@ -488,18 +495,22 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> str:
-    """A plain-text table: condition | test accuracy mean ± sd | F1 | per-seed accuracies."""
+    """A plain-text table: condition | main test metric mean ± sd | second metric | per-seed values.
+
+    The main metric is accuracy where the task has it (classification, tagging, multiple choice),
+    else F1 (span QA); the second is F1 / macro-F1 / exact match, whichever the results carry."""
     labels = labels or {}
-    f1_key = "test_f1" if all("test_f1" in e for e in summary.values()) else "test_macro_f1"
-    if not all(f1_key in e for e in summary.values()):  # e.g. POS tagging: accuracy only
-        f1_key = "test_accuracy"
-    head = ["condition", "test accuracy (mean ± sd)", {"test_f1": "F1", "test_macro_f1": "macro-F1"}.get(f1_key, "accuracy"),
-            "per-seed accuracy"]
+    entries = list(summary.values())
+    has = lambda key: all(key in e for e in entries)  # noqa: E731
+    main = "test_accuracy" if has("test_accuracy") else "test_f1"
+    second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match") if k != main and has(k)), main)
+    name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match"}
+    head = ["condition", f"test {name[main]} (mean ± sd)", name[second], f"per-seed {name[main]}"]
     rows = []
     for init, e in summary.items():
-        acc, f1 = e["test_accuracy"], e[f1_key]
-        per_seed = "  ".join(f"s{s}:{v:.3f}" for s, v in zip(e["seeds"], acc["values"]))
-        rows.append([labels.get(init, init), f"{acc['mean']:.4f} ± {acc['sd']:.4f}", f"{f1['mean']:.4f} ± {f1['sd']:.4f}", per_seed])
+        a, b = e[main], e[second]
+        per_seed = "  ".join(f"s{s}:{v:.3f}" for s, v in zip(e["seeds"], a["values"]))
+        rows.append([labels.get(init, init), f"{a['mean']:.4f} ± {a['sd']:.4f}", f"{b['mean']:.4f} ± {b['sd']:.4f}", per_seed])
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
     line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(head), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows])

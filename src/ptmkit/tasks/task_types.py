@@ -21,11 +21,15 @@ from ptmkit.errors import PtmError
 class TaskType:
     """Interface; ``data`` is the task's data object, ``cfg`` a ``FinetuneConfig``."""
 
-    metrics: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()  # the dev metrics ``select`` may name; the first is the default
 
     def __init__(self, data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> None:
         self.data, self.cfg, self.tokenizer, self.causal, self.with_types = data, cfg, tokenizer, causal, with_types
-        if cfg.select not in self.metrics:
+        if cfg.select in self.metrics:
+            self.select = cfg.select
+        elif cfg.select == "accuracy":  # the config's default, for a task type without accuracy
+            self.select = self.metrics[0]
+        else:
             raise PtmError(f"select={cfg.select!r} is not a metric of {type(self).__name__}; choose one of {', '.join(self.metrics)}")
 
     def encode(self, split: str) -> Any:
@@ -39,6 +43,14 @@ class TaskType:
 
     def predict(self, model: nn.Module, encoded: Any, device: Any) -> Any:
         raise NotImplementedError
+
+    def predict_split(self, model: nn.Module, split: str, encoded: Any, device: Any) -> Any:
+        """Predictions for ``split`` from its encoding (most types need only the encoding)."""
+        return self.predict(model, encoded, device)
+
+    def train_size(self, encoded_train: Any) -> int:
+        """Training items per epoch (examples; span QA: windows)."""
+        return len(self.data.train)
 
     def score(self, split: str, predictions: Any) -> dict[str, float]:
         raise NotImplementedError
@@ -176,8 +188,60 @@ class MultipleChoice(TaskType):
         write_choice_predictions(path, self.data.split(split), predictions)
 
 
+class SpanQA(TaskType):
+    """Extractive QA over windows of long contexts (:mod:`ptmkit.tasks.span_qa`)."""
+
+    metrics = ("f1", "exact_match")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if self.causal:
+            raise PtmError("span QA reads the context in both directions; fine-tune a bidirectional encoder "
+                           "(a model pre-trained with a causal LM cannot point back at an answer it has passed)")
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for span QA")
+
+    def encode(self, split: str) -> Any:
+        from ptmkit.tasks.span_qa import make_windows
+
+        return make_windows(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.cfg.doc_stride)
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        from ptmkit.tasks.span_qa import SpanExtractor
+
+        return SpanExtractor(backbone, dropout=self.cfg.dropout, mix=self.cfg.resolved_mix, frozen=self.cfg.mode == "features")
+
+    def batches(self, encoded_train: Any, seed: int) -> Any:
+        from ptmkit.tasks.span_qa import WindowBatches
+
+        return WindowBatches(encoded_train, self.cfg.batch_size, self.tokenizer.pad_id, seed, self.with_types)
+
+    def train_size(self, encoded_train: Any) -> int:
+        return len(encoded_train)  # an epoch is one pass over the windows
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> list[str]:
+        raise NotImplementedError("SpanQA predicts per split: use predict_split")
+
+    def predict_split(self, model: nn.Module, split: str, encoded: Any, device: Any) -> list[str]:
+        from ptmkit.tasks.span_qa import predict_answers
+
+        c = self.cfg
+        return predict_answers(model, encoded, self.data.split(split), self.tokenizer.pad_id, c.eval_batch_size,
+                               self.with_types, c.n_best, c.max_answer_len, device)
+
+    def score(self, split: str, predictions: list[str]) -> dict[str, float]:
+        from ptmkit.tasks.span_qa import score_answers
+
+        return score_answers(self.data.split(split), predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: list[str]) -> None:
+        from ptmkit.tasks.span_qa import write_answers
+
+        write_answers(path, self.data.split(split), predictions)
+
+
 TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagging": Tagging,
-                                         "multiple_choice": MultipleChoice}
+                                         "multiple_choice": MultipleChoice, "span_qa": SpanQA}
 
 
 def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:

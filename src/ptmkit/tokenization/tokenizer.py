@@ -199,6 +199,12 @@ class Tokenizer:
         """Token ids of many texts, encoded in parallel by the Rust batch encoder."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
+    def encode_batch_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray]]:
+        """Token ids of many texts and each token's character span ``int64 [n, 2]`` (start, end)
+        in its text (extractive QA maps predicted tokens back to the text through these)."""
+        encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
+        return [(e.ids, np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2)) for e in encs]
+
     def encode_pair(self, a: str, b: str) -> tuple[list[int], list[int]]:
         """``[CLS] a [SEP] b [SEP]`` ids and token type ids (0 for a's part, 1 for b's)."""
         enc = self._tok.encode(a, b, add_special_tokens=True)
