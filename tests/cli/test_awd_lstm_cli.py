@@ -99,3 +99,27 @@ def test_init_from_cli_and_refusals(stage1, capsys):
     # the preset names the architecture; the run's sizes (trained with overrides) are kept
     c = json.loads((root / "cli2" / "config.json").read_text())
     assert c["model"]["embedding_size"] == 24
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL: raised from a callback, so nothing after it runs."""
+
+
+def test_continued_run_resumes_exactly(stage1, tmp_path):
+    """A continued run (every dropout on) killed after its first checkpoint and resumed logs the
+    uninterrupted losses: the dropout masks come from the RNG states the checkpoints keep."""
+    root, run = stage1
+
+    def kill_at_4(trainer, step):
+        if step == 4:
+            raise Killed
+
+    text = root / "task.txt" if (root / "task.txt").exists() else write_corpus(root / "task.txt", 200, 1)
+    over = ["train.max_steps=6", "train.save_every=3", "model.dropoute=0.1", "model.wdrop=0.5"]
+    kw = dict(overrides=over, init_from=run, verbose=False)
+    pretrain("awd-lstm-tiny", text, tmp_path / "full", **kw)
+    with pytest.raises(Killed):
+        pretrain("awd-lstm-tiny", text, tmp_path / "cut", callbacks=[kill_at_4], **kw)
+    pretrain("awd-lstm-tiny", text, tmp_path / "cut", resume=True, **kw)
+    a, b = train_losses(tmp_path / "full"), train_losses(tmp_path / "cut")
+    assert len(a) == 6 and b == pytest.approx(a, abs=1e-6)
