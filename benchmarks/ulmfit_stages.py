@@ -97,8 +97,10 @@ def pretrain_stage(name: str, out: Path, data, overrides: list[str], seconds: fl
     if init_from is not None:
         start = continued_start(PRESET, init_from, overrides)
         tokenizer, raw = start.tokenizer, start.raw
-        probe_corpus = prepare([Path(p) for p in data], tokenizer, out / f"{name}-probe-corpus", workers=1, overwrite=True,
+        # the text prepared once with the run's tokenizer: the probe reads it, the run trains on it
+        probe_corpus = prepare([Path(p) for p in data], tokenizer, out / f"corpus-{name}", workers=1, overwrite=True,
                                progress=False)
+        data = probe_corpus.path
         over = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]
     else:
         probe_corpus = Corpus.open(data)

@@ -42,6 +42,7 @@ Parameter names: ``embedding.weight [V, E]``; ``layers.{j}.weight_ih_l0 [4H_j, I
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,8 +157,11 @@ class WeightDropLSTM(nn.LSTM):
         if w is self.weight_hh_l0:
             return super().forward(x)[0]
         # The fused kernel with the masked matrix swapped in for this call only; inside the call
-        # ``self.weight_hh_l0`` is ``w``, so the branch above runs the plain LSTM.
-        return functional_call(self, {"weight_hh_l0": w}, (x, w), strict=False, tie_weights=False)
+        # ``self.weight_hh_l0`` is ``w``, so the branch above runs the plain LSTM.  (cuDNN notes
+        # that the swapped-in weights are not one contiguous buffer: expected, once per call.)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+            return functional_call(self, {"weight_hh_l0": w}, (x, w), strict=False, tie_weights=False)
 
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
