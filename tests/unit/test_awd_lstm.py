@@ -199,7 +199,7 @@ def test_loss_ar_tar_equal_a_direct_computation():
     assert math.isclose(float(step.loss.detach()), ce + ar + tar, rel_tol=1e-5)
     model.eval()  # evaluation: cross-entropy only
     ev = model(batch)
-    assert "ar" not in ev.metrics and float(ev.loss) == float(ev.metrics["lm_loss"])
+    assert "ar" not in ev.metrics and float(ev.loss.detach()) == float(ev.metrics["lm_loss"])
 
 
 def test_lm_log_probs_left_to_right():
