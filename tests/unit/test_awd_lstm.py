@@ -226,3 +226,41 @@ def test_objective_refuses_untied_and_other_encoders():
         build_model(resolve_config(config, tok), tok)
     with pytest.raises(PtmError, match="cannot be used with encoder"):
         resolve_config({"model": {"encoder": "lstm"}, "objective": {"name": "awd_lm"}, "train": {}}, Tok())
+
+
+def test_states_carried_from_block_to_block_of_a_stream():
+    """Block 2 of each stream, read from the states block 1 ended with, scores as the two blocks
+    read in one pass; a block that does not continue its stream (or evaluation) starts from zeros."""
+    torch.manual_seed(8)
+    model = _objective().train()  # every dropout 0: the passes are comparable
+    assert model.objective.reads_streams and model.objective.carries_state
+    B, T = 3, 6
+    ids = torch.randint(5, 40, (B, 2 * T + 1))
+
+    def block(k, step):
+        return {"input_ids": ids[:, k * T : (k + 1) * T], "labels": ids[:, k * T + 1 : (k + 1) * T + 1],
+                "stream_ids": torch.arange(B), "stream_steps": torch.full((B,), step)}
+
+    def ce(h, labels):
+        E, b = model.backbone.embedding.weight, model.objective.decoder.bias
+        return float(torch.nn.functional.cross_entropy((h @ E.t() + b).flatten(0, 1), labels.flatten()))
+
+    with torch.no_grad():
+        model(block(0, 0))
+        carried = float(model(block(1, 1)).metrics["lm_loss"])
+        whole = model.backbone(ids[:, : 2 * T]).last_hidden_state
+        assert math.isclose(carried, ce(whole[:, T:], ids[:, T + 1 : 2 * T + 1]), rel_tol=1e-5)
+        fresh = ce(model.backbone(ids[:, T : 2 * T]).last_hidden_state, ids[:, T + 1 : 2 * T + 1])
+        assert abs(carried - fresh) > 1e-4
+        assert math.isclose(float(model(block(1, 5)).metrics["lm_loss"]), fresh, rel_tol=1e-5)  # not a continuation
+        model.eval()
+        assert math.isclose(float(model(block(1, 1)).metrics["lm_loss"]), fresh, rel_tol=1e-5)
+    # the state goes into the training checkpoint, not the weights
+    state = model.objective.carried_state_dict()
+    assert set(state["values"]) == {"h0", "c0", "h1", "c1", "h2", "c2"} and state["values"]["h2"].shape == (B, 6)
+    assert not any("states" in k for k in model.state_dict())
+    # without carrying: shuffled blocks, each from zero states
+    from ptmkit.objectives.awd_lm import AWDLanguageModel, AWDLMConfig
+
+    plain = AWDLanguageModel(AWDLMConfig(carry_state=False), model.backbone, Tok())
+    assert not plain.reads_streams and not plain.carries_state

@@ -19,7 +19,8 @@ the authors' code, the PTB preset sets the PTB rates):
 * (activation and temporal activation regularisation belong to the LM objective,
   :mod:`ptmkit.objectives.awd_lm`, which reads the outputs below.)
 
-Each sequence starts from zero states (hidden states are not carried across batches).
+Each sequence starts from zero states unless ``initial_states`` are given (the LM objective
+carries them from one block of a stream to the next, as the authors' code does across batches).
 
 Outputs (``forward``):
 
@@ -29,7 +30,8 @@ Outputs (``forward``):
   input dropout), then every layer's output (before dropout);
 * ``pooled`` ``None``;
 * ``extras``: ``dropped_output`` ``[B, T, E']``: the last layer's output after the locked output
-  dropout (what the LM's softmax reads and AR penalises).
+  dropout (what the LM's softmax reads and AR penalises); ``final_states``: per layer the
+  ``(h, c)`` pair ``[B, H_j]`` after the last time step (of the padded length).
 
 Padded positions (``attention_mask == 0``, right padding) are zero in every output; the
 network reads left to right, so padding on the right changes no real position's state.
@@ -150,18 +152,22 @@ class WeightDropLSTM(nn.LSTM):
             return self.weight_hh_l0
         return F.dropout(self.weight_hh_l0, self.wdrop, training=True)
 
-    def forward(self, x: torch.Tensor, weight_hh: torch.Tensor | None = None) -> torch.Tensor:  # type: ignore[override]
-        """``x [B, T, I] -> [B, T, H]`` from zero states, with ``weight_hh`` (default: a fresh
-        :meth:`recurrent_weight`) at every time step."""
+    def forward(self, x: torch.Tensor, weight_hh: torch.Tensor | None = None,  # type: ignore[override]
+                state: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x [B, T, I] -> (outputs [B, T, H], (h_T, c_T) [B, H] each)`` from ``state`` (``(h_0, c_0)``,
+        ``[B, H]`` each; default zeros), with ``weight_hh`` (default: a fresh :meth:`recurrent_weight`)
+        at every time step."""
         w = self.recurrent_weight() if weight_hh is None else weight_hh
         if w is self.weight_hh_l0:
-            return super().forward(x)[0]
+            hx = None if state is None else (state[0][None].contiguous(), state[1][None].contiguous())
+            out, (h, c) = super().forward(x, hx)
+            return out, (h[0], c[0])
         # The fused kernel with the masked matrix swapped in for this call only; inside the call
         # ``self.weight_hh_l0`` is ``w``, so the branch above runs the plain LSTM.  (cuDNN notes
         # that the swapped-in weights are not one contiguous buffer: expected, once per call.)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
-            return functional_call(self, {"weight_hh_l0": w}, (x, w), strict=False, tie_weights=False)
+            return functional_call(self, {"weight_hh_l0": w}, (x, w, state), strict=False, tie_weights=False)
 
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
@@ -215,11 +221,13 @@ class AWDLSTMEncoder(Encoder):
         attn_mask: torch.Tensor | None = None,
         causal: bool = False,
         output_hidden_states: bool = False,
+        initial_states: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
         **extras: Any,
     ) -> EncoderOutput:
-        """input_ids ``[B, T]``; attention_mask ``[B, T]`` (right padding).  The network reads
-        left to right whatever ``causal`` says; ``token_type_ids`` / ``position_ids`` do not apply;
-        an explicit ``attn_mask`` cannot be honoured by a recurrent network (error)."""
+        """input_ids ``[B, T]``; attention_mask ``[B, T]`` (right padding); initial_states: per layer
+        ``(h_0, c_0)`` ``[B, H_j]`` each (default zeros).  The network reads left to right whatever
+        ``causal`` says; ``token_type_ids`` / ``position_ids`` do not apply; an explicit
+        ``attn_mask`` cannot be honoured by a recurrent network (error)."""
         if attn_mask is not None:
             raise PtmError("the awd_lstm encoder reads its inputs in order; it cannot take an explicit attn_mask")
         check_token_ids(input_ids, self.config.vocab_size)
@@ -234,11 +242,15 @@ class AWDLSTMEncoder(Encoder):
             keep = mask[:, :, None].to(self.embedding.weight.dtype)
         table = embedding_dropout(self.embedding.weight, cfg.dropoute, self.training)
         x = locked_dropout(F.embedding(input_ids, table), cfg.dropouti, self.training)  # [B, T, E]
+        if initial_states is not None and len(initial_states) != len(self.layers):
+            raise PtmError(f"initial_states has {len(initial_states)} layers, the encoder {len(self.layers)}")
         states = [x]
+        finals = []
         h = x
         for j, layer in enumerate(self.layers):
-            h = layer(h)  # [B, T, H_j]
+            h, final = layer(h, state=None if initial_states is None else initial_states[j])  # [B, T, H_j]
             states.append(h)
+            finals.append(final)
             if j < len(self.layers) - 1:
                 h = locked_dropout(h, cfg.dropouth, self.training)
         last = states[-1]
@@ -247,4 +259,4 @@ class AWDLSTMEncoder(Encoder):
             states = [s * keep for s in states]
             last, dropped = states[-1], dropped * keep
         hidden = tuple(states) if output_hidden_states else None
-        return EncoderOutput(last, hidden, None, {"dropped_output": dropped})
+        return EncoderOutput(last, hidden, None, {"dropped_output": dropped, "final_states": finals})

@@ -3,9 +3,14 @@
 Examples are the ``clm`` objective's contiguous blocks of the sentence stream (every sentence
 followed by the separator, :class:`ptmkit.objectives.stream.SentenceStream`): a block of
 ``T + 1`` stream tokens gives the input ``input_ids [B, T]`` and the next-token targets
-``labels [B, T]``.  Each block is read from zero LSTM states (the authors' code carries the
-states across consecutive batches; here a longer ``seq_len`` gives the context instead) and
-its length is fixed (no variable-length BPTT).
+``labels [B, T]``.  With ``carry_state`` (default, as the authors' code) the blocks are read as
+``batch_size`` parallel streams (``reads_streams``: row ``r`` of step ``s + 1`` continues the text
+of row ``r`` of step ``s``) and each block starts from the LSTM states the previous block of its
+stream ended with (detached: truncated backpropagation through time), kept per stream in a
+:class:`~ptmkit.objectives.carried.StreamState` that the training checkpoints save; a new epoch
+starts every stream from zero states.  Without it every block starts from zero states and the
+blocks are shuffled.  Evaluation batches and :meth:`lm_log_probs` always start from zero states.
+The block length is fixed (no variable-length BPTT).
 
 With ``h_t`` the last layer's output and ``m ⊙ h_t`` the same after the encoder's locked output
 dropout (``extras["dropped_output"]``), the decoder is tied to the embedding table
@@ -29,6 +34,7 @@ evaluation the loss is the cross-entropy (``exp`` of it is the perplexity).  Met
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +45,7 @@ from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
 
@@ -48,11 +55,13 @@ IGNORE = -100
 @dataclass(frozen=True)
 class AWDLMConfig:
     """alpha: the AR weight (2); beta: the TAR weight (1); separator: the separator token after
-    every sentence."""
+    every sentence; carry_state: each training block starts from the states the previous block
+    of its stream ended with (see the module docstring)."""
 
     alpha: float = 2.0
     beta: float = 1.0
     separator: bool = True
+    carry_state: bool = True
 
     def __post_init__(self) -> None:
         for name in ("alpha", "beta"):
@@ -60,6 +69,9 @@ class AWDLMConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise PtmError(f"objective.{name} must be a number >= 0, got {value!r}")
             object.__setattr__(self, name, float(value))
+        for name in ("separator", "carry_state"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"objective.{name} must be true or false, got {getattr(self, name)!r}")
 
 
 class Decoder(nn.Module):
@@ -103,6 +115,29 @@ class AWDLanguageModel(Objective):
         eos = getattr(tokenizer, "eos_id", None)
         self.eos_id = int(eos if eos is not None else tokenizer.sep_id)
         self.stream = SentenceStream(cfg.separator, self.eos_id, self.pad_id)
+        self.states = StreamState()
+
+    @property  # type: ignore[override]
+    def reads_streams(self) -> bool:
+        """Training batches as parallel streams when the states are carried."""
+        return self.cfg.carry_state
+
+    @property
+    def carries_state(self) -> bool:
+        return self.cfg.carry_state
+
+    def carried_state_dict(self) -> dict[str, Any]:
+        return self.states.state_dict()
+
+    def load_carried_state_dict(self, state: dict[str, Any]) -> None:
+        self.states.load_state_dict(state)
+
+    def _read_states(self, batch: dict[str, torch.Tensor], n_layers: int, device) -> list | None:
+        """The carried ``(h, c)`` per layer for a training batch's streams, or ``None`` (zeros)."""
+        got = self.states.read(batch["stream_ids"], batch["stream_steps"], device)
+        if got is None:
+            return None
+        return [(got[f"h{j}"], got[f"c{j}"]) for j in range(n_layers)]
 
     # -- data -------------------------------------------------------------------------------
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
@@ -119,7 +154,15 @@ class AWDLanguageModel(Objective):
     # -- model ------------------------------------------------------------------------------
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch.get("attention_mask")
-        out = backbone(batch["input_ids"], attention_mask=attention_mask, causal=True)
+        # carried states: training batches of parallel streams, every block full (a short final
+        # block ends its stream, so nothing is read after it)
+        carry = self.carries_state and self.training and "stream_ids" in batch
+        initial = self._read_states(batch, backbone.num_layers, batch["input_ids"].device) if carry else None
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, causal=True, initial_states=initial)
+        if carry and attention_mask is None:
+            finals = out.extras["final_states"]
+            values = {f"{k}{j}": pair[i] for j, pair in enumerate(finals) for i, k in enumerate("hc")}
+            self.states.write(batch["stream_ids"], batch["stream_steps"], values)
         dropped = out.extras["dropped_output"]
         labels = batch["labels"]
         ce = linear_cross_entropy(dropped.flatten(0, 1), backbone.output_embeddings(), self.decoder.bias, labels.flatten())
