@@ -201,6 +201,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="directory for the runs (default: a temporary one, removed at the end)")
     ap.add_argument("overrides", nargs="*", help="SECTION.KEY=VALUE (every preset) or PRESET:SECTION.KEY=VALUE")
     args = ap.parse_args()
+    # `--presets a b KEY=VALUE`: argparse hands the override to --presets; give it back
+    args.overrides = [p for p in args.presets if "=" in p] + list(args.overrides)
+    args.presets = [p for p in args.presets if "=" not in p]
 
     t_start, c_start = time.perf_counter(), time.process_time()
     clock = make_clock(args.clock)
