@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -58,9 +59,11 @@ def _is_corpus(path: Path) -> bool:
     return path.is_dir() and (path / "meta.json").is_file()
 
 
-def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Path, info: dist.DistInfo, reuse: bool):
+def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Path, info: dist.DistInfo, reuse: bool,
+                        tokenizer: Any = None):
     """``(corpus, tokenizer)``: a prepared corpus as is, or raw text -> tokenizer + corpus in RUN_DIR/data
-    (kept and reused when resuming, so the resumed run sees the same token ids)."""
+    (kept and reused when resuming, so the resumed run sees the same token ids).  With ``tokenizer``
+    (continued pre-training) raw text is prepared with it instead of a newly trained one."""
     from ptmkit.data.corpus import Corpus
     from ptmkit.data.prepare import prepare
     from ptmkit.tokenization import Tokenizer
@@ -81,10 +84,13 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run_dir: Pat
         section = dict(tok_section)
         kind = section.pop("kind", "wordpiece")
         vocab_size = section.pop("vocab_size", 30522)
-        try:
-            tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, **section)
-        except TypeError as exc:
-            raise PtmError(f"invalid tokenizer section {tok_section}: {exc}") from exc
+        if tokenizer is not None:
+            tok = tokenizer
+        else:
+            try:
+                tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, **section)
+            except TypeError as exc:
+                raise PtmError(f"invalid tokenizer section {tok_section}: {exc}") from exc
         prepare(paths, tok, out, overwrite=True)
     dist.barrier()
     corpus = Corpus.open(out)
@@ -114,7 +120,7 @@ def _check_same_text(prepared: Path, paths: list[Path]) -> None:
         )
 
 
-def _check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any) -> None:
+def _check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any, what: str = "resume") -> None:
     """On resume, the corpus must use the checkpoint's tokenizer: the same vocabulary size is not
     enough (other token ids would silently mean other words).  The corpus's ``meta.json`` records
     its tokenizer's hash; the checkpoint's ``tokenizer.json`` is compared with it, then by content."""
@@ -128,6 +134,12 @@ def _check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any) -> None
         return
     if Tokenizer.load(tok_file).to_json() == tokenizer.to_json():
         return  # the same tokenizer, serialised differently
+    if what != "resume":
+        raise PtmError(
+            f"cannot {what}: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
+            f"{checkpoint} was trained with (its token ids would mean other words); give text files (they are "
+            f"prepared with the run's tokenizer) or a corpus prepared with `ptm prepare --tokenizer {checkpoint / ckpt.TOKENIZER_FILE}`"
+        )
     raise PtmError(
         f"cannot resume: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
         f"{checkpoint} was trained with (its token ids would mean other words); resume with the data the run "
@@ -206,6 +218,69 @@ def _start_over(run_dir: Path, corpus: Any, info: dist.DistInfo) -> None:
     dist.barrier()
 
 
+@dataclass(frozen=True)
+class ContinuedStart:
+    """Where continued pre-training starts: the source checkpoint, its tokenizer, and the raw
+    config (the source run's resolved config with the overrides applied)."""
+
+    checkpoint: Path
+    tokenizer: Any
+    raw: dict[str, Any]
+
+
+def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: str | Path, overrides: Sequence[str]) -> ContinuedStart:
+    """Read the run (or checkpoint) ``init_from``; its config with ``overrides`` applied is the new
+    run's config.  ``preset_or_config`` must name the same encoder and objective (an error
+    otherwise); where its model keys differ from the run's (a run trained with size overrides),
+    the run's are kept and a note says so.  Overrides that would change a parameter's shape are
+    refused: the weights would not fit."""
+    import torch
+
+    from ptmkit.tokenization import Tokenizer
+
+    ck = ckpt.resolve_checkpoint(init_from)
+    ckpt.validate_checkpoint(ck)
+    stored = ckpt.read_config(ck)
+    tok_file = ck / ckpt.TOKENIZER_FILE
+    if not tok_file.is_file():
+        raise PtmError(f"--init-from {init_from}: checkpoint {ck} has no {ckpt.TOKENIZER_FILE}")
+    tokenizer = Tokenizer.load(tok_file)
+    preset = load_config(preset_or_config)
+    name = preset_or_config if not isinstance(preset_or_config, dict) else "the given config"
+
+    def names(cfg: dict[str, Any]) -> tuple[str, str]:
+        return str((cfg.get("model") or {}).get("encoder", "transformer")), str((cfg.get("objective") or {}).get("name"))
+
+    if names(preset) != names(stored):
+        (e1, o1), (e2, o2) = names(stored), names(preset)
+        raise PtmError(
+            f"--init-from {init_from}: that run trained encoder {e1!r} with objective {o1!r}, but {name} describes "
+            f"encoder {e2!r} with objective {o2!r}; give the preset the run was trained with"
+        )
+    base = {k: v for k, v in stored.items() if k in ("model", "objective", "tokenizer", "train")}
+    raw = apply_overrides(base, overrides)
+    pin = [f"model.vocab_size={stored['model']['vocab_size']}"]
+
+    def shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        with torch.device("meta"):  # shapes only, no memory
+            model = build_model(resolve_config(cfg, tokenizer, pin), tokenizer)
+        return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+    before, after = shapes(base), shapes(raw)
+    if before != after:
+        diff = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        shown = "; ".join(f"{k}: {before.get(k)} in the run, {after.get(k)} now" for k in diff[:3])
+        raise PtmError(
+            f"--init-from {init_from}: the overrides change the model's shape ({shown}{'; ...' if len(diff) > 3 else ''}), "
+            f"so the run's weights would not fit; continue with the run's sizes (drop the model size overrides)"
+        )
+    differ = sorted(k for k, v in (preset.get("model") or {}).items()
+                    if k != "vocab_size" and k in raw["model"] and raw["model"][k] != v)
+    if differ:
+        log.info("--init-from: the run's model settings differ from %s in %s; the run's are used", name, ", ".join(differ))
+    return ContinuedStart(ck, tokenizer, raw)
+
+
 def count_parameters(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -220,8 +295,15 @@ def pretrain(
     overwrite: bool = False,
     callbacks: Iterable[Callback] = (),
     verbose: bool = True,
+    init_from: str | Path | None = None,
 ) -> Path:
     """Pre-train and return the run directory (see the module docstring).
+
+    init_from: continued pre-training (ULMFiT's second stage: the LM fine-tuned on target-task
+    text): the weights (encoder and objective heads), tokenizer and config of this run or
+    checkpoint, with ``overrides`` applied; a fresh optimizer and schedule.  ``preset_or_config``
+    must describe the same model (same encoder and objective, same parameter shapes); ``data`` is
+    prepared with the run's tokenizer (text), or must have been (a prepared corpus).
 
     A static model or static preset (``word2vec``, ``glove``, ``word2vec-cbow-hs``, ...; see
     :mod:`ptmkit.static.presets`) is trained by :func:`ptmkit.static.run.run_static` instead: data
@@ -234,10 +316,10 @@ def pretrain(
     overrides = list(overrides)
     static = _static_model(preset_or_config)
     if static is not None:
-        if resume or eval_data is not None:
+        if resume or eval_data is not None or init_from is not None:
             raise PtmError(
                 f"{preset_or_config!r} is a static word-embedding model: it trains in one pass over the text "
-                f"(no --resume, no --eval-data); evaluate its vectors with `ptm vectors evaluate`"
+                f"(no --resume, no --eval-data, no --init-from); evaluate its vectors with `ptm vectors evaluate`"
             )
         from ptmkit.static.run import run_static
 
@@ -247,7 +329,12 @@ def pretrain(
         return run_dir
     if not isinstance(preset_or_config, dict):
         outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
-    raw = apply_overrides(load_config(preset_or_config), overrides)
+    source = None
+    if init_from is not None:
+        source = continued_start(preset_or_config, init_from, overrides)
+        raw = source.raw
+    else:
+        raw = apply_overrides(load_config(preset_or_config), overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
     dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
     started = not dist.is_distributed()
@@ -257,7 +344,7 @@ def pretrain(
     has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
     try:
         with outputs.undo_if_failed(run_dir, keep=has_checkpoint, enabled=info.is_main):
-            return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info)
+            return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info, source)
     finally:
         if started:
             dist.cleanup()
@@ -330,13 +417,19 @@ def initial_model(run_dir: str | Path):
     return Pretrained(config, tokenizer, model.backbone, model.objective, None, model)
 
 
-def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info) -> Path:
+def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, source=None) -> Path:
     from ptmkit.data.batches import PretrainBatches, split_spans
 
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
     inputs = _as_paths(data) + (_as_paths(eval_data) if eval_data is not None else [])
+    if source is not None:
+        inputs.append(source.checkpoint)
     _prepare_run_dir(run_dir, resume, overwrite, info, inputs)
-    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume)
+    given_tokenizer = source.tokenizer if source is not None else None
+    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume, given_tokenizer)
+    if source is not None:
+        _check_same_tokenizer(source.checkpoint, tokenizer, corpus, "continue pre-training")
+        overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
     config = resolve_config(raw, tokenizer, overrides)
     stored_file = run_dir / RUN_CONFIG
     if resume and ckpt.checkpoint_steps(run_dir):
@@ -364,7 +457,12 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     else:
         eval_corpus, train_spans, eval_spans = corpus, spans, spans[:0]
     if not (resume and ckpt.checkpoint_steps(run_dir)):  # a resumed run loads its weights instead
-        init_from_corpus(backbone, objective, corpus, train_spans, train_cfg, verbose and info.is_main)
+        if source is not None:  # continued pre-training: every weight from the source run
+            ckpt.load_model_weights(model, source.checkpoint)
+            if verbose and info.is_main:
+                print(f"  weights, tokenizer and config from {source.checkpoint}", flush=True)
+        else:
+            init_from_corpus(backbone, objective, corpus, train_spans, train_cfg, verbose and info.is_main)
     if len(train_spans) < train_cfg.batch_size:
         raise PtmError(
             f"the corpus gives {len(train_spans)} training examples of <= {seq_len} tokens, fewer than "

@@ -35,10 +35,12 @@ failed or interrupted fine-tuning leaves nothing behind.
 
 Fine-tuning settings are KEY=VALUE overrides: epochs, lr, batch_size, eval_batch_size, warmup
 (fraction of steps), weight_decay, max_seq_len, clip_norm, dropout, pooling (auto | cls | last |
-mean), select (accuracy | macro_f1 | f1 | loss), and the fine-tuning strategies
+mean | concat), select (accuracy | macro_f1 | f1 | loss), and the fine-tuning strategies
 layer_decay (discriminative LRs; ULMFiT: 0.385 = 1/2.6), gradual_unfreeze (true: one more layer
 per epoch, top down), freeze_embeddings (true: keep the pre-trained embeddings fixed) and
-schedule (linear | slanted_triangular).
+schedule (linear | slanted_triangular).  --recipe ulmfit sets them all as ULMFiT does (Howard &
+Ruder 2018: concat pooling, a 50-unit hidden layer, LR / 2.6 per layer down, slanted triangular
+LRs, gradual unfreezing from the top, Adam betas 0.7 / 0.99, LR 0.01).
 
 Transfer mode: mode=finetune (default: every weight trains) or mode=features (the encoder stays
 fixed; a scalar mix of all its layers and a small task network learn); mix (auto | last |
@@ -50,6 +52,7 @@ examples:
   ptm finetune runs/tiny --task mr -o out/mr
   ptm finetune runs/tiny --task mr --init both --seeds 1 2 3 --train-size 500 -o out/mr500 lr=1e-4 epochs=10
   ptm finetune runs/tiny --task mr -o out/ulmfit layer_decay=0.385 gradual_unfreeze=true
+  ptm finetune runs/lm-task --task mr -o out/ulmfit-all --recipe ulmfit epochs=8
   ptm finetune runs/elmo --task mr -o out/elmo-features mode=features head=bilstm
   ptm finetune runs/tiny --task mr --seeds 1 2 3 -o out/mr --resume     continue an interrupted grid
   ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
@@ -95,18 +98,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted fine-tuning in OUT: finished runs are read back, an interrupted "
                         "one continues from its last epoch checkpoint, the rest start")
+    p.add_argument("--recipe", choices=("ulmfit",), default=None,
+                   help="start from a recipe's settings (ulmfit: pooling=concat head=mlp head_hidden=50 "
+                        "layer_decay=0.385 gradual_unfreeze=true schedule=slanted_triangular warmup=0.1 "
+                        "betas=[0.7,0.99] lr=0.01); KEY=VALUE overrides apply on top")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.__class__ = IntermixedParser
     p.set_defaults(func=run)
 
 
-def parse_overrides(overrides: list[str]):
-    """``lr=1e-4 epochs=3`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`."""
+def parse_overrides(overrides: list[str], recipe: str | None = None):
+    """``lr=1e-4 epochs=3`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting from the
+    named recipe's settings (``ulmfit``) when given."""
     from ptmkit.config import apply_overrides, from_dict, to_dict
-    from ptmkit.tasks.finetune import FinetuneConfig
+    from ptmkit.tasks.finetune import FinetuneConfig, recipe_config
 
     items = [o if o.partition("=")[0].startswith("finetune.") else f"finetune.{o}" for o in overrides]
-    raw = apply_overrides({"finetune": to_dict(FinetuneConfig())}, items)
+    raw = apply_overrides({"finetune": to_dict(recipe_config(recipe))}, items)
     return from_dict(FinetuneConfig, raw["finetune"], "finetune")
 
 
@@ -134,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.errors import PtmError
     from ptmkit.tasks.finetune import load_model
 
-    cfg = parse_overrides(list(args.overrides))
+    cfg = parse_overrides(list(args.overrides), args.recipe)
     inputs = [args.model, args.train, args.dev, args.test]
     if args.resume and args.overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")

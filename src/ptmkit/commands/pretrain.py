@@ -38,6 +38,15 @@ differs from the run's, or when text data differs from the text the run was prep
 RUN_DIR (checkpoints, logs, config.json, prepared data) and never any other file.  A run that
 fails before its first checkpoint removes the RUN_DIR it created.
 
+--init-from RUN continues the pre-training of RUN (a run directory, its latest checkpoint, or a
+checkpoint directory) on DATA: ULMFiT's second stage, the general-domain LM fine-tuned on the
+target task's text.  The weights (encoder and objective heads), the tokenizer and the config
+come from RUN, SECTION.KEY=VALUE overrides apply on top (train.max_steps, train.lr, ...), and the
+optimizer and LR schedule start afresh.  PRESET must be the preset RUN was trained with (the same
+encoder, objective and parameter shapes; otherwise an error says what differs).  Text DATA is
+prepared with RUN's tokenizer (no new tokenizer is trained); a prepared corpus must have been
+prepared with it.
+
 Several processes (data parallel): torchrun --nproc_per_node N -m ptmkit.cli pretrain ...
 (batch_size stays the global batch; gloo on CPU, NCCL on GPUs).
 
@@ -67,6 +76,9 @@ examples:
   ptm pretrain my_preset.yaml --data corpus_dir -o runs/mine
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume      continue after a kill
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume train.max_steps=5000   train longer
+  ptm pretrain awd-lstm-tiny --data wiki.txt -o runs/lm                ULMFiT stage 1: general-domain LM
+  ptm pretrain awd-lstm-tiny --init-from runs/lm --data task.txt -o runs/lm-task train.max_steps=500 train.lr=1e-3
+                                                                      stage 2: the LM fine-tuned on the task's text
   ptm pretrain word2vec --data corpus.txt -o vec/w2v model=cbow loss=hs dim=100 workers=2
   ptm pretrain word2vec-sg-ns --data corpus.txt -o vec/sgns epochs=10
   ptm pretrain glove --data corpus.txt -o vec/glove window=10 epochs=25
@@ -90,6 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
+    p.add_argument("--init-from", metavar="RUN", default=None,
+                   help="continue pre-training RUN (a run or checkpoint directory) on DATA: its weights, tokenizer and "
+                        "config (plus the overrides), a fresh optimizer and schedule (ULMFiT's target-task LM fine-tuning)")
     p.add_argument("--resume", action="store_true",
                    help="continue from RUN_DIR's latest checkpoint (an error if there is none)")
     p.add_argument("--overwrite", action="store_true",
@@ -111,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     eval_data = _split(args.eval_data, overrides) if args.eval_data else None
     if not data:
         raise PtmError("--data needs a prepared corpus directory or text file(s)")
-    pretrain(args.preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite)
+    pretrain(args.preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite,
+             init_from=args.init_from)
     return 0
 
 

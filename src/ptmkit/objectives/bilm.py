@@ -38,6 +38,7 @@ from torch import nn
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
@@ -153,3 +154,10 @@ class BidirectionalLM(Objective):
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         metrics = {f"{d}_loss": v.detach() for d, v in losses.items()}
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_pred)
+
+    def lm_log_probs(self, backbone: Encoder, input_ids: torch.Tensor) -> torch.Tensor:
+        """The forward LM's ``log p(x_t | x_{<t})`` for ``t = 1 .. T-1`` of ``input_ids [B, T]``
+        -> ``[B, T - 1]`` (the forward stack reads only the past; the objective's dropout applies
+        in training mode: call ``eval()`` to score)."""
+        h = self.dropout(backbone(input_ids).extras["forward"])[:, :-1]
+        return next_token_log_probs(h, self.softmax_weight(backbone), self.softmax.bias, input_ids[:, 1:])

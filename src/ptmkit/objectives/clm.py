@@ -21,6 +21,7 @@ import torch
 from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
@@ -78,3 +79,9 @@ class CausalLM(Objective):
         n_pred = int((labels != IGNORE).sum()) if attention_mask is not None else labels.numel()
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return StepOutput(loss=loss, metrics={"clm_loss": loss.detach()}, n_tokens=n_tokens, n_predictions=n_pred)
+
+    def lm_log_probs(self, backbone: Encoder, input_ids: torch.Tensor) -> torch.Tensor:
+        """``log p(x_t | x_{<t})`` for ``t = 1 .. T-1`` of ``input_ids [B, T]`` -> ``[B, T - 1]``
+        (causal attention; in the modules' current mode: call ``eval()`` to score)."""
+        out = backbone(input_ids, causal=True)
+        return next_token_log_probs(out.last_hidden_state[:, :-1], backbone.output_embeddings(), None, input_ids[:, 1:])

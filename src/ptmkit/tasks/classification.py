@@ -33,7 +33,7 @@ from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.scalar_mix import ScalarMix
 from ptmkit.train.step import StepOutput
 
-POOLINGS = ("auto", "cls", "last", "mean")
+POOLINGS = ("auto", "cls", "last", "mean", "concat")
 MIXES = ("last", "scalar")
 HEADS = ("linear", "mlp", "bilstm")
 
@@ -42,8 +42,10 @@ class SequenceClassifier(nn.Module):
     """encoder -> token states -> sequence vector -> task head -> ``[num_labels]`` logits.
 
     pooling: ``"cls"`` (BERT: the pooler's output, else ``h_0``), ``"last"`` (GPT: the last
-        non-pad token), ``"mean"`` (masked mean) or ``"auto"`` (``"last"`` for a causal encoder,
-        ``"cls"`` for one with a [CLS] pooler read from its top layer, else ``"mean"``).
+        non-pad token), ``"mean"`` (masked mean), ``"concat"`` (ULMFiT's concat pooling
+        ``[h_T; maxpool(H); meanpool(H)]`` over the real tokens, ``3 H`` wide) or ``"auto"``
+        (``"last"`` for a causal encoder, ``"cls"`` for one with a [CLS] pooler read from its top
+        layer, else ``"mean"``).
     dropout: before the head; ``None`` uses the encoder's ``config.dropout``.
     causal: run the encoder with causal attention (a model pre-trained left to right).
     mix: ``"last"`` (the top layer) or ``"scalar"`` (ELMo's learned softmax-weighted sum of all
@@ -88,7 +90,7 @@ class SequenceClassifier(nn.Module):
         self.frozen = frozen
         self.mix = ScalarMix(backbone.num_layers + 1) if mix == "scalar" else None
         self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
-        width = backbone.output_size
+        width = backbone.output_size * (3 if pooling == "concat" and head != "bilstm" else 1)
         self.head_kind = head
         if head == "bilstm":
             self.lstm = nn.LSTM(width, head_hidden, batch_first=True, bidirectional=True)
@@ -131,6 +133,8 @@ class SequenceClassifier(nn.Module):
             packed = nn.utils.rnn.pack_padded_sequence(self.dropout(hidden), lengths, batch_first=True, enforce_sorted=False)
             hidden, _ = nn.utils.rnn.pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=hidden.shape[1])
             return _masked_mean(hidden, mask)
+        if self.pooling == "concat":
+            return concat_pool(hidden, mask)
         if self.pooling == "cls":
             return out.pooled if (out.pooled is not None and self.mix is None) else hidden[:, 0]
         if self.pooling == "last":
@@ -175,6 +179,17 @@ class SequenceClassifier(nn.Module):
             n_tokens=int(batch["attention_mask"].sum()),
             n_predictions=int(labels.shape[0]),
         )
+
+
+def concat_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """ULMFiT's concat pooling (Howard & Ruder 2018, eq. 4): ``[h_T; maxpool(H); meanpool(H)]``
+    ``[B, 3 D]`` of ``hidden [B, T, D]`` over the real tokens of ``mask [B, T]`` (right padding:
+    ``h_T`` is the last real token's state; padding takes no part in the max or the mean)."""
+    real = mask != 0
+    last = real.long().sum(dim=1).clamp(min=1) - 1
+    h_last = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    h_max = hidden.masked_fill(~real[:, :, None], float("-inf")).amax(dim=1)
+    return torch.cat([h_last, h_max, _masked_mean(hidden, mask)], dim=-1)
 
 
 def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -62,7 +62,8 @@ class FinetuneConfig:
     warmup: fraction of the optimizer steps with a linear LR warmup (then linear decay to 0).
     max_seq_len: tokens per example including the special tokens (truncated beyond).
     dropout: before the classifier; ``None`` keeps the backbone's dropout rate.
-    pooling: ``auto`` (``cls`` for BERT, ``last`` for GPT), ``cls``, ``last`` or ``mean``.
+    pooling: ``auto`` (``cls`` for BERT, ``last`` for GPT), ``cls``, ``last``, ``mean`` or
+        ``concat`` (ULMFiT: ``[h_T; maxpool(H); meanpool(H)]``).
     select: dev metric that picks the epoch whose weights are kept (``loss`` is minimised).
 
     Fine-tuning strategies (Howard & Ruder 2018; Sun et al. 2019), all off by default:
@@ -73,7 +74,11 @@ class FinetuneConfig:
         the next layer down, the embeddings last (ULMFiT).
     freeze_embeddings: keep the (pre-trained) embedding layer fixed, so that words absent from a
         small training set keep their pre-trained neighbourhoods.
-    schedule: ``linear`` (warmup then linear decay, BERT) or ``slanted_triangular`` (ULMFiT).
+    schedule: ``linear`` (warmup then linear decay, BERT) or ``slanted_triangular`` (ULMFiT:
+        ``warmup`` plays the paper's ``cut_frac``, the ratio is 32).
+
+    ULMFiT's classifier fine-tuning with all its tricks is ``RECIPES["ulmfit"]``
+    (:func:`recipe_config`, ``ptm finetune --recipe ulmfit``).
 
     Transfer mode and task network:
 
@@ -184,6 +189,27 @@ class FinetuneConfig:
             eval_every=0, keep_checkpoints=1, seed=seed, precision=self.precision, device=self.device,
             num_threads=self.num_threads,
         )
+
+
+# ULMFiT (Howard & Ruder 2018, section 3.3): concat pooling, a hidden layer of 50 units,
+# discriminative fine-tuning (each layer down gets the LR / 2.6), slanted triangular LRs
+# (cut_frac 0.1, ratio 32), gradual unfreezing (one more layer group per epoch, from the top),
+# Adam with beta1 0.7, beta2 0.99, base LR 0.01.
+RECIPES: dict[str, dict[str, Any]] = {
+    "ulmfit": {
+        "pooling": "concat", "head": "mlp", "head_hidden": 50, "layer_decay": 1 / 2.6, "gradual_unfreeze": True,
+        "schedule": "slanted_triangular", "warmup": 0.1, "betas": (0.7, 0.99), "lr": 1e-2,
+    },
+}
+
+
+def recipe_config(name: str | None, **changes: Any) -> FinetuneConfig:
+    """A :class:`FinetuneConfig` from the named recipe (``None``: the defaults), then ``changes``."""
+    if name is not None and name not in RECIPES:
+        from ptmkit.errors import suggest
+
+        raise PtmError(f"unknown fine-tuning recipe {name!r}{suggest(name, tuple(RECIPES))}; recipes: {', '.join(RECIPES)}")
+    return replace(FinetuneConfig(), **{**(RECIPES[name] if name else {}), **changes})
 
 
 # ------------------------------------------------------------------------------------- the model
