@@ -95,7 +95,10 @@ def build_model(config: dict[str, Any], tokenizer: Any):
 
 def is_causal(config: dict[str, Any]) -> bool:
     """Whether the model was trained to read left to right (its objective says so), so that
-    downstream use must attend causally too."""
+    downstream use must attend causally too.  A model without an objective (static word
+    vectors) reads both ways."""
+    if config.get("objective") is None:
+        return False
     _, cls, _ = objective_class(config.get("objective"))
     return bool(getattr(cls, "causal", False))
 

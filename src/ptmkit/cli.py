@@ -22,6 +22,7 @@ COMMANDS = (
     "prepare",
     "pretrain",
     "finetune",
+    "evaluate",
     "generate",
     "export",
     "import_",

@@ -18,7 +18,8 @@ score.  Runs go
 through the same trainer as pre-training: a checkpoint every epoch, metrics.jsonl, loss.png,
 and --resume continues an interrupted run exactly where it stopped.
 
-RUN_OR_CKPT is a pre-training run directory (its latest checkpoint) or a checkpoint directory.
+RUN_OR_CKPT is a pre-training run directory (its latest checkpoint), a checkpoint directory, or a
+word-vectors file (word2vec binary or text, GloVe, fastText .vec: a static-vectors encoder).
 The task is either built in (fetched on first use; --task mr: movie-review polarity, zh-reviews,
 bible-paraphrase; tagging: brown-pos, peoples-daily-seg/-pos/-ner, where crf=true adds a CRF and
 select=f1 picks epochs by chunk F1) or given as
@@ -67,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "finetune", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("model", metavar="RUN_OR_CKPT", help="pre-training run directory or checkpoint directory")
+    p.add_argument("model", metavar="RUN_OR_CKPT", help="pre-training run directory, checkpoint directory, or a word2vec / "
+                                                       "GloVe / fastText vectors file (static word features)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. lr=5e-5 epochs=5")
     p.add_argument("--task", help="built-in task: mr, zh-reviews, bible-paraphrase (classification); brown-pos, "
                                   "peoples-daily-seg, peoples-daily-pos, peoples-daily-ner (tagging)")
@@ -174,10 +176,11 @@ def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:
     from ptmkit.tasks.finetune import format_table, run_seeds, summarize
 
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
+    kind = getattr(data, "task_type", "classification")
+    labels = f", {len(data.label_names)} labels ({', '.join(map(str, data.label_names[:12]))})" if kind in ("classification", "tagging") else ""
     print(
-        f"fine-tune {data.name}: {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test, "
-        f"{data.num_labels} labels ({', '.join(map(str, data.label_names))}); inits {', '.join(inits)}; "
-        f"seeds {' '.join(map(str, args.seeds))}",
+        f"fine-tune {data.name} ({kind}): {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test"
+        f"{labels}; inits {', '.join(inits)}; seeds {' '.join(map(str, args.seeds))}",
         flush=True,
     )
     results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet, lrs=args.lrs,

@@ -258,7 +258,7 @@ def load_task(name: str) -> Any:
 
     source, spec = tasks[name]
     kind = spec.get("type", "classification")
-    if kind not in ("classification", "tagging", "multiple_choice", "span_qa"):
+    if kind not in ("classification", "tagging", "multiple_choice", "span_qa", "regression"):
         raise PtmError(f"task {name!r} is a {kind} task, which ptm finetune cannot train yet; "
                        f"it trains classification, tagging and multiple-choice tasks")
     root = fetch(source)
@@ -274,6 +274,12 @@ def load_task(name: str) -> Any:
         columns = {k: spec[k] for k in ("text", "choices", "label", "prefix") if k in spec}
         chosen = load_choice_files(*files, name=name, **columns)
         return replace(chosen, meta={**chosen.meta, "source": source, "dir": str(root)})
+    if kind == "regression":
+        from ptmkit.tasks.regression import load_regression_files
+
+        reg = load_regression_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
+                                    label_column=spec["label"], name=name)
+        return replace(reg, meta={**reg.meta, "source": source, "dir": str(root)})
     if kind == "span_qa":
         from ptmkit.tasks.span_qa import load_qa_files
 

@@ -74,6 +74,14 @@ class Encoder(nn.Module):
     def bind_tokenizer(self, tokenizer: Any) -> None:
         """Derive vocabulary-dependent buffers from ``tokenizer`` (default: nothing to do)."""
 
+    def adapter_sites(self) -> list[nn.Module]:
+        """The sub-layers whose outputs ``[..., output_size]`` an adapter may follow (Houlsby et
+        al. 2019: each attention and feed-forward sub-layer, before its residual connection).
+        Encoders without such sites cannot take adapters."""
+        from ptmkit.errors import PtmError
+
+        raise PtmError(f"the {type(self).__name__} encoder declares no adapter sites; adapters need a Transformer encoder")
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

@@ -270,6 +270,15 @@ class TransformerEncoder(Encoder):
                 layer.ffn.fc2.weight.normal_(0.0, scaled)
 
     # -- the Encoder contract ---------------------------------------------------------------
+    def adapter_sites(self) -> list[nn.Module]:
+        """Every layer's attention and feed-forward sub-layer (shared layers count once)."""
+        sites: list[nn.Module] = []
+        for layer in self.layers:
+            for m in (layer.attn, layer.ffn):
+                if all(m is not s for s in sites):
+                    sites.append(m)
+        return sites
+
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
 

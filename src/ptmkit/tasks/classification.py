@@ -283,6 +283,7 @@ def collate(
     batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask.astype(np.int64))}
     if with_token_types:
         batch["token_type_ids"] = torch.from_numpy(types)
-    if labels is not None:
-        batch["labels"] = torch.from_numpy(np.asarray(labels[index], dtype=np.int64))
+    if labels is not None:  # class indices, or float targets (regression)
+        y = np.asarray(labels)[index]
+        batch["labels"] = torch.from_numpy(y.astype(np.float32) if y.dtype.kind == "f" else y.astype(np.int64))
     return batch

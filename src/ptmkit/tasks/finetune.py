@@ -47,7 +47,7 @@ from ptmkit.tasks.task_types import task_type_of
 log = logging.getLogger(__name__)
 
 INITS = ("pretrained", "random")
-SELECT = ("accuracy", "macro_f1", "f1", "loss", "exact_match")
+SELECT = ("accuracy", "macro_f1", "f1", "loss", "exact_match", "pearson", "spearman")
 MODES = ("finetune", "features")
 SCHEDULES = ("linear", "slanted_triangular")
 RESULTS_FILE = "results.json"
@@ -94,6 +94,9 @@ class FinetuneConfig:
     crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
     doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
         windows, the longest answer in tokens, the start/end candidates per window.
+    adapter_size: bottleneck adapters of this many units after every attention and feed-forward
+        sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
+        train); 0 = off.
 
     Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
     pre-training's ``train`` section.
@@ -125,6 +128,7 @@ class FinetuneConfig:
     doc_stride: int = 128
     max_answer_len: int = 30
     n_best: int = 20
+    adapter_size: int = 0
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -167,6 +171,11 @@ class FinetuneConfig:
             raise PtmError(f"aux_lm_weight must be a number >= 0 (0 = no auxiliary LM loss), got {self.aux_lm_weight!r}")
         if self.aux_lm_weight > 0 and self.mode == "features":
             raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
+        if not isinstance(self.adapter_size, int) or isinstance(self.adapter_size, bool) or self.adapter_size < 0:
+            raise PtmError(f"adapter_size must be an integer >= 0 (0 = no adapters), got {self.adapter_size!r}")
+        if self.adapter_size and (self.mode == "features" or self.gradual_unfreeze or self.freeze_embeddings):
+            raise PtmError("adapter_size > 0 trains adapters inside a fixed encoder; it needs mode=finetune without "
+                           "gradual_unfreeze or freeze_embeddings")
         if not isinstance(self.crf, bool):
             raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
@@ -216,10 +225,15 @@ def recipe_config(name: str | None, **changes: Any) -> FinetuneConfig:
 
 
 def load_model(model: Any):
-    """A :class:`ptmkit.train.checkpoint.Pretrained` from a run/checkpoint path (or itself)."""
+    """A :class:`ptmkit.train.checkpoint.Pretrained` from a run/checkpoint path, a word2vec / GloVe
+    / fastText vectors file (a ``static_vectors`` encoder), or itself."""
     if model is None:
         raise PtmError("no model given: pass a pre-training run or checkpoint directory")
     if isinstance(model, (str, os.PathLike)):
+        if Path(model).is_file():  # a word-vectors file: first-generation features
+            from ptmkit.encoders.static_vectors import load_vectors
+
+            return load_vectors(model)
         from ptmkit.pretrained import load_pretrained
 
         return load_pretrained(model, heads=False)
@@ -401,6 +415,11 @@ def finetune(
     encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
     check_aux_lm(pretrained.config, cfg)
     clf = task.build(_backbone(pretrained, init, seed))
+    if cfg.adapter_size:
+        from ptmkit.nn.adapters import add_adapters, freeze_for_adapters
+
+        clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
+        freeze_for_adapters(clf.backbone)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed)
     batches = task.batches(encoded["train"], seed)
 
@@ -436,7 +455,8 @@ def finetune(
         "history": selection.history,
         "config": to_dict(cfg),
         "num_parameters": sum(p.numel() for p in clf.parameters()),
-        "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters() if not (cfg.mode == "features" and n.startswith("backbone."))),
+        "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters()
+                                    if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone."))),
         "time_s": round(time.time() - started, 2),
     }
     if out is not None and trainer.is_main:
@@ -524,13 +544,15 @@ def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | No
     """A plain-text table: condition | main test metric mean ± sd | second metric | per-seed values.
 
     The main metric is accuracy where the task has it (classification, tagging, multiple choice),
-    else F1 (span QA); the second is F1 / macro-F1 / exact match, whichever the results carry."""
+    else F1 (span QA) or Pearson's r (regression); the second is F1 / macro-F1 / exact match /
+    Spearman's rho, whichever the results carry."""
     labels = labels or {}
     entries = list(summary.values())
     has = lambda key: all(key in e for e in entries)  # noqa: E731
-    main = "test_accuracy" if has("test_accuracy") else "test_f1"
-    second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match") if k != main and has(k)), main)
-    name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match"}
+    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson") if has(k))
+    second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
+    name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match",
+            "test_pearson": "Pearson r", "test_spearman": "Spearman rho"}
     head = ["condition", f"test {name[main]} (mean ± sd)", name[second], f"per-seed {name[main]}"]
     rows = []
     for init, e in summary.items():

@@ -240,8 +240,37 @@ class SpanQA(TaskType):
         write_answers(path, self.data.split(split), predictions)
 
 
+class Regression(Classification):
+    """One real-valued score per text or pair (:mod:`ptmkit.tasks.regression`)."""
+
+    metrics = ("pearson", "spearman")
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        from ptmkit.tasks.regression import Regressor
+
+        c, y = self.cfg, self.data.train.labels
+        return Regressor(float(np.mean(y)), float(np.std(y)), backbone=backbone, pooling=c.pooling, dropout=c.dropout,
+                         causal=self.causal, mix=c.resolved_mix, head=c.head, head_hidden=c.head_hidden,
+                         frozen=c.mode == "features", aux_lm_weight=c.aux_lm_weight)
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> np.ndarray:
+        from ptmkit.tasks.regression import predict_values
+
+        return predict_values(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: np.ndarray) -> dict[str, float]:
+        from ptmkit.tasks.regression import score_values
+
+        return score_values(self.data.split(split).labels, predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
+        from ptmkit.tasks.regression import write_values
+
+        write_values(path, self.data.split(split), predictions)
+
+
 TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagging": Tagging,
-                                         "multiple_choice": MultipleChoice, "span_qa": SpanQA}
+                                         "multiple_choice": MultipleChoice, "span_qa": SpanQA, "regression": Regression}
 
 
 def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:

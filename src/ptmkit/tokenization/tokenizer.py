@@ -86,6 +86,22 @@ class Tokenizer:
 
     # ------------------------------------------------------------------ construction
     @classmethod
+    def from_words(cls, words: Sequence[str], lowercase: bool = False) -> "Tokenizer":
+        """A ``word`` tokenizer whose vocabulary is the special tokens (ids 0-4) then ``words`` in
+        order (ids 5, 6, ...): the vocabulary of a word-vectors file."""
+        from tokenizers import AddedToken, models
+
+        vocab = {t: i for i, t in enumerate(K.SPECIAL_TOKENS)}
+        for w in words:
+            vocab.setdefault(w, len(vocab))
+        if len(vocab) != len(K.SPECIAL_TOKENS) + len(words):
+            raise PtmError("the word list repeats a word or holds a special token name ([PAD], [UNK], ...)")
+        tok = K.build("word", lowercase)
+        tok.model = models.WordLevel(vocab, unk_token=K.UNK)
+        tok.add_special_tokens([AddedToken(t, special=True) for t in K.SPECIAL_TOKENS])
+        return cls(tok, "word", lowercase)
+
+    @classmethod
     def train(
         cls,
         files: Sequence[str | os.PathLike[str]],

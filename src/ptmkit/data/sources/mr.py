@@ -73,7 +73,10 @@ class MovieReviews(Source):
     origin = f"PyPI {PACKAGE} (sdist), {INNER.split('/', 1)[1]}"
     license = "MIT (vaderSentiment); sentences from Pang & Lee (2004) movie reviews, research use"
     tasks = {"mr": {"type": "classification", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
-                    "text": "text", "label": "label"}}
+                    "text": "text", "label": "label"},
+             # the same sentences scored by their mean human rating in [-4, 4] (|rating| > 0.5)
+             "mr-rating": {"type": "regression", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
+                           "text": "text", "label": "rating"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
         (archive,) = files

@@ -1,0 +1,61 @@
+"""``ptm evaluate``: a suite of downstream tasks under one protocol, for one or more models."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "fine-tune models on a suite of tasks under one protocol and tabulate the scores"
+DESCRIPTION = """\
+Fine-tune every MODEL (a run, a checkpoint directory, or a word-vectors file) on every task of
+a suite, in both transfer modes (finetune: all weights; features: frozen encoder + scalar mix +
+a task BiLSTM), with one protocol: a fixed training subset, the first --eval-size dev/test
+examples, --epochs epochs, the LR chosen on dev from --lrs, --seeds seeds.  A from-scratch row
+(the first model's architecture, randomly initialised) is the baseline.
+
+suites: en = mr, brown-pos, wordnet-wsd, bible-paraphrase, wordnet-qa
+        zh = zh-reviews, peoples-daily-ner, peoples-daily-pos
+Writes OUT/table.md, OUT/table.png and OUT/results.json; OUT must be new, empty, or an earlier
+evaluation of ptm's (.ptmkit-output.json marks it).
+"""
+EPILOG = """\
+examples:
+  ptm evaluate runs/bert runs/w2v/vectors.bin --suite en -o eval/en
+  ptm evaluate runs/bert-zh --suite zh -o eval/zh --seeds 1 --modes finetune
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("evaluate", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
+    p.add_argument("--suite", default="en", help="en or zh, or a comma-separated list of built-in tasks")
+    p.add_argument("-o", "--out", required=True, help="output directory")
+    p.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
+    p.add_argument("--eval-size", type=int, default=1000, help="dev and test examples per task (default 1000)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--modes", nargs="+", default=["finetune", "features"], choices=["finetune", "features"])
+    p.add_argument("--no-baseline", action="store_true", help="skip the from-scratch row")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ptmkit import outputs
+    from ptmkit.evaluate import SUITES, Protocol, evaluate
+
+    suite = args.suite if args.suite in SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
+    labels = {}
+    for m in args.models:
+        label = Path(m).name or str(m)
+        while label in labels:
+            label += "'"
+        labels[label] = m
+    protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+                        epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
+    outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
+    result = evaluate(labels, suite, args.out, protocol)
+    print((Path(args.out) / "table.md").read_text())
+    return 0 if result["runs"] else 1

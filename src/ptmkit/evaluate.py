@@ -1,0 +1,146 @@
+"""``ptm evaluate``: one fixed protocol over a suite of downstream tasks, for several models.
+
+A suite is a list of built-in tasks (:data:`SUITES`).  Every model is fine-tuned on every task in
+every transfer mode (``finetune``: all weights; ``features``: frozen encoder, scalar mix, task
+network) with the same protocol: a fixed random subset of ``train_size`` training examples, the
+first ``eval_size`` dev and test examples, ``epochs`` epochs, the LR chosen on dev from ``lrs``,
+and ``seeds`` fine-tuning seeds.  A from-scratch row (the first model's architecture, randomly
+initialised, fine-tuned) is the baseline.  The score of a task is its dev-selection metric:
+accuracy (classification, POS tagging, multiple choice), chunk F1 (segmentation, names), F1
+(span QA), Pearson's r (regression).
+
+Writes ``OUT/results.json`` (every run), ``OUT/table.md`` (mean ± sd over seeds per model, mode
+and task) and ``OUT/table.png``; each run's directory is ``OUT/<model>/<task>/<mode>``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ptmkit.errors import PtmError, suggest
+
+log = logging.getLogger(__name__)
+
+SUITES: dict[str, tuple[str, ...]] = {
+    "en": ("mr", "brown-pos", "wordnet-wsd", "bible-paraphrase", "wordnet-qa"),
+    "zh": ("zh-reviews", "peoples-daily-ner", "peoples-daily-pos"),
+}
+MODES = ("finetune", "features")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    train_size: int = 500
+    eval_size: int = 1000
+    seeds: tuple[int, ...] = (1, 2, 3)
+    lrs: tuple[float, ...] = (3e-4, 1e-3)
+    epochs: int = 10
+    modes: tuple[str, ...] = MODES
+    max_seq_len: int = 128
+    baseline: bool = True
+
+
+def _capped(data: Any, protocol: Protocol) -> Any:
+    """The task with the protocol's training subset and at most ``eval_size`` dev / test examples."""
+    if len(data.train) > protocol.train_size:
+        data = data.with_train_size(protocol.train_size, seed=0)
+    first = lambda split: split.subset(np.arange(min(len(split), protocol.eval_size)))  # noqa: E731
+    return replace(data, dev=first(data.dev), test=first(data.test))
+
+
+def _task_config(data: Any, mode: str, protocol: Protocol):
+    from ptmkit.tasks.finetune import FinetuneConfig
+
+    chunked = getattr(data, "chunked", False) and data.task_type == "tagging"
+    return FinetuneConfig(epochs=protocol.epochs, mode=mode, max_seq_len=protocol.max_seq_len,
+                          select="f1" if chunked else "accuracy",
+                          head="bilstm" if mode == "features" else "linear")
+
+
+def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str | Path, protocol: Protocol = Protocol(),
+             progress: bool = False) -> dict[str, Any]:
+    """Run the protocol for ``models`` (label -> run, checkpoint or vectors file) on ``suite``."""
+    from ptmkit.data.tasks import load_task
+    from ptmkit.tasks.finetune import load_model, run_seeds
+
+    tasks = SUITES[suite] if isinstance(suite, str) and suite in SUITES else suite
+    if isinstance(tasks, str):
+        raise PtmError(f"unknown suite {suite!r}{suggest(suite, SUITES)}; suites: {', '.join(SUITES)}")
+    for mode in protocol.modes:
+        if mode not in MODES:
+            raise PtmError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+    out = Path(out_dir)
+    rows: list[dict[str, Any]] = []
+    loaded = {label: load_model(m) for label, m in models.items()}
+    for task_name in tasks:
+        data = _capped(load_task(task_name), protocol)
+        for i, (label, pre) in enumerate(loaded.items()):
+            for mode in protocol.modes:
+                cfg = _task_config(data, mode, protocol)
+                inits = ["pretrained", "random"] if (protocol.baseline and i == 0 and mode == "finetune") else ["pretrained"]
+                runs = run_seeds(pre, data, out / label / task_name / mode, cfg, inits, list(protocol.seeds),
+                                 progress=progress, lrs=list(protocol.lrs), overwrite=True)
+                for r in runs:
+                    row_model = label if r["init"] == "pretrained" else f"from scratch ({label})"
+                    rows.append({"model": row_model, "task": task_name, "mode": mode if r["init"] == "pretrained" else "finetune",
+                                 "seed": r["seed"], "metric": r["select"], "test": r["test"][r["select"]],
+                                 "dev": r["dev"][r["select"]], "lr": r["config"]["lr"]})
+                log.info("%s / %s / %s done", label, task_name, mode)
+    table = summarize(rows)
+    (out / "results.json").write_text(json.dumps({"suite": list(tasks), "protocol": protocol.__dict__, "runs": rows,
+                                                  "table": table}, indent=2, default=list) + "\n")
+    (out / "table.md").write_text(markdown(table, list(tasks)) + "\n")
+    plot(table, list(tasks), out / "table.png")
+    return {"runs": rows, "table": table}
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample sd over seeds per (model, mode, task)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["model"], r["mode"], r["task"]), []).append(r)
+    out = []
+    for (model, mode, task), rs in groups.items():
+        v = np.array([r["test"] for r in rs], dtype=np.float64)
+        out.append({"model": model, "mode": mode, "task": task, "metric": rs[0]["metric"], "mean": float(v.mean()),
+                    "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": len(v)})
+    return out
+
+
+def markdown(table: list[dict[str, Any]], tasks: list[str]) -> str:
+    metric = {t["task"]: t["metric"] for t in table}
+    head = "| model | mode | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in tasks) + " |"
+    lines = [head, "|---|---|" + "---|" * len(tasks)]
+    for model, mode in dict.fromkeys((t["model"], t["mode"]) for t in table):
+        cells = {t["task"]: f"{t['mean']:.3f} ± {t['sd']:.3f}" for t in table if t["model"] == model and t["mode"] == mode}
+        lines.append(f"| {model} | {mode} | " + " | ".join(cells.get(t, "–") for t in tasks) + " |")
+    return "\n".join(lines)
+
+
+def plot(table: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
+    """Grouped bars: one group per task, one bar per (model, mode), error bars = sd over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(dict.fromkeys((t["model"], t["mode"]) for t in table))
+    width = 0.8 / max(len(keys), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 4))
+    for k, key in enumerate(keys):
+        cells = {t["task"]: t for t in table if (t["model"], t["mode"]) == key}
+        xs = [i + (k - (len(keys) - 1) / 2) * width for i in range(len(tasks))]
+        ax.bar(xs, [cells[t]["mean"] if t in cells else 0 for t in tasks], width,
+               yerr=[cells[t]["sd"] if t in cells else 0 for t in tasks], label=f"{key[0]} ({key[1]})")
+    ax.set_xticks(range(len(tasks)), tasks, rotation=15)
+    ax.set_ylabel("test score (task metric)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
