@@ -42,8 +42,37 @@ class TaskSplit:
         return TaskSplit([self.texts[i] for i in idx], self.labels[np.asarray(idx, dtype=np.int64)], pairs)
 
 
+class TaskSplits:
+    """What every task's data has: ``name``, ``train`` / ``dev`` / ``test`` splits with ``subset``,
+    and ``meta``; mixed into the data classes of every task type."""
+
+    name: str
+    meta: dict[str, Any]
+
+    def split(self, name: str) -> Any:
+        if name not in SPLITS:
+            raise PtmError(f"unknown split {name!r}{suggest(name, SPLITS)}; splits: {', '.join(SPLITS)}")
+        return getattr(self, name)
+
+    def with_train_size(self, n: int, seed: int = 0) -> Any:
+        """Keep a fixed random subset of ``n`` training rows (the same for a given ``seed``)."""
+        train = self.train  # type: ignore[attr-defined]
+        if n <= 0:
+            raise PtmError(f"--train-size must be a positive number of examples, got {n}")
+        if n > len(train):
+            raise PtmError(
+                f"--train-size {n} exceeds the {len(train)} training examples of {self.name}; "
+                f"give at most {len(train)}, or leave --train-size out to use them all"
+            )
+        if n == len(train):
+            return self
+        rng = np.random.default_rng(seed)
+        index = np.sort(rng.permutation(len(train))[:n])
+        return replace(self, train=train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
+
+
 @dataclass(frozen=True)
-class TaskData:
+class TaskData(TaskSplits):
     """A classification task: ``label_names[k]`` is the original value of label index ``k``."""
 
     name: str
@@ -60,26 +89,6 @@ class TaskData:
     @property
     def is_pair(self) -> bool:
         return self.train.text_pairs is not None
-
-    def split(self, name: str) -> TaskSplit:
-        if name not in SPLITS:
-            raise PtmError(f"unknown split {name!r}{suggest(name, SPLITS)}; splits: {', '.join(SPLITS)}")
-        return getattr(self, name)
-
-    def with_train_size(self, n: int, seed: int = 0) -> "TaskData":
-        """Keep a fixed random subset of ``n`` training rows (the same for a given ``seed``)."""
-        if n <= 0:
-            raise PtmError(f"--train-size must be a positive number of examples, got {n}")
-        if n > len(self.train):
-            raise PtmError(
-                f"--train-size {n} exceeds the {len(self.train)} training examples of {self.name}; "
-                f"give at most {len(self.train)}, or leave --train-size out to use them all"
-            )
-        if n == len(self.train):
-            return self
-        rng = np.random.default_rng(seed)
-        index = np.sort(rng.permutation(len(self.train))[:n])
-        return replace(self, train=self.train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
 
 
 # ---------------------------------------------------------------------------------------- reading

@@ -387,7 +387,6 @@ def finetune(
     ``out_dir`` from its last epoch checkpoint (the result is the uninterrupted run's) and
     returns a finished run's results as they are.  ``callbacks`` are passed on to the Trainer.
     """
-    from ptmkit.tasks.batches import LabelledBatches
     from ptmkit.tasks.callbacks import DevSelection, StagedFreezing
     from ptmkit.train import checkpoint as ckpt
     from ptmkit.train.optim import parameter_depths

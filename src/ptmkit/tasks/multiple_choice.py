@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,13 +27,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ptmkit.data.tasks import TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.classification import SequenceClassifier, encode_inputs
 from ptmkit.train.step import StepOutput
-
-SPLITS = ("train", "dev", "test")
-
 
 @dataclass(frozen=True)
 class ChoiceSplit:
@@ -52,7 +50,9 @@ class ChoiceSplit:
 
 
 @dataclass(frozen=True)
-class ChoiceData:
+class ChoiceData(TaskSplits):
+    """A multiple-choice task (three :class:`ChoiceSplit`)."""
+
     name: str
     train: ChoiceSplit
     dev: ChoiceSplit
@@ -62,17 +62,6 @@ class ChoiceData:
     task_type = "multiple_choice"
     label_names = ["answer"]
     is_pair = True
-
-    def split(self, name: str) -> ChoiceSplit:
-        if name not in SPLITS:
-            raise PtmError(f"unknown split {name!r}; splits: {', '.join(SPLITS)}")
-        return getattr(self, name)
-
-    def with_train_size(self, n: int, seed: int = 0) -> "ChoiceData":
-        if not 0 < n <= len(self.train):
-            raise PtmError(f"--train-size must be in 1..{len(self.train)} for {self.name}, got {n}")
-        index = np.sort(np.random.default_rng(seed).permutation(len(self.train))[:n])
-        return replace(self, train=self.train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
 
 
 def read_choices(path: str | Path, text: str = "text", choices: str = "choices", label: str = "label",

@@ -10,7 +10,7 @@ range); predictions are mapped back.  Scores: Pearson's and Spearman's correlati
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from scipy import stats
 from torch import nn
 from torch.nn import functional as F
 
-from ptmkit.data.tasks import SPLITS, TaskSplit, _column, _texts, read_rows
+from ptmkit.data.tasks import TaskSplit, TaskSplits, _column, _texts, read_rows
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.classification import SequenceClassifier
@@ -28,7 +28,7 @@ from ptmkit.train.step import StepOutput
 
 
 @dataclass(frozen=True)
-class RegressionData:
+class RegressionData(TaskSplits):
     """Three :class:`TaskSplit` whose ``labels`` are float targets."""
 
     name: str
@@ -43,17 +43,6 @@ class RegressionData:
     @property
     def is_pair(self) -> bool:
         return self.train.text_pairs is not None
-
-    def split(self, name: str) -> TaskSplit:
-        if name not in SPLITS:
-            raise PtmError(f"unknown split {name!r}; splits: {', '.join(SPLITS)}")
-        return getattr(self, name)
-
-    def with_train_size(self, n: int, seed: int = 0) -> "RegressionData":
-        if not 0 < n <= len(self.train):
-            raise PtmError(f"--train-size must be in 1..{len(self.train)} for {self.name}, got {n}")
-        index = np.sort(np.random.default_rng(seed).permutation(len(self.train))[:n])
-        return replace(self, train=self.train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
 
 
 def load_regression_files(train: str | Path, dev: str | Path, test: str | Path, text_column: str = "text",

@@ -26,7 +26,7 @@ import json
 import math
 import re
 import string
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,13 +35,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ptmkit.data.tasks import TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.scalar_mix import ScalarMix
 from ptmkit.train.step import StepOutput
-
-SPLITS = ("train", "dev", "test")
-
 
 # ------------------------------------------------------------------------------------------ data
 
@@ -63,7 +61,9 @@ class QASplit:
 
 
 @dataclass(frozen=True)
-class QAData:
+class QAData(TaskSplits):
+    """A span QA task (three :class:`QASplit`)."""
+
     name: str
     train: QASplit
     dev: QASplit
@@ -73,17 +73,6 @@ class QAData:
     task_type = "span_qa"
     label_names = ["span"]
     is_pair = True
-
-    def split(self, name: str) -> QASplit:
-        if name not in SPLITS:
-            raise PtmError(f"unknown split {name!r}; splits: {', '.join(SPLITS)}")
-        return getattr(self, name)
-
-    def with_train_size(self, n: int, seed: int = 0) -> "QAData":
-        if not 0 < n <= len(self.train):
-            raise PtmError(f"--train-size must be in 1..{len(self.train)} for {self.name}, got {n}")
-        index = np.sort(np.random.default_rng(seed).permutation(len(self.train))[:n])
-        return replace(self, train=self.train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
 
 
 def read_qa(path: str | Path, question: str = "question", context: str = "context", answers: str = "answers") -> QASplit:

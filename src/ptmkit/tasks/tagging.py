@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +31,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ptmkit.data.tasks import SPLITS, TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.scalar_mix import ScalarMix
@@ -40,7 +41,6 @@ from ptmkit.train.step import StepOutput
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "dev", "test")
 IGNORE = -100
 HEADS = ("linear", "mlp", "bilstm")
 _SEGMENTATION = {"B", "M", "E", "S"}
@@ -65,7 +65,7 @@ class TaggingSplit:
 
 
 @dataclass(frozen=True)
-class TaggingData:
+class TaggingData(TaskSplits):
     """A tagging task; ``label_names`` are the training split's tags (sorted)."""
 
     name: str
@@ -87,23 +87,10 @@ class TaggingData:
         names = set(self.label_names)
         return names <= _SEGMENTATION or all(t == "O" or t[:2] in ("B-", "I-", "E-", "S-") for t in names)
 
-    def split(self, name: str) -> TaggingSplit:
-        if name not in SPLITS:
-            raise PtmError(f"unknown split {name!r}; splits: {', '.join(SPLITS)}")
-        return getattr(self, name)
-
     def label_ids(self, split: TaggingSplit) -> list[np.ndarray]:
         """Gold tag indices per sentence, ``IGNORE`` for a tag the training split lacks."""
         index = {t: i for i, t in enumerate(self.label_names)}
         return [np.array([index.get(t, IGNORE) for t in tags], dtype=np.int64) for tags in split.tags]
-
-    def with_train_size(self, n: int, seed: int = 0) -> "TaggingData":
-        if not 0 < n <= len(self.train):
-            raise PtmError(f"--train-size must be in 1..{len(self.train)} for {self.name}, got {n}")
-        if n == len(self.train):
-            return self
-        index = np.sort(np.random.default_rng(seed).permutation(len(self.train))[:n])
-        return replace(self, train=self.train.subset(index), meta={**self.meta, "train_size": n, "train_subset_seed": seed})
 
 
 def read_tagged(path: str | Path, tokens: str = "tokens", tags: str = "tags") -> TaggingSplit:

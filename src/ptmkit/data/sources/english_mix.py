@@ -589,5 +589,5 @@ def _readme(info: dict) -> str:
 
 
 __all__ = ["EnglishMix", "Deduplicator", "normalise", "normalise_paragraph", "split_sentences", "mix",
-           "read_dictd", "read_ztext", "gcide_entry", "foldoc_entry", "wordnet_synset", "fortune_file",
+           "read_dictd", "sword_entries", "gcide_entry", "foldoc_entry", "wordnet_synset", "fortune_file",
            "jargon_text", "read_sword", "osis_to_text", "line_hash", "SOURCES"]
