@@ -297,3 +297,22 @@ def test_word_starts_are_written_in_bounded_memory(tmp_path):
     assert peaks[1] - peaks[0] < (sizes[1] - sizes[0]) / 2, (peaks, sizes)
     small_bits = np.asarray(Corpus.open(tmp_path / "c0").word_starts)
     np.testing.assert_array_equal(np.asarray(c.word_starts)[: len(small_bits)], small_bits)
+
+
+def test_text_the_tokenizer_does_not_cover_is_flagged_with_its_unknown_rate(tmp_path, caplog):
+    """Chinese text through a tokenizer trained on English only: a warning gives the [UNK] rate and
+    the fix; meta.json records the count."""
+    (tmp_path / "en.txt").write_text("the cat sat on the mat\na dog ran in the park\n" * 20, encoding="utf-8")
+    tok = Tokenizer.train([tmp_path / "en.txt"], kind="wordpiece", vocab_size=60, min_frequency=1)
+    (tmp_path / "zh.txt").write_text("我们今天去公园散步\n天气很好\nthe cat\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="ptmkit.data.prepare"):
+        corpus = prepare([tmp_path / "zh.txt"], tok, tmp_path / "zh", workers=1, progress=False)
+    meta = json.loads((tmp_path / "zh" / "meta.json").read_text())
+    n = len(corpus.tokens)
+    assert meta["unk_tokens"] == int((np.asarray(corpus.tokens) == tok.unk_id).sum()) and meta["unk_tokens"] >= 13
+    (message,) = [r.getMessage() for r in caplog.records if "[UNK]" in r.getMessage()]
+    assert f"{100 * meta['unk_tokens'] / n:.1f}% of the tokens" in message and "ptm tokenizer train" in message
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ptmkit.data.prepare"):
+        prepare([tmp_path / "en.txt"], tok, tmp_path / "en", workers=1, progress=False)
+    assert not any("[UNK]" in r.getMessage() for r in caplog.records)  # covered text: no warning

@@ -17,6 +17,7 @@ import collections
 import itertools
 import json
 import multiprocessing as mp
+import logging
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -43,7 +44,10 @@ from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CHUNK_BYTES = 1 << 20
+UNK_WARNING = 0.05  # warn when more than this share of the tokens is [UNK]
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -275,9 +279,11 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
         writer = _Writer(root, dtype)
         total_bytes = sum(p.stat().st_size for p in paths)
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+        n_unk = 0
         with bar:
             for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers, segmenter):
                 writer.add(enc)
+                n_unk += int(np.count_nonzero(enc.ids == tok.unk_id))
                 bar.update(enc.n_bytes)
         writer.close(root)
         if writer.n_tokens == 0:
@@ -289,6 +295,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
             "n_sentences": writer.n_sentences,
             "n_documents": writer.n_documents,
             "skipped_empty_lines": writer.n_empty,
+            "unk_tokens": n_unk,
             "vocab_size": tok.vocab_size,
             "tokenizer_kind": tok.kind,
             "tokenizer_sha256": sha256(tok_file),
@@ -297,6 +304,12 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
             "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
         }
         (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        if n_unk > UNK_WARNING * writer.n_tokens:
+            log.warning(
+                "%.1f%% of the tokens (%d of %d) are [UNK]: the tokenizer does not cover this text (Chinese text "
+                "through a tokenizer trained on English, say); train one on it: ptm tokenizer train FILES --kind "
+                "wordpiece (every CJK character becomes a token) or --kind char",
+                100 * n_unk / writer.n_tokens, n_unk, writer.n_tokens)
     except BaseException:
         if writer is not None:
             writer.abort()
