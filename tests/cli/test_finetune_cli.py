@@ -100,3 +100,28 @@ def test_finetune_cli_tagging_files_with_crf(files, tmp_path, capsys):
     rc = main(["finetune", str(files / "ck"), "--tagging", "--train", str(tmp_path / "bad.conll"),
                "--dev", str(tmp_path / "dev.conll"), "--test", str(tmp_path / "test.conll"), "-o", str(tmp_path / "o2")])
     assert rc == 2 and "bad.conll:2" in capsys.readouterr().err
+
+
+def test_two_stage_finetuning_starts_from_the_intermediate_encoder(files, tmp_path, capsys):
+    """--after RUN: the target task starts from the encoder an intermediate fine-tuning selected."""
+    import torch
+    from safetensors.torch import load_file
+
+    from ptmkit.pretrained import load_pretrained
+    from ptmkit.tasks.finetune import after_intermediate_task
+
+    first = tmp_path / "first"
+    args = ["--train", str(files / "train.csv"), "--dev", str(files / "dev.csv"), "--test", str(files / "test.csv"),
+            "--text-column", "sentence", "--label-column", "mood", "epochs=2", "max_seq_len=16"]
+    assert main(["finetune", str(files / "ck"), "-o", str(first), *args]) == 0
+    run = first / "pretrained-seed0"  # the default seed
+    tuned = {k[len("backbone."):]: v for k, v in load_file(str(run / "best.safetensors")).items() if k.startswith("backbone.")}
+    pre = load_pretrained(files / "ck", heads=False)
+    staged = after_intermediate_task(pre, run)
+    for name, p in staged.backbone.named_parameters():
+        assert torch.equal(p, tuned[name]), name
+    assert any(not torch.equal(p, dict(pre.backbone.named_parameters())[n]) for n, p in staged.backbone.named_parameters())
+    assert main(["finetune", str(files / "ck"), "--after", str(run), "-o", str(tmp_path / "second"), *args]) == 0
+    capsys.readouterr()
+    assert main(["finetune", str(files / "ck"), "--after", str(first), "-o", str(tmp_path / "third"), *args]) == 2
+    assert "finished fine-tuning run" in capsys.readouterr().err

@@ -79,6 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--text-column", default="text", help="column of the (first) text (default: text)")
     p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
     p.add_argument("--label-column", default="label", help="column of the label (default: label)")
+    p.add_argument("--after", metavar="FINETUNE_RUN", default=None,
+                   help="two-stage fine-tuning: start from the encoder selected by an earlier fine-tuning on an "
+                        "intermediate task (its run directory, e.g. OUT/pretrained-seed0), not from RUN_OR_CKPT's")
     p.add_argument("--tagging", action="store_true",
                    help="the files are a tagging task: JSONL with 'tokens' and 'tags' lists, or CoNLL style "
                         "('word tag' per line, a blank line between sentences)")
@@ -145,11 +148,15 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.tasks.finetune import load_model
 
     cfg = parse_overrides(list(args.overrides), args.recipe)
-    inputs = [args.model, args.train, args.dev, args.test]
+    inputs = [args.model, args.train, args.dev, args.test, args.after]
     if args.resume and args.overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
     outputs.check(args.out, "finetune", inputs, args.overwrite, reuse=args.resume)  # before any slow loading
     pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
+    if args.after:
+        from ptmkit.tasks.finetune import after_intermediate_task
+
+        pretrained = after_intermediate_task(pretrained, args.after)
     data = load_data(args)
     if args.train_size is not None:
         data = data.with_train_size(args.train_size)

@@ -240,6 +240,31 @@ def load_model(model: Any):
     return model
 
 
+def after_intermediate_task(pretrained: Any, run_dir: str | os.PathLike) -> Any:
+    """Two-stage fine-tuning (an intermediate task, then the target; Phang et al. 2018, the
+    surveys' "multi-stage" transfer): ``pretrained`` with its encoder replaced by the one a
+    finished fine-tuning in ``run_dir`` selected (``best.safetensors``, keys ``backbone.*``).  The
+    encoder must be of the same architecture; the intermediate task's head is left behind."""
+    from dataclasses import replace as dc_replace
+
+    from safetensors.torch import load_file
+
+    from ptmkit.tasks.callbacks import BEST_FILE
+
+    path = Path(run_dir) / BEST_FILE
+    if not path.is_file():
+        raise PtmError(f"{run_dir} holds no {BEST_FILE}: give the directory of a finished fine-tuning run "
+                       f"(OUT/pretrained-seed0, say), not its parent")
+    state = {k[len("backbone."):]: v for k, v in load_file(str(path)).items() if k.startswith("backbone.")}
+    backbone = copy.deepcopy(pretrained.backbone)
+    try:
+        backbone.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise PtmError(f"the encoder fine-tuned in {run_dir} does not fit this model's encoder "
+                       f"(another architecture or size?): {str(exc).splitlines()[0]}") from None
+    return dc_replace(pretrained, backbone=backbone, objective=None, path=Path(run_dir))
+
+
 def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """Plain token ids (no special tokens) for each text."""
     return [list(ids) for ids in tokenizer.encode_batch(texts)]
