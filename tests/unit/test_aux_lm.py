@@ -80,3 +80,42 @@ def test_only_causal_lm_models_take_the_auxiliary_loss() -> None:
         FinetuneConfig(aux_lm_weight=-1.0)
     with pytest.raises(PtmError, match="mode=finetune"):
         FinetuneConfig(aux_lm_weight=0.5, mode="features")
+
+
+def test_siatl_schedule_decays_the_lm_weight_per_epoch(tmp_path) -> None:
+    """aux_lm_decay: epoch e logs lm weight λ·decay^(e-1); the task+LM loss each step uses it."""
+    import numpy as np
+
+    from ptmkit.build import build_model
+    from ptmkit.data.tasks import TaskData, TaskSplit
+    from ptmkit.encoders import TransformerConfig
+    from ptmkit.pretrained import load_pretrained, save_pretrained
+    from ptmkit.tasks.callbacks import AuxWeightDecay
+    from ptmkit.tasks.finetune import FinetuneConfig, finetune
+    from ptmkit.tokenization import Tokenizer
+    from ptmkit.train.trainer import TrainerCallback
+
+    rng = np.random.default_rng(0)
+    texts = [("good " if i % 2 else "bad ") + "film plot" for i in range(32)]
+    split = TaskSplit(texts, np.array([i % 2 for i in range(32)]))
+    task = TaskData("toy", [0, 1], split, split, split)
+    (tmp_path / "t.txt").write_text("\n".join(texts) + "\n")
+    tok = Tokenizer.train([tmp_path / "t.txt"], kind="bpe", vocab_size=60, min_frequency=1)
+    cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                            max_position=16, norm="pre", type_vocab_size=0, pooler=False, embedding_norm=False)
+    config = {"model": cfg.__dict__.copy(), "objective": {"name": "clm"}, "tokenizer": {}, "train": {}}
+    ck = save_pretrained(tmp_path / "ck", config, build_model(config, tok), tok)
+    seen: list[float] = []
+
+    class Watch(TrainerCallback):
+        def on_step_end(self, trainer, step):
+            seen.append(trainer.model.aux_lm_weight)
+
+    ft = FinetuneConfig(epochs=3, batch_size=16, max_seq_len=8, aux_lm_weight=0.5, aux_lm_decay=0.5)
+    finetune(load_pretrained(ck, heads=False), task, None, ft, seed=0, progress=False, callbacks=(Watch(),))
+    # 2 steps per epoch: steps 1, 3 and 5 open epochs 1, 2 and 3
+    assert seen[:1] == [0.5] and seen[2:3] == [0.25] and seen[4:5] == [0.125]
+    cb = AuxWeightDecay(0.5, 0.5, steps_per_epoch=2)
+    model = SimpleNamespace(aux_lm_weight=0.0)
+    cb.apply(model, 3)
+    assert model.aux_lm_weight == 0.125

@@ -115,3 +115,22 @@ class StagedFreezing(TrainerCallback):
     def on_step_end(self, trainer, step: int) -> None:
         if step % self.steps_per_epoch == 0:
             self.apply(trainer.model, step // self.steps_per_epoch + 1)
+
+
+class AuxWeightDecay(TrainerCallback):
+    """SiATL's auxiliary-loss schedule (Chronopoulou et al. 2019): the LM weight of epoch ``e``
+    (1-based) is ``weight * decay ** (e - 1)``, so the task loss takes over as fine-tuning goes on.
+    Set at the start of every epoch from the step alone, so a resumed run gets the same weights."""
+
+    def __init__(self, weight: float, decay: float, steps_per_epoch: int) -> None:
+        self.weight, self.decay, self.steps_per_epoch = weight, decay, steps_per_epoch
+
+    def apply(self, model: nn.Module, epoch: int) -> None:
+        model.aux_lm_weight = self.weight * self.decay ** (epoch - 1)
+
+    def on_fit_start(self, trainer) -> None:
+        self.apply(trainer.model, trainer.step // self.steps_per_epoch + 1)
+
+    def on_step_end(self, trainer, step: int) -> None:
+        if step % self.steps_per_epoch == 0:
+            self.apply(trainer.model, step // self.steps_per_epoch + 1)

@@ -91,6 +91,8 @@ class FinetuneConfig:
     aux_lm_weight: GPT's auxiliary language-modelling loss (Radford et al. 2018): the loss is
         ``L_task + aux_lm_weight * L_LM`` over the input text (0 = off; the paper uses 0.5).  Only
         for models pre-trained as a causal LM with a tied output layer (the clm objective).
+    aux_lm_decay: SiATL's schedule (Chronopoulou et al. 2019): epoch ``e`` weighs the LM loss by
+        ``aux_lm_weight * aux_lm_decay ** (e - 1)``; 1 keeps it constant (GPT).
     crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
     doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
         windows, the longest answer in tokens, the start/end candidates per window.
@@ -124,6 +126,7 @@ class FinetuneConfig:
     head: str = "linear"
     head_hidden: int = 128
     aux_lm_weight: float = 0.0
+    aux_lm_decay: float = 1.0
     crf: bool = False
     doc_stride: int = 128
     max_answer_len: int = 30
@@ -138,7 +141,7 @@ class FinetuneConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay", "aux_lm_weight"):
+        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay", "aux_lm_weight", "aux_lm_decay"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -169,6 +172,8 @@ class FinetuneConfig:
             raise PtmError("mode=features keeps the whole encoder fixed; gradual_unfreeze and freeze_embeddings apply to mode=finetune")
         if isinstance(self.aux_lm_weight, bool) or not isinstance(self.aux_lm_weight, (int, float)) or self.aux_lm_weight < 0:
             raise PtmError(f"aux_lm_weight must be a number >= 0 (0 = no auxiliary LM loss), got {self.aux_lm_weight!r}")
+        if not 0.0 < self.aux_lm_decay <= 1.0:
+            raise PtmError(f"aux_lm_decay must be in (0, 1] (1 keeps the LM weight constant), got {self.aux_lm_decay}")
         if self.aux_lm_weight > 0 and self.mode == "features":
             raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
         if not isinstance(self.adapter_size, int) or isinstance(self.adapter_size, bool) or self.adapter_size < 0:
@@ -412,7 +417,7 @@ def finetune(
     ``out_dir`` from its last epoch checkpoint (the result is the uninterrupted run's) and
     returns a finished run's results as they are.  ``callbacks`` are passed on to the Trainer.
     """
-    from ptmkit.tasks.callbacks import DevSelection, StagedFreezing
+    from ptmkit.tasks.callbacks import AuxWeightDecay, DevSelection, StagedFreezing
     from ptmkit.train import checkpoint as ckpt
     from ptmkit.train.optim import parameter_depths
     from ptmkit.train.trainer import Trainer
@@ -455,6 +460,8 @@ def finetune(
     lowest = _lowest_trainable(clf, cfg)
     if lowest is not None:
         callbacks.append(StagedFreezing(parameter_depths(clf)[0], lowest, batches.steps_per_epoch))
+    if cfg.aux_lm_weight > 0 and cfg.aux_lm_decay != 1.0:
+        callbacks.append(AuxWeightDecay(cfg.aux_lm_weight, cfg.aux_lm_decay, batches.steps_per_epoch))
     trainer = Trainer(clf, batches, train_cfg, out, None, {"config": {"finetune": to_dict(cfg), "init": init, "seed": seed}},
                       callbacks, desc=desc or f"fine-tune {init} seed={seed}", progress_bar=progress)
     selection.is_main = trainer.is_main
