@@ -39,14 +39,13 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
-    load_hf_weights,
-    load_tokenizer,
     write_hf_dir,
 )
 from ptmkit.registry import register
@@ -257,16 +256,9 @@ def export_albert(pretrained: Any, out_dir: str | Path, with_heads: bool = True)
 def import_albert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF ALBERT directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``
     with the MLM head (``objective.mlm_head.*``) and SOP head (``objective.sop_head.*``) when present."""
-    from transformers import AlbertForPreTraining, PreTrainedModel
+    from transformers import AlbertForPreTraining
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(AlbertForPreTraining, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(AlbertForPreTraining, hf_dir_or_model, tokenizer)
     hf_state = _with_albert_prefix(present)
     hf_cfg = hf_model.config
     mapping = hf_state[f"{_MAPPING}.weight"]

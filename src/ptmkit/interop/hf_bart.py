@@ -44,13 +44,13 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    check_pad,
+    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
-    load_hf_weights,
-    load_tokenizer,
     quiet_transformers,
     write_hf_dir,
 )
@@ -284,16 +284,9 @@ def import_bart(
     ``final_logits_bias`` imports as zeros).  An LM head or encoder/decoder token table not tied to
     ``model.shared`` raises :class:`PtmError`.
     """
-    from transformers import BartForConditionalGeneration, PreTrainedModel
+    from transformers import BartForConditionalGeneration
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(BartForConditionalGeneration, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(BartForConditionalGeneration, hf_dir_or_model, tokenizer)
     hf_state = _with_model_prefix(present)
     cfg = from_hf_config(hf_model.config)
     if "model.shared.weight" not in hf_state:
@@ -314,11 +307,7 @@ def objective_section() -> dict[str, Any]:
 def load_hf_bart(hf_dir: str | Path) -> Any:
     """Import an HF BART directory as a ready ``Pretrained`` (encoder-decoder + bart objective, eval mode)."""
     cfg, state, tokenizer = import_bart(hf_dir)
-    if tokenizer is not None and cfg.pad_token_id != tokenizer.pad_id:
-        raise PtmError(
-            f"the model pads with id {cfg.pad_token_id} but the tokenizer's [PAD] is {tokenizer.pad_id}; "
-            f"ptmkit needs them to agree"
-        )
+    check_pad(cfg.pad_token_id, tokenizer)
     return assemble(cfg, objective_section(), state, tokenizer, source=str(hf_dir))
 
 

@@ -35,14 +35,13 @@ import torch
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
-    load_hf_weights,
-    load_tokenizer,
     write_hf_dir,
 )
 from ptmkit.encoders.transformer import TransformerConfig
@@ -248,16 +247,9 @@ def import_bert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
     (``objective.mlm_head.*``) and NSP head (``objective.nsp_head.*``).  The tokenizer is read
     from the directory (``None`` for an in-memory model unless given).
     """
-    from transformers import BertForPreTraining, PreTrainedModel
+    from transformers import BertForPreTraining
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(BertForPreTraining, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(BertForPreTraining, hf_dir_or_model, tokenizer)
     hf_state = _with_bert_prefix(present)
     cfg = from_hf_config(hf_model.config, pooler="bert.pooler.dense.weight" in hf_state)
     check_tied(hf_state.get("cls.predictions.decoder.weight"), hf_state["bert.embeddings.word_embeddings.weight"], "MLM decoder")

@@ -70,6 +70,31 @@ def quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+def read_hf(model_cls: type, hf_dir_or_model: Any, tokenizer: Any = None) -> tuple[Any, dict[str, torch.Tensor], Any, Path | None]:
+    """What every family's import starts from: ``(hf_model, present, tokenizer, hf_dir)``.
+
+    ``hf_dir_or_model``: an in-memory ``PreTrainedModel`` (every tensor counts as present; ``hf_dir``
+    is ``None``) or a directory, loaded as ``model_cls`` by :func:`load_hf_weights`, whose tokenizer
+    files are read when no ``tokenizer`` is given.  Tensors are float32.
+    """
+    from transformers import PreTrainedModel
+
+    if isinstance(hf_dir_or_model, PreTrainedModel):
+        return hf_dir_or_model, {k: v.float() for k, v in hf_dir_or_model.state_dict().items()}, tokenizer, None
+    hf_dir = Path(hf_dir_or_model)
+    hf_model, present = load_hf_weights(model_cls, hf_dir)
+    return hf_model, present, tokenizer if tokenizer is not None else load_tokenizer(hf_dir), hf_dir
+
+
+def check_pad(pad_token_id: int, tokenizer: Any) -> None:
+    """The model's padding id and the tokenizer's ``[PAD]`` must agree (:class:`PtmError` if not)."""
+    if tokenizer is not None and pad_token_id != tokenizer.pad_id:
+        raise PtmError(
+            f"the model pads with id {pad_token_id} but the tokenizer's [PAD] is {tokenizer.pad_id}; "
+            f"ptmkit needs them to agree"
+        )
+
+
 def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str, torch.Tensor]]:
     """Load ``model_cls`` from ``hf_dir`` in float32 and return ``(model, present)``.
 

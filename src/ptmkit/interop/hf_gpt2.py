@@ -29,13 +29,12 @@ import torch
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    read_hf,
     ACT_TO_HF,
     activation_from_hf,
     assemble,
     HFFamily,
     check_tied,
-    load_hf_weights,
-    load_tokenizer,
     write_hf_dir,
 )
 from ptmkit.encoders.transformer import TransformerConfig
@@ -219,16 +218,9 @@ def import_gpt2(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
     The state dict holds ``backbone.*`` only: the causal LM head is the tied word embeddings.
     An untied ``lm_head`` raises :class:`PtmError`.
     """
-    from transformers import GPT2LMHeadModel, PreTrainedModel
+    from transformers import GPT2LMHeadModel
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(GPT2LMHeadModel, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(GPT2LMHeadModel, hf_dir_or_model, tokenizer)
     hf_state = _with_transformer_prefix(present)
     cfg = from_hf_config(hf_model.config)
     check_tied(hf_state.get("lm_head.weight"), hf_state["transformer.wte.weight"], "lm_head")

@@ -37,14 +37,13 @@ from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop import hf_bert
 from ptmkit.interop.hf_common import (
+    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
-    load_hf_weights,
-    load_tokenizer,
     write_hf_dir,
 )
 from ptmkit.registry import register
@@ -217,17 +216,11 @@ def _saved_pooler(hf_dir: Path) -> dict[str, torch.Tensor]:
 def import_roberta(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF RoBERTa directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``
     (``objective.mlm_head.*`` when the checkpoint has an LM head)."""
-    from transformers import PreTrainedModel, RobertaForMaskedLM
+    from transformers import RobertaForMaskedLM
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(RobertaForMaskedLM, hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(RobertaForMaskedLM, hf_dir_or_model, tokenizer)
+    if hf_dir is not None:
         present.update(_saved_pooler(hf_dir))
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
     hf_state = {(k if k.startswith(("roberta.", "lm_head.")) else f"roberta.{k}"): v for k, v in present.items()}
     cfg = from_hf_config(hf_model.config, pooler="roberta.pooler.dense.weight" in hf_state)
     check_tied(hf_state.get("lm_head.decoder.weight"), hf_state["roberta.embeddings.word_embeddings.weight"], "LM decoder")

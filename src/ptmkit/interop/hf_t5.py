@@ -43,11 +43,11 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    check_pad,
+    read_hf,
     HFFamily,
     assemble,
     check_tied,
-    load_hf_weights,
-    load_tokenizer,
     quiet_transformers,
     write_hf_dir,
 )
@@ -265,16 +265,9 @@ def import_t5(
     The LM head and both stacks' token tables must be ``shared`` (ptmkit ties them); an untied
     checkpoint raises :class:`PtmError`.
     """
-    from transformers import PreTrainedModel, T5ForConditionalGeneration
+    from transformers import T5ForConditionalGeneration
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(T5ForConditionalGeneration, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(T5ForConditionalGeneration, hf_dir_or_model, tokenizer)
     cfg = from_hf_config(hf_model.config)
     if "shared.weight" not in present:
         raise PtmError("the T5 checkpoint lacks shared.weight (the shared token embeddings)")
@@ -294,11 +287,7 @@ def objective_section() -> dict[str, Any]:
 def load_hf_t5(hf_dir: str | Path) -> Any:
     """Import an HF T5 directory as a ready ``Pretrained`` (encoder-decoder + t5 objective, eval mode)."""
     cfg, state, tokenizer = import_t5(hf_dir)
-    if tokenizer is not None and cfg.pad_token_id != tokenizer.pad_id:
-        raise PtmError(
-            f"the model pads with id {cfg.pad_token_id} but the tokenizer's [PAD] is {tokenizer.pad_id}; "
-            f"ptmkit needs them to agree"
-        )
+    check_pad(cfg.pad_token_id, tokenizer)
     return assemble(cfg, objective_section(), state, tokenizer, source=str(hf_dir))
 
 

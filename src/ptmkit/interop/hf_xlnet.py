@@ -31,13 +31,12 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.xlnet import XLNetConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
+    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
-    load_hf_weights,
-    load_tokenizer,
     write_hf_dir,
 )
 from ptmkit.registry import register
@@ -164,16 +163,9 @@ def build_hf_xlnet(pretrained: Any) -> Any:
 
 def import_xlnet(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[XLNetConfig, dict[str, torch.Tensor], Any]:
     """An HF XLNet directory or model -> ``(XLNetConfig, PretrainModel state dict, tokenizer)``."""
-    from transformers import PreTrainedModel, XLNetLMHeadModel
+    from transformers import XLNetLMHeadModel
 
-    if isinstance(hf_dir_or_model, PreTrainedModel):
-        hf_model = hf_dir_or_model
-        present = {k: v.float() for k, v in hf_model.state_dict().items()}
-    else:
-        hf_dir = Path(hf_dir_or_model)
-        hf_model, present = load_hf_weights(XLNetLMHeadModel, hf_dir)
-        if tokenizer is None:
-            tokenizer = load_tokenizer(hf_dir)
+    hf_model, present, tokenizer, hf_dir = read_hf(XLNetLMHeadModel, hf_dir_or_model, tokenizer)
     present = {(k if k.startswith(("transformer.", "lm_loss.")) else f"transformer.{k}"): v for k, v in present.items()}
     cfg = from_hf_config(hf_model.config)
     check_tied(present.get("lm_loss.weight"), present["transformer.word_embedding.weight"], "lm_loss")
