@@ -122,6 +122,8 @@ class AWDLanguageModel(Objective):
         """Training batches as parallel streams when the states are carried."""
         return self.cfg.carry_state
 
+    carried_state_switch = "objective.carry_state=false"
+
     @property
     def carries_state(self) -> bool:
         return self.cfg.carry_state

@@ -120,6 +120,9 @@ class Objective(nn.Module):
         return tuple(self.hf_heads)
 
     # -- state carried across training steps --------------------------------------------------
+    # the setting that switches the carried state off, named in errors (e.g. under DDP)
+    carried_state_switch: ClassVar[str] = ""
+
     @property
     def carries_state(self) -> bool:
         """Whether this instance keeps state from one training step to the next."""

@@ -172,6 +172,8 @@ class PermutationLM(Objective):
         return batch
 
     # -- model ------------------------------------------------------------------------------
+    carried_state_switch = "model.mem_len=0"
+
     @property
     def carries_state(self) -> bool:
         return self.memory.mem_len > 0

@@ -199,10 +199,11 @@ class Trainer:
         # the training checkpoint, restored on resume, never part of the weights.
         self.carriers = {name: m for name, m in self.model.named_modules() if getattr(m, "carries_state", False) is True}
         if self.carriers and self.dist.world_size > 1:
+            switches = sorted({getattr(m, "carried_state_switch", "") for m in self.carriers.values()} - {""})
             raise PtmError(
                 f"{', '.join(sorted(n or 'the model' for n in self.carriers))} carries state across steps (a memory), "
                 f"which is not supported with {self.dist.world_size} processes; train on one process, or switch the "
-                f"memory off (for XLNet: model.mem_len=0)"
+                f"memory off" + (f" ({', '.join(switches)})" if switches else "")
             )
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
