@@ -11,6 +11,7 @@ accuracy (classification, POS tagging, multiple choice), chunk F1 (segmentation,
 
 Writes ``OUT/results.json`` (every run), ``OUT/table.md`` (mean ± sd over seeds per model, mode
 and task) and ``OUT/table.png``; each run's directory is ``OUT/<model>/<task>/<mode>``.
+The same protocol at several training sizes is a learning curve (:mod:`ptmkit.learning_curve`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ MODES = ("finetune", "features")
 
 @dataclass(frozen=True)
 class Protocol:
-    train_size: int = 500
+    """``train_size``: training examples per task (``None``: all of them)."""
+
+    train_size: int | None = 500
     eval_size: int = 1000
     seeds: tuple[int, ...] = (1, 2, 3)
     lrs: tuple[float, ...] = (3e-4, 1e-3)
@@ -48,7 +51,7 @@ class Protocol:
 
 def _capped(data: Any, protocol: Protocol) -> Any:
     """The task with the protocol's training subset and at most ``eval_size`` dev / test examples."""
-    if len(data.train) > protocol.train_size:
+    if protocol.train_size is not None and len(data.train) > protocol.train_size:
         data = data.with_train_size(protocol.train_size, seed=0)
     first = lambda split: split.subset(np.arange(min(len(split), protocol.eval_size)))  # noqa: E731
     return replace(data, dev=first(data.dev), test=first(data.test))
@@ -63,15 +66,22 @@ def _task_config(data: Any, mode: str, protocol: Protocol):
                           head="bilstm" if mode == "features" else "linear")
 
 
+def suite_tasks(suite: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The tasks of a named suite, or ``suite`` itself when it is a tuple of task names."""
+    if isinstance(suite, str):
+        if suite not in SUITES:
+            raise PtmError(f"unknown suite {suite!r}{suggest(suite, SUITES)}; suites: {', '.join(SUITES)}")
+        return SUITES[suite]
+    return tuple(suite)
+
+
 def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str | Path, protocol: Protocol = Protocol(),
              progress: bool = False) -> dict[str, Any]:
     """Run the protocol for ``models`` (label -> run, checkpoint or vectors file) on ``suite``."""
     from ptmkit.data.tasks import load_task
     from ptmkit.tasks.finetune import load_model, run_seeds
 
-    tasks = SUITES[suite] if isinstance(suite, str) and suite in SUITES else suite
-    if isinstance(tasks, str):
-        raise PtmError(f"unknown suite {suite!r}{suggest(suite, SUITES)}; suites: {', '.join(SUITES)}")
+    tasks = suite_tasks(suite)
     for mode in protocol.modes:
         if mode not in MODES:
             raise PtmError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
@@ -89,7 +99,7 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
                 for r in runs:
                     row_model = label if r["init"] == "pretrained" else f"from scratch ({label})"
                     rows.append({"model": row_model, "task": task_name, "mode": mode if r["init"] == "pretrained" else "finetune",
-                                 "seed": r["seed"], "metric": r["select"], "test": r["test"][r["select"]],
+                                 "seed": r["seed"], "n_train": len(data.train), "metric": r["select"], "test": r["test"][r["select"]],
                                  "dev": r["dev"][r["select"]], "lr": r["config"]["lr"]})
                 log.info("%s / %s / %s done", label, task_name, mode)
     table = summarize(rows)
