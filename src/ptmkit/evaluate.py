@@ -49,7 +49,7 @@ class Protocol:
     baseline: bool = True
 
 
-def _capped(data: Any, protocol: Protocol) -> Any:
+def protocol_data(data: Any, protocol: Protocol) -> Any:
     """The task with the protocol's training subset and at most ``eval_size`` dev / test examples."""
     if protocol.train_size is not None and len(data.train) > protocol.train_size:
         data = data.with_train_size(protocol.train_size, seed=0)
@@ -57,7 +57,8 @@ def _capped(data: Any, protocol: Protocol) -> Any:
     return replace(data, dev=first(data.dev), test=first(data.test))
 
 
-def _task_config(data: Any, mode: str, protocol: Protocol):
+def protocol_config(data: Any, mode: str, protocol: Protocol):
+    """The protocol's fine-tuning settings for ``data`` in ``mode`` (features: a BiLSTM head)."""
     from ptmkit.tasks.finetune import FinetuneConfig
 
     chunked = getattr(data, "chunked", False) and data.task_type == "tagging"
@@ -89,10 +90,10 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
     rows: list[dict[str, Any]] = []
     loaded = {label: load_model(m) for label, m in models.items()}
     for task_name in tasks:
-        data = _capped(load_task(task_name), protocol)
+        data = protocol_data(load_task(task_name), protocol)
         for i, (label, pre) in enumerate(loaded.items()):
             for mode in protocol.modes:
-                cfg = _task_config(data, mode, protocol)
+                cfg = protocol_config(data, mode, protocol)
                 inits = ["pretrained", "random"] if (protocol.baseline and i == 0 and mode == "finetune") else ["pretrained"]
                 runs = run_seeds(pre, data, out / label / task_name / mode, cfg, inits, list(protocol.seeds),
                                  progress=progress, lrs=list(protocol.lrs), overwrite=True)
