@@ -11,6 +11,7 @@ accuracy (classification, POS tagging, multiple choice), chunk F1 (segmentation,
 
 Writes ``OUT/results.json`` (every run), ``OUT/table.md`` (mean ± sd over seeds per model, mode
 and task) and ``OUT/table.png``; each run's directory is ``OUT/<model>/<task>/<mode>``.
+The same protocol at several training sizes is a learning curve (:mod:`ptmkit.learning_curve`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ MODES = ("finetune", "features")
 
 @dataclass(frozen=True)
 class Protocol:
-    train_size: int = 500
+    """``train_size``: training examples per task (``None``: all of them)."""
+
+    train_size: int | None = 500
     eval_size: int = 1000
     seeds: tuple[int, ...] = (1, 2, 3)
     lrs: tuple[float, ...] = (3e-4, 1e-3)
@@ -46,15 +49,16 @@ class Protocol:
     baseline: bool = True
 
 
-def _capped(data: Any, protocol: Protocol) -> Any:
+def protocol_data(data: Any, protocol: Protocol) -> Any:
     """The task with the protocol's training subset and at most ``eval_size`` dev / test examples."""
-    if len(data.train) > protocol.train_size:
+    if protocol.train_size is not None and len(data.train) > protocol.train_size:
         data = data.with_train_size(protocol.train_size, seed=0)
     first = lambda split: split.subset(np.arange(min(len(split), protocol.eval_size)))  # noqa: E731
     return replace(data, dev=first(data.dev), test=first(data.test))
 
 
-def _task_config(data: Any, mode: str, protocol: Protocol):
+def protocol_config(data: Any, mode: str, protocol: Protocol):
+    """The protocol's fine-tuning settings for ``data`` in ``mode`` (features: a BiLSTM head)."""
     from ptmkit.tasks.finetune import FinetuneConfig
 
     chunked = getattr(data, "chunked", False) and data.task_type == "tagging"
@@ -63,15 +67,22 @@ def _task_config(data: Any, mode: str, protocol: Protocol):
                           head="bilstm" if mode == "features" else "linear")
 
 
+def suite_tasks(suite: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The tasks of a named suite, or ``suite`` itself when it is a tuple of task names."""
+    if isinstance(suite, str):
+        if suite not in SUITES:
+            raise PtmError(f"unknown suite {suite!r}{suggest(suite, SUITES)}; suites: {', '.join(SUITES)}")
+        return SUITES[suite]
+    return tuple(suite)
+
+
 def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str | Path, protocol: Protocol = Protocol(),
              progress: bool = False) -> dict[str, Any]:
     """Run the protocol for ``models`` (label -> run, checkpoint or vectors file) on ``suite``."""
     from ptmkit.data.tasks import load_task
     from ptmkit.tasks.finetune import load_model, run_seeds
 
-    tasks = SUITES[suite] if isinstance(suite, str) and suite in SUITES else suite
-    if isinstance(tasks, str):
-        raise PtmError(f"unknown suite {suite!r}{suggest(suite, SUITES)}; suites: {', '.join(SUITES)}")
+    tasks = suite_tasks(suite)
     for mode in protocol.modes:
         if mode not in MODES:
             raise PtmError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
@@ -79,17 +90,17 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
     rows: list[dict[str, Any]] = []
     loaded = {label: load_model(m) for label, m in models.items()}
     for task_name in tasks:
-        data = _capped(load_task(task_name), protocol)
+        data = protocol_data(load_task(task_name), protocol)
         for i, (label, pre) in enumerate(loaded.items()):
             for mode in protocol.modes:
-                cfg = _task_config(data, mode, protocol)
+                cfg = protocol_config(data, mode, protocol)
                 inits = ["pretrained", "random"] if (protocol.baseline and i == 0 and mode == "finetune") else ["pretrained"]
                 runs = run_seeds(pre, data, out / label / task_name / mode, cfg, inits, list(protocol.seeds),
                                  progress=progress, lrs=list(protocol.lrs), overwrite=True)
                 for r in runs:
                     row_model = label if r["init"] == "pretrained" else f"from scratch ({label})"
                     rows.append({"model": row_model, "task": task_name, "mode": mode if r["init"] == "pretrained" else "finetune",
-                                 "seed": r["seed"], "metric": r["select"], "test": r["test"][r["select"]],
+                                 "seed": r["seed"], "n_train": len(data.train), "metric": r["select"], "test": r["test"][r["select"]],
                                  "dev": r["dev"][r["select"]], "lr": r["config"]["lr"]})
                 log.info("%s / %s / %s done", label, task_name, mode)
     table = summarize(rows)

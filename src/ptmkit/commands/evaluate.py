@@ -16,11 +16,17 @@ suites: en = mr, brown-pos, wordnet-wsd, bible-paraphrase, wordnet-qa
         zh = zh-reviews, peoples-daily-ner, peoples-daily-pos
 Writes OUT/table.md, OUT/table.png and OUT/results.json; OUT must be new, empty, or an earlier
 evaluation of ptm's (.ptmkit-output.json marks it).
+
+Learning curve: --train-sizes 100,500,2000,all runs the protocol once per training size (nested
+subsets; all = the whole training split) into OUT/n-SIZE/ and writes OUT/learning_curve.md (per
+task: mean ± sd per model, mode and size, and the pre-training gain over the from-scratch row),
+OUT/learning_curve.json and OUT/learning_curve.png (score vs training size, log x).
 """
 EPILOG = """\
 examples:
   ptm evaluate runs/bert runs/w2v/vectors.bin --suite en -o eval/en
   ptm evaluate runs/bert-zh --suite zh -o eval/zh --seeds 1 --modes finetune
+  ptm evaluate runs/bert --suite mr,brown-pos -o eval/curve --train-sizes 100,500,2000,all
 """
 
 
@@ -30,7 +36,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
     p.add_argument("--suite", default="en", help="en or zh, or a comma-separated list of built-in tasks")
     p.add_argument("-o", "--out", required=True, help="output directory")
-    p.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
+    sizes = p.add_mutually_exclusive_group()
+    sizes.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
+    sizes.add_argument("--train-sizes", metavar="N,N,...,all",
+                       help="a learning curve: the protocol at each of these training sizes ('all': the whole split)")
     p.add_argument("--eval-size", type=int, default=1000, help="dev and test examples per task (default 1000)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
@@ -55,6 +64,14 @@ def run(args: argparse.Namespace) -> int:
         labels[label] = m
     protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
+    if args.train_sizes is not None:
+        from ptmkit.learning_curve import learning_curve, parse_train_sizes
+
+        sizes = parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
+        outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
+        result = learning_curve(labels, suite, args.out, protocol, sizes)
+        print((Path(args.out) / "learning_curve.md").read_text())
+        return 0 if result["runs"] else 1
     outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
     result = evaluate(labels, suite, args.out, protocol)
     print((Path(args.out) / "table.md").read_text())

@@ -45,7 +45,8 @@ LRs, gradual unfreezing from the top, Adam betas 0.7 / 0.99, LR 0.01).
 
 Transfer mode: mode=finetune (default: every weight trains) or mode=features (the encoder stays
 fixed; a scalar mix of all its layers and a small task network learn); mix (auto | last |
-scalar), head (linear | mlp | bilstm), head_hidden.  Training loop: precision, device, num_threads.
+scalar | layer:K, one hidden state: 0 = embeddings, negative from the top), head (linear | mlp |
+bilstm), head_hidden.  Training loop: precision, device, num_threads.
 """
 
 EPILOG = """\

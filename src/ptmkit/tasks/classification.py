@@ -30,11 +30,10 @@ from torch.nn import functional as F
 
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
-from ptmkit.nn.scalar_mix import ScalarMix
+from ptmkit.nn.layer_mix import build_mix, normalize_mix
 from ptmkit.train.step import StepOutput
 
 POOLINGS = ("auto", "cls", "last", "mean", "concat")
-MIXES = ("last", "scalar")
 HEADS = ("linear", "mlp", "bilstm")
 
 
@@ -48,8 +47,9 @@ class SequenceClassifier(nn.Module):
         layer, else ``"mean"``).
     dropout: before the head; ``None`` uses the encoder's ``config.dropout``.
     causal: run the encoder with causal attention (a model pre-trained left to right).
-    mix: ``"last"`` (the top layer) or ``"scalar"`` (ELMo's learned softmax-weighted sum of all
-        layers, :class:`~ptmkit.nn.scalar_mix.ScalarMix`).
+    mix: ``"last"`` (the top layer), ``"scalar"`` (ELMo's learned softmax-weighted sum of all
+        layers, :class:`~ptmkit.nn.scalar_mix.ScalarMix`) or ``"layer:k"`` (hidden state ``k`` alone,
+        0 = embeddings, negative from the top; :mod:`ptmkit.nn.layer_mix`).
     head: ``"linear"`` (dropout + one linear layer, as BERT), ``"mlp"`` (a hidden layer of
         ``head_hidden`` units), or ``"bilstm"`` (a BiLSTM of ``head_hidden`` units per direction
         over the token states, mean-pooled: the small task network of feature-based transfer).
@@ -74,7 +74,8 @@ class SequenceClassifier(nn.Module):
             if frozen:
                 raise PtmError("aux_lm_weight > 0 trains the encoder as a language model; it needs mode=finetune")
         self.aux_lm_weight = float(aux_lm_weight)
-        for name, value, allowed in (("pooling", pooling, POOLINGS), ("mix", mix, MIXES), ("head", head, HEADS)):
+        mix = normalize_mix(mix)
+        for name, value, allowed in (("pooling", pooling, POOLINGS), ("head", head, HEADS)):
             if value not in allowed:
                 raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if num_labels < 1:  # 1: a single score (a regression target, or one choice's score)
@@ -88,7 +89,7 @@ class SequenceClassifier(nn.Module):
         self.pooling = pooling
         self.num_labels = num_labels
         self.frozen = frozen
-        self.mix = ScalarMix(backbone.num_layers + 1) if mix == "scalar" else None
+        self.mix = build_mix(mix, backbone)
         self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
         width = backbone.output_size * (3 if pooling == "concat" and head != "bilstm" else 1)
         self.head_kind = head

@@ -40,7 +40,8 @@ from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
-from ptmkit.tasks.classification import HEADS, MIXES, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
+from ptmkit.nn.layer_mix import MIXES, normalize_mix
+from ptmkit.tasks.classification import HEADS, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
 from ptmkit.tasks.task_types import task_type_of
 
@@ -84,8 +85,10 @@ class FinetuneConfig:
 
     mode: ``finetune`` (train everything) or ``features`` (frozen encoder: only ``mix`` and the
         head learn).
-    mix: ``auto`` (``scalar`` for features, ``last`` for fine-tuning), ``last`` (top layer) or
-        ``scalar`` (ELMo's softmax-weighted mix of all layers).
+    mix: ``auto`` (``scalar`` for features, ``last`` for fine-tuning), ``last`` (top layer),
+        ``scalar`` (ELMo's softmax-weighted mix of all layers) or ``layer:k`` / the integer ``k``
+        (hidden state ``k`` alone: 0 = embeddings, ``num_layers`` = top, negative from the top;
+        layer-wise probing).  An index outside the encoder's layers is refused when the head is built.
     head: ``linear``, ``mlp`` or ``bilstm`` (``head_hidden`` units).
 
     aux_lm_weight: GPT's auxiliary language-modelling loss (Radford et al. 2018): the loss is
@@ -165,7 +168,8 @@ class FinetuneConfig:
             raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
         if self.select not in SELECT:
             raise PtmError(f"select must be one of {', '.join(SELECT)}, got {self.select!r}")
-        for name, allowed in (("mode", MODES), ("schedule", SCHEDULES), ("mix", ("auto", *MIXES)), ("head", HEADS)):
+        object.__setattr__(self, "mix", normalize_mix(self.mix, ("auto", *MIXES)))  # an integer k -> "layer:k"
+        for name, allowed in (("mode", MODES), ("schedule", SCHEDULES), ("head", HEADS)):
             if getattr(self, name) not in allowed:
                 raise PtmError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.mode == "features" and (self.gradual_unfreeze or self.freeze_embeddings):

@@ -38,7 +38,7 @@ from torch.nn import functional as F
 from ptmkit.data.tasks import TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
-from ptmkit.nn.scalar_mix import ScalarMix
+from ptmkit.nn.layer_mix import build_mix
 from ptmkit.train.step import StepOutput
 
 # ------------------------------------------------------------------------------------------ data
@@ -223,7 +223,7 @@ class SpanExtractor(nn.Module):
         super().__init__()
         cfg = backbone.config
         self.backbone, self.frozen = backbone, frozen
-        self.mix = ScalarMix(backbone.num_layers + 1) if mix == "scalar" else None
+        self.mix = build_mix(mix, backbone)
         self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
         self.span = nn.Linear(backbone.output_size, 2)
         with torch.no_grad():

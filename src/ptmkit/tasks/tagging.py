@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from ptmkit.data.tasks import SPLITS, TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
-from ptmkit.nn.scalar_mix import ScalarMix
+from ptmkit.nn.layer_mix import build_mix
 from ptmkit.tasks.crf import CRF
 from ptmkit.tasks.span_f1 import span_scores
 from ptmkit.train.step import StepOutput
@@ -260,7 +260,7 @@ class TokenTagger(nn.Module):
             raise PtmError(f"a tagger needs at least 2 tags, got {num_labels}")
         cfg = backbone.config
         self.backbone, self.causal, self.frozen, self.num_labels, self.head_kind = backbone, causal, frozen, num_labels, head
-        self.mix = ScalarMix(backbone.num_layers + 1) if mix == "scalar" else None
+        self.mix = build_mix(mix, backbone)
         self.dropout = nn.Dropout(getattr(cfg, "dropout", 0.1) if dropout is None else dropout)
         width = backbone.output_size
         if head == "bilstm":
