@@ -56,7 +56,7 @@ def zh_corpus(tmp_path_factory):
     return root, corpus, names
 
 
-def test_ernie_tiny_loss_falls(zh_corpus) -> None:
+def test_ernie_tiny_loss_falls(zh_corpus, tmp_path) -> None:
     from ptmkit.pretrained import load_pretrained
     from ptmkit.pretraining import pretrain
 
@@ -70,6 +70,11 @@ def test_ernie_tiny_loss_falls(zh_corpus) -> None:
     assert len(pre.objective.entity_table) == len(NAMES)  # 电影 (tag n) is not an entity
     phrases = pre.objective.phrase_table(corpus)
     assert phrases is not None and len(phrases) > 0
+    # a BERT with BERT's MLM head: exported as an HF BERT with its head
+    from ptmkit.cli import main
+
+    assert main(["export", str(run), "-o", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "config.json").is_file()
 
 
 class Killed(Exception):
