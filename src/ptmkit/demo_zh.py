@@ -116,7 +116,7 @@ def zh_quick_config() -> ZhDemoConfig:
         seeds=(1, 2),
         finetune=FinetuneConfig(epochs=2, lr=1e-3, batch_size=16, max_seq_len=32, warmup=0.1),
         finetune_lrs=None,
-        max_text_lines=1500,
+        max_text_lines=1000,
         num_threads=1,
         workers=1,
         quick=True,

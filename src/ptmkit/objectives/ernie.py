@@ -17,8 +17,9 @@ Entities: ``entities`` names a dictionary file of entity strings or a BIO-tagged
 (People's Daily's ``dictionary.txt`` or ``ner/train.jsonl``).  Phrases: word n-grams with high PMI
 in the training corpus (``phrases=true``), counted once per corpus at its first batch, which
 is a deterministic function of the corpus, so a resumed run masks exactly as the original did.
-The paper's staged schedule (basic-level, then phrase-, then entity-level masking) is collapsed
-into one mixed stage, as its later releases do.
+The paper trains in stages (basic-level, then phrase-level, then entity-level masking); here the
+three levels are mixed in one stage (a schedule could switch ``phrases`` / ``entities`` between
+runs with ``ptm pretrain --init-from``).
 
 Batch keys: MaskedLM's (``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions``,
 ``mlm_labels``).  No NSP (``nsp=false``; ERNIE's dialogue language model is not included).
@@ -134,9 +135,9 @@ class ERNIE(MaskedLM):
         self, ids: np.ndarray, attention: np.ndarray, rng: np.random.Generator, word_starts: np.ndarray | None,
         spans: np.ndarray,
     ) -> Masked:
+        if self.cfg.masking == "whole_word":  # words only: BERT-wwm with ERNIE's per-unit selection
+            return self.masker(ids, attention, rng, word_starts)
         corpus = getattr(self, "_corpus", None)
         phrases = self.phrase_table(corpus) if corpus is not None else None
         units = self.find_units(ids, attention, word_starts, phrases)
-        if self.cfg.masking == "whole_word":
-            return self.masker(ids, attention, rng, word_starts)
         return self.masker(ids, attention, rng, word_starts, units=units)
