@@ -255,3 +255,29 @@ def test_ernie_config_errors() -> None:
         ERNIEConfig(masking="span")
     with pytest.raises(PtmError, match="selection"):
         Masker("span", mask_id=MASK, random_pool=POOL, unmaskable=UNMASKABLE, selection="bernoulli")
+
+
+def test_phrases_never_hold_blocked_tokens() -> None:
+    # "7 8" and "8 9" are both always together, but 9 is punctuation (blocked)
+    sents = [[7, 8, 9, 20 + i % 50] for i in range(200)]
+    tokens = np.concatenate(sents)
+    offsets = np.arange(0, len(tokens) + 1, 4)
+    blocked = np.zeros(100, bool)
+    blocked[9] = True
+    free = PhraseTable.from_corpus(tokens, None, offsets, 2, 5, 0.5)
+    table = PhraseTable.from_corpus(tokens, None, offsets, 2, 5, 0.5, blocked=blocked)
+    assert len(free.by_length[2]) == 2 and len(table.by_length[2]) == 1
+    ids = np.array([[CLS, 7, 8, 9, SEP]])
+    assert table.find(ids, None, ~np.isin(ids, UNMASKABLE)).tolist() == [[0, 1, 3]]
+
+
+def test_punctuation_ids() -> None:
+    from ptmkit.objectives.ernie import punctuation_ids
+
+    class Tok:
+        vocab = ["[PAD]", "[CLS]", "，", "中", "。", "\u2581", "##!", "ab", "%"]
+
+        def id_to_token(self, i):
+            return self.vocab[i]
+
+    assert punctuation_ids(Tok(), 9).tolist() == [True, True, True, False, True, True, True, False, True]

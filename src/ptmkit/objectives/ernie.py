@@ -28,6 +28,7 @@ Batch keys: MaskedLM's (``input_ids``, ``attention_mask``, ``token_type_ids``, `
 from __future__ import annotations
 
 import logging
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -40,6 +41,7 @@ from ptmkit.objectives.knowledge_units import ENTITY_TAGS, EntityTable, PhraseTa
 from ptmkit.objectives.masking import Masked
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.registry import register
+from ptmkit.tokenization.kinds import SPACE
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,23 @@ class ERNIEConfig(MLMConfig):
             raise PtmError("objective.phrase_min_count and objective.max_entity_tokens must be >= 1, objective.max_phrases >= 0")
 
 
+def punctuation_ids(tokenizer: Any, vocab_size: int) -> np.ndarray | None:
+    """bool ``[V]``: tokens made only of punctuation, symbols or spaces (and specials), which no
+    phrase may contain; ``None`` when the tokenizer cannot name its tokens."""
+    id_to_token = getattr(tokenizer, "id_to_token", None)
+    if id_to_token is None:
+        return None
+    out = np.zeros(vocab_size, dtype=bool)
+    for i in range(vocab_size):  # once per vocabulary entry, when the objective is built
+        tok = id_to_token(i)
+        if tok is None:
+            continue
+        text = tok.removeprefix("##").replace(SPACE, " ")
+        out[i] = not text.strip() or all(unicodedata.category(c)[0] in "PSZ" for c in text) or (
+            tok.startswith("[") and tok.endswith("]"))
+    return out
+
+
 @register("objective", "ernie")
 class ERNIE(MaskedLM):
     """MLM whose masked units are words, phrases and entities (see the module docstring)."""
@@ -94,6 +113,7 @@ class ERNIE(MaskedLM):
             if len(self.entity_table) == 0:
                 log.warning("objective.entities=%s: no entity tokenizes to known tokens; no entity units", cfg.entities)
         self._phrases: dict[Any, PhraseTable] = {}
+        self._blocked = punctuation_ids(tokenizer, self.vocab_size)
 
     def phrase_table(self, corpus: CorpusLike) -> PhraseTable | None:
         """The corpus's high-PMI phrases, counted at its first use (deterministic)."""
@@ -105,6 +125,7 @@ class ERNIE(MaskedLM):
             self._phrases[key] = PhraseTable.from_corpus(
                 np.asarray(corpus.tokens), None if bits is None else np.asarray(bits), np.asarray(corpus.sentences),
                 self.cfg.phrase_max_words, self.cfg.phrase_min_count, self.cfg.phrase_min_pmi, self.cfg.max_phrases,
+                self._blocked,
             )
             log.info("ERNIE phrases of %s: %s", key, {n: len(v) for n, v in self._phrases[key].by_length.items()})
         return self._phrases[key]

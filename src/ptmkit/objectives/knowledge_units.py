@@ -14,7 +14,8 @@ with the model's tokenizer; an occurrence of its token ids anywhere in an exampl
 
 Phrases (:class:`PhraseTable`) are word n-grams (n = 2..``max_words``) with high pointwise mutual
 information in the training corpus, ``PMI = log(c(w1..wn) N^(n-1) / (c(w1) ... c(wn)))`` over the
-corpus's words (runs of tokens from its recorded word starts, never across sentences), kept when
+corpus's words (runs of tokens from its recorded word starts, never across sentences, never
+through a word holding a ``blocked`` token such as punctuation), kept when
 seen at least ``min_count`` times with PMI >= ``min_pmi``, at most ``max_phrases`` of each length
 (the highest PMI first).
 
@@ -111,6 +112,14 @@ def ngram_keys(h: np.ndarray, n: int) -> np.ndarray:
     return key
 
 
+def _blocked_words(tokens: np.ndarray, first: np.ndarray, blocked: np.ndarray | None) -> np.ndarray:
+    """bool ``[W]``: the words (starting at ``first``) that hold a blocked token."""
+    if blocked is None or len(first) == 0:
+        return np.zeros(len(first), bool)
+    hit = np.asarray(blocked, dtype=bool)[np.clip(np.asarray(tokens, dtype=np.int64), 0, len(blocked) - 1)]
+    return np.maximum.reduceat(hit.astype(np.int8), first) > 0
+
+
 # ---------------------------------------------------------------------------- entities
 def read_entities(path: str | os.PathLike[str], entity_tags: Sequence[str] = ENTITY_TAGS) -> list[str]:
     """Entity strings from a dictionary file or a BIO-tagged JSONL file (see the module docstring)."""
@@ -200,9 +209,11 @@ class EntityTable:
 # ---------------------------------------------------------------------------- phrases
 @dataclass(frozen=True)
 class PhraseTable:
-    """High-PMI word n-grams: ``{n_words: sorted uint64 [k]}`` of their n-gram keys."""
+    """High-PMI word n-grams: ``{n_words: sorted uint64 [k]}`` of their n-gram keys; ``blocked``
+    (bool ``[V]`` or ``None``): token ids no phrase may contain (punctuation, symbols)."""
 
     by_length: dict[int, np.ndarray]
+    blocked: np.ndarray | None = None
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_length.values())
@@ -210,7 +221,7 @@ class PhraseTable:
     @classmethod
     def from_corpus(
         cls, tokens: np.ndarray, word_starts: np.ndarray | None, sentences: np.ndarray, max_words: int = 3,
-        min_count: int = 5, min_pmi: float = 3.0, max_phrases: int = 50_000,
+        min_count: int = 5, min_pmi: float = 3.0, max_phrases: int = 50_000, blocked: np.ndarray | None = None,
     ) -> "PhraseTable":
         """Count words and word n-grams over the corpus (``tokens [N]``, ``word_starts [N]``,
         sentence offsets ``[S + 1]``) and keep the high-PMI n-grams (see the module docstring)."""
@@ -223,8 +234,9 @@ class PhraseTable:
         h, first, _ = word_hashes(tokens, starts)
         W = len(h)
         if W == 0:
-            return cls({})
+            return cls({}, blocked)
         sent_of_word = np.searchsorted(sent, first, side="right") - 1
+        bad = _blocked_words(tokens, first, blocked)
         uniq, counts = np.unique(h, return_counts=True)
         log_count = np.log(counts.astype(np.float64))
         log_w = np.log(float(W))
@@ -235,6 +247,8 @@ class PhraseTable:
                 break
             keys = ngram_keys(h, n)
             same = sent_of_word[n - 1 :] == sent_of_word[: W - n + 1]  # never across sentences
+            for k in range(n):
+                same &= ~bad[k : W - n + 1 + k]
             keys = keys[same]
             pos = np.flatnonzero(same)
             if len(keys) == 0:
@@ -247,7 +261,7 @@ class PhraseTable:
             gk, pmi = gk[keep], pmi[keep]
             order = np.lexsort((gk, -pmi))[:max_phrases]  # highest PMI first, ties by key: deterministic
             tables[n] = np.sort(gk[order])
-        return cls(tables)
+        return cls(tables, blocked)
 
     def find(self, ids: np.ndarray, word_starts: np.ndarray | None, candidate: np.ndarray) -> np.ndarray:
         """``int64 [N, 3]`` ``(example, start, end)`` of every phrase occurrence in ``ids [B, T]``:
@@ -266,7 +280,8 @@ class PhraseTable:
         w_pos = idx[first]  # flat position of each word's first token
         w_end = idx[first + length - 1] + 1  # flat position after its last token
         # Word w and w + 1 are adjacent in one segment iff nothing separates them.
-        joined = w_end[:-1] == w_pos[1:]
+        joined = (w_end[:-1] == w_pos[1:]) & ~_blocked_words(ids.ravel()[idx], first, self.blocked)[1:]
+        joined &= ~_blocked_words(ids.ravel()[idx], first, self.blocked)[:-1]
         found = [np.zeros((0, 3), np.int64)]
         for n, table in self.by_length.items():
             if len(h) < n:
