@@ -281,3 +281,11 @@ def test_punctuation_ids() -> None:
             return self.vocab[i]
 
     assert punctuation_ids(Tok(), 9).tolist() == [True, True, True, False, True, True, True, False, True]
+
+
+def test_phrases_do_not_join_rows() -> None:
+    tokens = np.array([7, 8] * 50)
+    table = PhraseTable.from_corpus(tokens, None, np.arange(0, 101, 2), 2, 5, -10.0)
+    ids = np.array([[5, 6, 7], [8, 9, 10]])  # 7 ends row 0, 8 begins row 1: not a phrase
+    assert len(table.find(ids, None, np.ones_like(ids, bool))) == 0
+    assert table.find(np.array([[7, 8, 5]]), None, np.ones((1, 3), bool)).tolist() == [[0, 0, 2]]
