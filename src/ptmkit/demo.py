@@ -181,7 +181,8 @@ def _pretrain_curve(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str,
     return train, evals
 
 
-def plot(run_dir: Path, summary: dict[str, dict[str, Any]], out: Path, title: str = "") -> Path:
+def plot(run_dir: Path, summary: dict[str, dict[str, Any]], out: Path, title: str = "",
+         text_label: str = "PTB + MR train text", task_label: str = "MR") -> Path:
     """demo.png: left, the pre-training loss curve; right, test accuracy with vs without pre-training."""
     import matplotlib
 
@@ -196,7 +197,7 @@ def plot(run_dir: Path, summary: dict[str, dict[str, Any]], out: Path, title: st
         left.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="held-out", ms=4)
     left.set_xlabel("pre-training step")
     left.set_ylabel("masked-LM loss (nats)")
-    left.set_title("pre-training on PTB + MR train text")
+    left.set_title(f"pre-training on {text_label}")
     left.grid(alpha=0.3)
     left.legend()
 
@@ -212,8 +213,8 @@ def plot(run_dir: Path, summary: dict[str, dict[str, Any]], out: Path, title: st
     right.set_xticks(range(len(names)), [CONDITIONS[n].replace(" (", "\n(") for n in names])
     lo = min(min(summary[n]["test_accuracy"]["values"]) for n in names)
     right.set_ylim(max(0.0, min(0.45, lo - 0.05)), min(1.0, max(max(summary[n]["test_accuracy"]["values"]) for n in names) + 0.06))
-    right.set_ylabel("MR test accuracy")
-    right.set_title(title or "fine-tuning on MR (mean ± sd over seeds)")
+    right.set_ylabel(f"{task_label} test accuracy")
+    right.set_title(title or f"fine-tuning on {task_label} (mean ± sd over seeds)")
     right.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -22,6 +22,7 @@ EPILOG = """\
 example:
   ptm prepare ptb/train.txt ptb/valid.txt -t tok.json -o corpora/ptb
   ptm prepare zh.txt -t tok.json -o corpora/zh --segmenter jieba   # Chinese words for whole-word masking
+  ptm prepare zh.txt -t tok.json -o corpora/zh --segmenter jieba --user-dict dictionary.txt
 """
 
 
@@ -38,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replace the corpus ptm prepared in DIR (once the new one is complete; other files stay)")
     p.add_argument("--segmenter", default=None, metavar="NAME",
                    help="word segmenter refining the word starts (jieba, for Chinese; pip install 'ptmkit[zh]')")
+    p.add_argument("--user-dict", default=None, metavar="FILE",
+                   help="jieba user dictionary: one word per line, optionally with a frequency and a POS tag")
     p.set_defaults(func=run)
 
 
@@ -46,6 +49,6 @@ def run(args: argparse.Namespace) -> int:
 
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))), overwrite=args.overwrite,
-                     segmenter=args.segmenter)
+                     segmenter=args.segmenter, user_dict=args.user_dict)
     print(f"{corpus}")
     return 0

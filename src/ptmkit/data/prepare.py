@@ -237,6 +237,7 @@ def prepare(
     overwrite: bool = False,
     progress: bool = True,
     segmenter: str | Segmenter | None = None,
+    user_dict: str | os.PathLike[str] | None = None,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -244,14 +245,16 @@ def prepare(
     encode to no token are skipped.  ``workers`` defaults to the number of CPU cores.
     ``segmenter``: a word segmenter name (``"jieba"``) or callable refining the word starts
     (see :mod:`ptmkit.tokenization.segmenters`); a callable must be picklable when the
-    platform cannot fork.
+    platform cannot fork.  ``user_dict``: a jieba user dictionary (one word per line, optionally
+    with a frequency and a POS tag) for ``segmenter="jieba"``; its SHA-256 goes into ``meta.json``.
     """
     paths = [Path(f) for f in files]
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
         require_file(p, "input file")
-    get_segmenter(segmenter)  # an unknown or uninstalled segmenter fails before any work
+    seg = get_segmenter(segmenter, user_dict)  # an unknown or uninstalled segmenter fails before any work
+    seg_record = _segmenter_record(segmenter, user_dict)
     tok_path = None if isinstance(tokenizer, Tokenizer) else Path(tokenizer)
     out = Path(out_dir)
     inputs = [*paths, tok_path]
@@ -265,12 +268,20 @@ def prepare(
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
     with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
-        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress, segmenter)
+        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress, seg, seg_record)
     return Corpus.open(out)
 
 
+def _segmenter_record(segmenter: str | Segmenter | None, user_dict: str | os.PathLike[str] | None) -> dict | str | None:
+    """What ``meta.json`` records of the segmenter: its name, with a user dictionary its path and hash."""
+    name = segmenter if isinstance(segmenter, str) or segmenter is None else repr(segmenter)
+    if user_dict is None:
+        return name
+    return {"name": name, "user_dict": str(Path(user_dict).resolve()), "user_dict_sha256": sha256(Path(user_dict))}
+
+
 def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: int, workers: int, progress: bool,
-                  segmenter: str | Segmenter | None = None) -> None:
+                  segmenter: str | Segmenter | None = None, seg_record: dict | str | None = None) -> None:
     """Tokenize ``paths`` into the corpus files in ``root`` (open files are closed on failure)."""
     writer = None
     try:
@@ -300,7 +311,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
             "tokenizer_kind": tok.kind,
             "tokenizer_sha256": sha256(tok_file),
             "word_starts": WORD_STARTS,
-            "word_segmenter": segmenter if isinstance(segmenter, str) or segmenter is None else repr(segmenter),
+            "word_segmenter": seg_record,
             "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
         }
         (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

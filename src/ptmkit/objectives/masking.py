@@ -25,6 +25,13 @@ units       pre-marked units given as spans by the caller (phrases, entities: ER
             tokens outside them form whole words
 ==========  ==================================================================================
 
+Selection: ``selection=budget`` (above: units are drawn until the example's token budget is
+met, BERT's 15% of tokens) or ``selection=bernoulli`` (ERNIE 1.0: every unit is chosen
+independently with probability ``mask_prob``, whatever its length, so long units (entities,
+phrases) are masked as often as short ones; an example with maskable text but no chosen unit
+gets one uniformly chosen unit, so every example predicts something; units that would overflow
+its ``P`` slots are dropped whole, latest first).
+
 Words come from the corpus's recorded word starts (``Corpus.word_starts``, see
 :mod:`ptmkit.data.prepare`); a corpus without them makes every token a word (with a warning).
 
@@ -37,7 +44,8 @@ example, where the budget binds, can come out shorter than drawn.  The loop stop
 budget is met or no free word fits in what is left of it.  A word is masked entirely or not at
 all, so an example can fall a token or two short of its budget when only long words remain.
 
-Cost: ``token`` selection and both corruptions are vectorised numpy over the batch.  Word-run
+Cost: ``token`` and ``bernoulli`` selection, the laying of pre-marked units over the word starts
+and both corruptions are vectorised numpy over the batch.  Word-run
 selection loops over the examples and, inside one, over its chosen runs (each step scans the
 example's words), compiled with numba and drawing from the same ``np.random.Generator``; no
 Python loop runs over tokens.
@@ -61,6 +69,7 @@ log = logging.getLogger(__name__)
 IGNORE = -100
 MASKINGS = ("token", "whole_word", "span", "ngram", "units")
 CORRUPTIONS = ("token", "span")
+SELECTIONS = ("budget", "bernoulli")
 
 
 # ---------------------------------------------------------------------------- length laws
@@ -244,22 +253,83 @@ def select_runs(
     return positions, used, span_id, first, last
 
 
-def mark_units(word_starts: np.ndarray | None, shape: tuple[int, int], units: Sequence[np.ndarray]) -> np.ndarray:
-    """Word starts with pre-marked units laid over them: each ``(start, end)`` span of
-    ``units[b]`` (``[n, 2]`` positions, end exclusive) becomes one unit."""
+def select_bernoulli(
+    candidate: np.ndarray, unit_starts: np.ndarray | None, p: float, n_slots: int, rng: np.random.Generator
+) -> tuple[np.ndarray, ...]:
+    """Every unit chosen independently with probability ``p`` (ERNIE 1.0), vectorised.
+
+    A unit is a run of candidates from a start in ``unit_starts [B, T]`` (``None``: every token)
+    to the next start or non-candidate.  A row with candidates but no chosen unit gets one
+    uniformly chosen unit; units past the ``n_slots`` tokens a row can hold are dropped whole.
+    Returns ``positions, used, span_id, span_start, span_end`` ``[B, P]`` (positions ascend)."""
+    B, T = candidate.shape
+    cand = np.asarray(candidate, dtype=bool)
+    starts = np.ones_like(cand) if unit_starts is None else np.asarray(unit_starts, dtype=bool)
+    prev = np.zeros_like(cand)
+    prev[:, 1:] = cand[:, :-1]
+    start = cand & (starts | ~prev)
+    uid = np.cumsum(start.ravel()).reshape(B, T) - 1  # global unit index of each token
+    n_units = int(start.sum())
+    unit_row = np.nonzero(start)[0]  # [U], ascending
+    chosen = rng.random(n_units) < p
+    # Rows with units but none chosen: one uniformly chosen unit (so every example predicts).
+    per_row = np.bincount(unit_row, minlength=B)
+    first_unit = np.cumsum(per_row) - per_row
+    n_chosen = np.bincount(unit_row, weights=chosen, minlength=B)
+    pick = first_unit + np.minimum((rng.random(B) * per_row).astype(np.int64), np.maximum(per_row - 1, 0))
+    fill = (per_row > 0) & (n_chosen == 0)
+    chosen[pick[fill]] = True
+    take = cand & chosen[np.clip(uid, 0, max(n_units - 1, 0))] if n_units else np.zeros_like(cand)
+    # Drop whole units that end past the row's slots.
+    rank = np.cumsum(take, axis=1)
+    unit_end_rank = np.zeros(max(n_units, 1), np.int64)
+    np.maximum.at(unit_end_rank, uid[take], rank[take])
+    take &= unit_end_rank[np.clip(uid, 0, max(n_units - 1, 0))] <= n_slots
+    # The chosen positions first, in ascending order.
+    order = np.argsort(~take, axis=1, kind="stable")[:, :n_slots]
+    if order.shape[1] < n_slots:
+        order = np.pad(order, ((0, 0), (0, n_slots - order.shape[1])))
+    rows = np.arange(B)[:, None]
+    used = take[rows, order]
+    positions = np.where(used, order, 0)
+    # Unit boundaries and each unit's index (in order of position) within its row.
+    unit_first = np.flatnonzero(start.ravel()) % T if n_units else np.zeros(1, np.int64)
+    unit_last = np.zeros(max(n_units, 1), np.int64)
+    j = np.broadcast_to(np.arange(T), (B, T))
+    np.maximum.at(unit_last, uid[cand], j[cand])
+    u = np.clip(uid[rows, positions], 0, max(n_units - 1, 0))
+    new_unit = used & np.concatenate([np.ones((B, 1), bool), u[:, 1:] != u[:, :-1]], axis=1)
+    span_id = np.where(used, np.cumsum(new_unit, axis=1) - 1, 0)
+    return positions, used, span_id, unit_first[u], unit_last[u]
+
+
+def mark_units(word_starts: np.ndarray | None, shape: tuple[int, int], units: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """Word starts with pre-marked units laid over them (vectorised): each span becomes one unit.
+
+    ``units``: one ``[n, 2]`` array of ``(start, end)`` positions (end exclusive) per example, or
+    one ``int [N, 3]`` array of ``(example, start, end)`` rows.  Overlapping units merge into one."""
+    B, T = shape
     starts = np.ones(shape, dtype=bool) if word_starts is None else np.array(word_starts, dtype=bool)
-    if len(units) != shape[0]:
-        raise PtmError(f"units: expected one span list per example ({shape[0]}), got {len(units)}")
-    T = shape[1]
-    for b, spans in enumerate(units):  # per example, per marked unit
-        for s, e in np.asarray(spans, dtype=np.int64).reshape(-1, 2):
-            s, e = max(int(s), 0), min(int(e), T)
-            if e <= s:
-                continue
-            starts[b, s] = True
-            starts[b, s + 1 : e] = False
-            if e < T:
-                starts[b, e] = True
+    if isinstance(units, np.ndarray) and units.ndim == 2 and units.shape[1] == 3:
+        rows = units.astype(np.int64)
+    else:
+        if len(units) != B:
+            raise PtmError(f"units: expected one span list per example ({B}), got {len(units)}")
+        parts = [np.asarray(sp, dtype=np.int64).reshape(-1, 2) for sp in units]
+        example = np.repeat(np.arange(B), [len(sp) for sp in parts])
+        rows = np.column_stack([example, np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)])
+    b, s, e = rows[:, 0], np.maximum(rows[:, 1], 0), np.minimum(rows[:, 2], T)
+    keep = e > s
+    b, s, e = b[keep], s[keep], e[keep]
+    # Interior positions (s, e) of each unit: +1 at s + 1, -1 at e, summed along the row.
+    depth = np.zeros((B, T + 1), np.int64)
+    np.add.at(depth, (b, s + 1), 1)
+    np.add.at(depth, (b, e), -1)
+    interior = np.cumsum(depth, axis=1)[:, :T] > 0
+    starts[b, s] = True
+    after = e < T
+    starts[b[after], e[after]] = True
+    starts &= ~interior
     return starts
 
 
@@ -318,8 +388,14 @@ class Masker:
         span_p: float = 0.2,
         max_span: int = 10,
         max_ngram: int = 3,
+        selection: str = "budget",
     ) -> None:
         check_options(masking, corruption, span_p, max_span, max_ngram)
+        if selection not in SELECTIONS:
+            raise PtmError(f"unknown objective.selection {selection!r}{suggest(selection, SELECTIONS)}; one of {', '.join(SELECTIONS)}")
+        if selection == "bernoulli" and masking in ("span", "ngram"):
+            raise PtmError(f"objective.selection=bernoulli chooses single units (token, whole_word, units), not masking={masking}")
+        self.selection = selection
         self.masking = masking
         self.corruption = corruption
         self.probs = length_probs(masking, span_p, max_span, max_ngram)
@@ -349,6 +425,7 @@ class Masker:
             span_p=getattr(cfg, "span_p", 0.2),
             max_span=getattr(cfg, "max_span", 10),
             max_ngram=getattr(cfg, "max_ngram", 3),
+            selection=getattr(cfg, "selection", "budget"),
         )
 
     @property
@@ -378,6 +455,9 @@ class Masker:
         T = candidate.shape[1]
         n_cand = candidate.sum(axis=1)
         P = self.max_predictions or max(1, math.ceil(self.mask_prob * T))
+        if self.selection == "bernoulli" and not self.max_predictions:
+            # Per-unit draws spread the token count: room for twice the mean, so few units are dropped.
+            P = max(1, math.ceil(2 * self.mask_prob * T) + 4)
         k = np.where(n_cand > 0, np.maximum(1, np.rint(n_cand * self.mask_prob)), 0).astype(np.int64)
         P = min(P, T)
         return np.minimum(k, P), P
@@ -388,17 +468,20 @@ class Masker:
         attention: np.ndarray,
         rng: np.random.Generator,
         word_starts: np.ndarray | None = None,
-        units: Sequence[np.ndarray] | None = None,
+        units: Sequence[np.ndarray] | np.ndarray | None = None,
     ) -> Masked:
         candidate = (attention > 0) & ~np.isin(ids, self.unmaskable)
         budget, P = self.budget(candidate)
-        if self.masking == "token":
+        if self.masking == "units":
+            if units is None:
+                raise PtmError("masking=units needs the pre-marked units (phrases, entities) of each example")
+            word_starts = mark_units(word_starts, ids.shape, units)
+        if self.selection == "bernoulli":
+            starts = None if self.masking == "token" else word_starts
+            positions, used, span_id, first, last = select_bernoulli(candidate, starts, self.mask_prob, P, rng)
+        elif self.masking == "token":
             positions, used, span_id, first, last = select_tokens(candidate, budget, P, rng)
         else:
-            if self.masking == "units":
-                if units is None:
-                    raise PtmError("masking=units needs the pre-marked units (phrases, entities) of each example")
-                word_starts = mark_units(word_starts, ids.shape, units)
             positions, used, span_id, first, last = select_runs(candidate, word_starts, budget, P, self.probs, rng)
         labels = corrupt(
             ids, positions, used, span_id, rng, self.mask_id, self.random_pool,

@@ -24,6 +24,7 @@ packs full sentences (RoBERTa's DOC-SENTENCES).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -56,6 +57,8 @@ class MLMConfig:
     span_p: float = 0.2  # masking=span: span length in words ~ Geometric(span_p) ...
     max_span: int = 10  # ... clipped at max_span words
     max_ngram: int = 3  # masking=ngram: n <= max_ngram words, p(n) ~ 1/n
+    # An objective whose collate supplies pre-marked units (ERNIE) may use masking=units.
+    provides_units: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for name in ("mask_prob", "mask_token_ratio", "random_token_ratio", "span_p"):
@@ -74,7 +77,7 @@ class MLMConfig:
         if self.output_bias not in OUTPUT_BIAS:
             raise PtmError(f"objective.output_bias must be one of {', '.join(OUTPUT_BIAS)}, got {self.output_bias!r}")
         check_options(self.masking, self.corruption, self.span_p, self.max_span, self.max_ngram)
-        if self.masking == "units":
+        if self.masking == "units" and not self.provides_units:
             raise PtmError(
                 "objective.masking=units needs pre-marked phrases or entities, which a plain corpus does not "
                 "record; use whole_word, span or ngram (an objective that provides units can use the masker directly)"

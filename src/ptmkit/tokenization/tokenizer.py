@@ -263,7 +263,9 @@ class Tokenizer:
         from its leading space; ``word``: every token).  The first token of each text starts a
         word.  ``segmenter`` (see :mod:`ptmkit.tokenization.segmenters`), given, maps a text to the
         character offsets where its words begin; a token then starts a word only if it also
-        begins at one of those offsets (its character offset, from the encoding).
+        begins at one of those offsets (its character offset, from the encoding).  Where they
+        disagree (a segmenter word begins strictly inside a token) the words fall back to single
+        tokens: that token and the next each start a word, so no unit straddles the crossing.
         """
         texts = list(texts)
         encs = self._tok.encode_batch(texts, add_special_tokens=False)
@@ -286,8 +288,15 @@ class Tokenizer:
                     continue
                 begins = np.zeros(len(text) + 1, dtype=bool)
                 begins[np.asarray(segmenter(text), dtype=np.int64)] = True
-                char = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
-                starts[f : f + m] &= begins[np.clip(char, 0, len(text))]
+                span = np.clip(np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), 0, len(text))
+                own = starts[f : f + m] & begins[span[:, 0]]
+                # A segmenter word beginning strictly inside a token: the two disagree there, so
+                # fall back to single tokens: that token and the one after it each start a unit.
+                before = np.cumsum(begins)  # segmenter starts at offsets <= c
+                crossing = before[np.maximum(span[:, 1] - 1, span[:, 0])] - before[span[:, 0]] > 0
+                own |= crossing
+                own[1:] |= crossing[:-1]
+                starts[f : f + m] = own
         starts[first[lengths > 0]] = True
         return ids, starts
 
