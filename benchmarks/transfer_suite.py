@@ -21,12 +21,14 @@ of documents whose count ``stats.json`` records.
 Every model has a step budget (not a time budget), so the numbers do not depend on the machine's
 load; pre-training runs already in ``--out`` are reused.
 
-    python benchmarks/transfer_suite.py --out runs/transfer-suite [--bert-steps 3000]
-        [--elmo-steps 3000] [--train-size 500] [--eval-size 500] [--epochs 5] [--seeds 1 2 3]
-        [--train-sizes 100 500 2000 all] [--quick]
+    python benchmarks/transfer_suite.py --out runs/transfer-suite [--bert-steps 1500]
+        [--elmo-steps 2000] [--train-size 500] [--eval-size 400] [--epochs 4] [--seeds 1 2 3]
+        [--lrs 3e-4] [--features-lrs 1e-3] [--quick]
 
-Writes ``OUT/eval/table.md``, ``table.png``, ``results.json`` (and ``OUT/curve/...`` with
-``--train-sizes``); prints the table and, as the last line, one JSON object.
+The protocol's defaults are sized to a 2-core CPU (about 20 fine-tuning runs per model and
+task); an interrupted run continues where it stopped when started again with the same ``--out``.
+Writes ``OUT/eval/table.md``, ``table.png``, ``results.json``; prints the table and, as the
+last line, one JSON object.
 """
 
 from __future__ import annotations
@@ -119,13 +121,14 @@ def pretrain_models(out: Path, corpus: Path, args: argparse.Namespace) -> dict[s
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/transfer-suite"))
-    p.add_argument("--bert-steps", type=int, default=3000)
-    p.add_argument("--elmo-steps", type=int, default=3000)
+    p.add_argument("--bert-steps", type=int, default=1500)
+    p.add_argument("--elmo-steps", type=int, default=2000)
     p.add_argument("--train-size", type=int, default=500)
-    p.add_argument("--eval-size", type=int, default=500)
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--eval-size", type=int, default=400)
+    p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3])
+    p.add_argument("--lrs", type=float, nargs="+", default=[3e-4], help="fine-tuning LR grid (chosen on dev)")
+    p.add_argument("--features-lrs", type=float, nargs="+", default=[1e-3], help="features-mode LR grid")
     p.add_argument("--max-seq-len", type=int, default=64)
     p.add_argument("--models", nargs="+", default=None, help="evaluate only these (default: all)")
     p.add_argument("--quick", action="store_true", help="tiny settings that check the pipeline in minutes")
@@ -147,8 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     t_pre = time.perf_counter() - t0
     protocol = Protocol(train_size=100 if args.quick else args.train_size, eval_size=100 if args.quick else args.eval_size,
                         seeds=tuple(args.seeds[:1] if args.quick else args.seeds), lrs=tuple(args.lrs),
+                        features_lrs=tuple(args.features_lrs),
                         epochs=1 if args.quick else args.epochs, max_seq_len=args.max_seq_len)
-    result = evaluate({k: str(v) for k, v in models.items()}, "en", args.out / "eval", protocol, progress=False)
+    result = evaluate({k: str(v) for k, v in models.items()}, "en", args.out / "eval", protocol, progress=False,
+                      resume=True)
     print((args.out / "eval" / "table.md").read_text())
     print(json.dumps({"corpus": corpus_info, "pretrain_seconds": round(t_pre, 1),
                       "evaluate_seconds": round(time.perf_counter() - t0 - t_pre, 1), "protocol": protocol.__dict__,

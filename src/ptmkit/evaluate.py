@@ -37,12 +37,15 @@ MODES = ("finetune", "features")
 
 @dataclass(frozen=True)
 class Protocol:
-    """``train_size``: training examples per task (``None``: all of them)."""
+    """``train_size``: training examples per task (``None``: all of them).  ``features_lrs``: the
+    LR grid of the ``features`` mode (``None``: ``lrs``); a frozen encoder under a small head
+    usually wants larger steps than fine-tuning all weights."""
 
     train_size: int | None = 500
     eval_size: int = 1000
     seeds: tuple[int, ...] = (1, 2, 3)
     lrs: tuple[float, ...] = (3e-4, 1e-3)
+    features_lrs: tuple[float, ...] | None = None
     epochs: int = 10
     modes: tuple[str, ...] = MODES
     max_seq_len: int = 128
@@ -77,8 +80,11 @@ def suite_tasks(suite: str | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str | Path, protocol: Protocol = Protocol(),
-             progress: bool = False) -> dict[str, Any]:
-    """Run the protocol for ``models`` (label -> run, checkpoint or vectors file) on ``suite``."""
+             progress: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Run the protocol for ``models`` (label -> run, checkpoint or vectors file) on ``suite``.
+
+    resume: continue an interrupted evaluation in ``out_dir``: finished fine-tuning runs are read
+    back, an interrupted one continues from its last epoch (``run_seeds(resume=True)``)."""
     from ptmkit.data.tasks import load_task
     from ptmkit.tasks.finetune import load_model, run_seeds
 
@@ -95,8 +101,9 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
             for mode in protocol.modes:
                 cfg = protocol_config(data, mode, protocol)
                 inits = ["pretrained", "random"] if (protocol.baseline and i == 0 and mode == "finetune") else ["pretrained"]
+                lrs = protocol.features_lrs if (mode == "features" and protocol.features_lrs) else protocol.lrs
                 runs = run_seeds(pre, data, out / label / task_name / mode, cfg, inits, list(protocol.seeds),
-                                 progress=progress, lrs=list(protocol.lrs), overwrite=True)
+                                 progress=progress, lrs=list(lrs), overwrite=not resume, resume=resume)
                 for r in runs:
                     row_model = label if r["init"] == "pretrained" else f"from scratch ({label})"
                     rows.append({"model": row_model, "task": task_name, "mode": mode if r["init"] == "pretrained" else "finetune",

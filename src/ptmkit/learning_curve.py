@@ -62,8 +62,9 @@ def size_label(size: int | None) -> str:
 
 def learning_curve(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str | Path,
                    protocol: Protocol = Protocol(), train_sizes: tuple[int | None, ...] = (100, 500, 2000, None),
-                   progress: bool = False) -> dict[str, Any]:
-    """Run the protocol of ``protocol`` (its ``train_size`` aside) once per size of ``train_sizes``.
+                   progress: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Run the protocol of ``protocol`` (its ``train_size`` aside) once per size of ``train_sizes``
+    (``resume``: as :func:`ptmkit.evaluate.evaluate`'s).
 
     Returns ``{"runs": [...], "table": [...]}``: every run (``evaluate``'s rows plus
     ``train_size``, the asked size or ``"all"``, and ``n_train``, the examples used) and the mean
@@ -84,7 +85,8 @@ def learning_curve(models: dict[str, Any], suite: str | tuple[str, ...], out_dir
         for t in here:
             done[t].add(min(size or n_full[t], n_full[t]))
         log.info("learning curve: %s training examples on %s", size_label(size), ", ".join(here))
-        result = evaluate(models, here, out / f"n-{size_label(size)}", replace(protocol, train_size=size), progress)
+        result = evaluate(models, here, out / f"n-{size_label(size)}", replace(protocol, train_size=size), progress,
+                          resume=resume)
         rows += [{**r, "train_size": size_label(size) if size is None or size < n_full[r["task"]] else ALL}
                  for r in result["runs"]]
     table = summarize(rows)

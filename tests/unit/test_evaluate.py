@@ -40,13 +40,20 @@ def test_evaluate_runs_the_protocol_on_a_suite(tmp_path, monkeypatch):
                             max_position=16)
     config = {"model": cfg.__dict__.copy(), "objective": {"name": "mlm", "nsp": False}, "tokenizer": {}, "train": {}}
     ck = save_pretrained(tmp_path / "ck", config, build_model(config, tok), tok)
-    protocol = Protocol(train_size=20, eval_size=10, seeds=(1, 2), lrs=(1e-3,), epochs=1, max_seq_len=16)
+    protocol = Protocol(train_size=20, eval_size=10, seeds=(1, 2), lrs=(1e-3,), features_lrs=(3e-3,), epochs=1,
+                        max_seq_len=16)
     out = evaluate({"tiny": ck}, ("toy",), tmp_path / "eval", protocol)
     keys = {(t["model"], t["mode"]) for t in out["table"]}
     assert keys == {("tiny", "finetune"), ("tiny", "features"), ("from scratch (tiny)", "finetune")}
     assert all(t["n"] == 2 for t in out["table"])
     saved = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert {(r["mode"], r["lr"]) for r in saved["runs"]} == {("finetune", 1e-3), ("features", 3e-3)}
     assert len(saved["runs"]) == 6 and (tmp_path / "eval" / "table.png").stat().st_size > 0
     assert "from scratch (tiny)" in (tmp_path / "eval" / "table.md").read_text()
+    # resume reads every finished run back: same rows, nothing trained again
+    mtimes = {f: f.stat().st_mtime_ns for f in (tmp_path / "eval").rglob("best.safetensors")}
+    again = evaluate({"tiny": ck}, ("toy",), tmp_path / "eval", protocol, resume=True)
+    assert again["runs"] == out["runs"]
+    assert mtimes and {f: f.stat().st_mtime_ns for f in mtimes} == mtimes
     with pytest.raises(PtmError, match="unknown suite"):
         evaluate({"tiny": ck}, "fr", tmp_path / "e2", protocol)

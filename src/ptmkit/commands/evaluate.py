@@ -43,8 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-size", type=int, default=1000, help="dev and test examples per task (default 1000)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
+    p.add_argument("--features-lrs", nargs="+", type=float, default=None,
+                   help="LR grid of the features mode (default: --lrs)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--modes", nargs="+", default=["finetune", "features"], choices=["finetune", "features"])
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted evaluation in OUT: finished runs are read back, not trained again")
     p.add_argument("--no-baseline", action="store_true", help="skip the from-scratch row")
     p.set_defaults(func=run)
 
@@ -63,16 +67,16 @@ def run(args: argparse.Namespace) -> int:
             label += "'"
         labels[label] = m
     protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                        epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
+                        features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
     if args.train_sizes is not None:
         from ptmkit.learning_curve import learning_curve, parse_train_sizes
 
         sizes = parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
         outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
-        result = learning_curve(labels, suite, args.out, protocol, sizes)
+        result = learning_curve(labels, suite, args.out, protocol, sizes, resume=args.resume)
         print((Path(args.out) / "learning_curve.md").read_text())
         return 0 if result["runs"] else 1
     outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
-    result = evaluate(labels, suite, args.out, protocol)
+    result = evaluate(labels, suite, args.out, protocol, resume=args.resume)
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1
