@@ -39,8 +39,9 @@ the base rate), ``rtd_precision`` and ``rtd_recall`` at probability 0.5, ``rtd_a
 the logging window and over the evaluation batches (token-weighted), so ``rtd_auc`` in the
 metrics log is a mean of per-batch AUCs.
 
-Parameters of the generator live under ``objective.generator_*``, so a checkpoint's backbone
-is the discriminator alone and fine-tunes (or exports) like any BERT encoder.
+Parameters of the generator live under ``objective.generator*`` and ``objective.mlm_head``, so a
+checkpoint's backbone is the discriminator alone and fine-tunes like any BERT encoder; ``ptm
+export`` writes it with its head as HF's ``ElectraForPreTraining``.
 """
 
 from __future__ import annotations
@@ -171,8 +172,10 @@ class ELECTRA(MaskedLM):
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
 
     config_class = ELECTRAConfig
-    # Its MLM head belongs to the smaller generator: HF export writes the discriminator alone.
-    hf_heads = ()
+    # Its MLM head belongs to the smaller generator: HF export writes the discriminator and its
+    # replaced-token head (ElectraForPreTraining, ptmkit.interop.hf_electra).
+    hf_heads = ("rtd",)
+    hf_family = "electra"
 
     def __init__(self, cfg: ELECTRAConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
@@ -194,6 +197,9 @@ class ELECTRA(MaskedLM):
                     if isinstance(m, nn.Linear):
                         m.weight.normal_(0.0, std)
                         m.bias.zero_()
+
+    def exported_heads(self) -> tuple[str, ...]:
+        return ("rtd",)  # not MaskedLM's: the MLM head is the generator's
 
     def at_train_step(self, step: int) -> None:
         """Called by the trainer before optimizer step ``step + 1`` (``step`` completed)."""
@@ -234,9 +240,6 @@ class ELECTRA(MaskedLM):
         replaced = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         replaced[rows, positions] = (sampled != target).float()
         return corrupted, replaced
-
-    def exported_heads(self) -> tuple[str, ...]:
-        return ()
 
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         ids = batch["input_ids"]  # [B, T], [MASK] (or the kept token) at the chosen positions
