@@ -157,3 +157,43 @@ def test_trainer_logs_detector_metrics_and_drives_the_temperature(tmp_path) -> N
             assert 0.0 <= r[key] <= 1.0, key
     # The record of step s was computed with the temperature after s - 1 completed steps.
     assert [r["temperature"] for r in train_recs] == pytest.approx([2.0, 1.75, 1.5, 1.25, 1.0, 1.0])
+
+
+def test_a_raised_mask_rate_under_the_presets_cap_is_reported(caplog) -> None:
+    c = corpus()
+    with caplog.at_level("WARNING"):
+        model(mask_prob=0.25, max_predictions=20).objective.example_spans(c, 128)
+    assert "objective.max_predictions=20" in caplog.text and ">= 32" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        model(mask_prob=0.25, max_predictions=None).objective.example_spans(c, 128)
+        model(max_predictions=20).objective.example_spans(c, 128)  # the preset: 15 % of 126 = 19
+    assert "max_predictions" not in caplog.text
+
+
+def test_resumed_run_continues_the_temperature_and_losses(tmp_path) -> None:
+    c = corpus()
+
+    class Stop(Exception):
+        pass
+
+    def interrupt(trainer, step):  # after step 3's checkpoint: an interrupted run
+        if step == 3:
+            raise Stop
+
+    def run(out, max_steps, resume=False, callbacks=()):
+        torch.manual_seed(0)
+        m = model(temperature=3.0, temperature_decay_steps=4)
+        spans = m.objective.example_spans(c, 48)
+        cfg = TrainConfig(batch_size=8, seq_len=48, max_steps=max_steps, log_every=1, save_every=3, device="cpu",
+                          lr=1e-3, bias_correction=False)
+        Trainer(m, PretrainBatches(c, m.objective, spans, 48, 8, seed=0), cfg, run_dir=out, progress_bar=False,
+                callbacks=callbacks).fit(resume)
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    straight = run(tmp_path / "a", 6)
+    with pytest.raises(Stop):
+        run(tmp_path / "b", 6, callbacks=[interrupt])
+    resumed = run(tmp_path / "b", 6, resume=True)
+    pick = lambda rs: [(r["step"], r["temperature"], r["loss"]) for r in rs if r["split"] == "train"]  # noqa: E731
+    assert pick(resumed) == pick(straight)
