@@ -10,6 +10,7 @@ same prepared text (PTB train by default; held-out: PTB valid) with the same see
     small_gen      objective.generator_size=0.125, objective.generator_layers=1
     temperature    objective.temperature=2, decaying to 1 over the first half of the run
     no_bias_corr   train.bias_correction=false (the reference implementation's AdamW)
+    no_gen_bias    objective.generator_output_bias=false (no [V] bias in which to learn unigram frequencies)
 
 Every ``--eval-every`` steps the held-out detector metrics are logged (``rtd_auc``: ROC AUC of the
 replaced-token logits, 0.5 = only the base rate; ``rtd_precision`` / ``rtd_recall`` at 0.5;
@@ -46,6 +47,7 @@ def variants(steps: int) -> dict[str, list[str]]:
         "small_gen": ["objective.generator_size=0.125", "objective.generator_layers=1"],
         "temperature": ["objective.temperature=2.0", f"objective.temperature_decay_steps={max(1, steps // 2)}"],
         "no_bias_corr": ["train.bias_correction=false"],
+        "no_gen_bias": ["objective.generator_output_bias=false"],
     }
 
 

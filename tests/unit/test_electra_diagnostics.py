@@ -137,6 +137,14 @@ def test_generator_output_bias_starts_at_zero_as_the_reference() -> None:
     m = model(output_bias="unigram")  # the switch, off by default
     m.objective.init_from_corpus(corpus(), m.objective.example_spans(corpus(), 48))
     assert torch.count_nonzero(m.objective.mlm_head.bias) > 0
+    m = model(generator_output_bias=False)  # no bias at all: logits are the tied decoder's
+    assert "objective.mlm_head.bias" not in m.state_dict()
+    h = torch.randn(3, m.objective.mlm_head.dense.in_features)
+    w = m.backbone.output_embeddings()
+    head = m.objective.mlm_head
+    torch.testing.assert_close(head(h, w), head.norm(head.act(head.dense(h))) @ w.T)
+    with pytest.raises(PtmError, match="generator_output_bias"):
+        ELECTRAConfig(generator_output_bias=False, output_bias="unigram")
 
 
 def test_trainer_logs_detector_metrics_and_drives_the_temperature(tmp_path) -> None:

@@ -28,7 +28,8 @@ objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
   replacements are then easy to detect, which checks the discriminator and its labels alone.
 * The generator's output bias is BERT's: a trainable ``[V]`` vector starting at zero, as in the
   reference implementation; ``output_bias=unigram`` (``MLMConfig``) starts it at the log unigram
-  frequencies instead.
+  frequencies instead, and ``generator_output_bias=false`` removes it (the generator must then
+  learn token frequencies through its hidden states, not one vector).
 * The discriminator head is dense + activation + a linear map to one logit per token; its
   binary cross-entropy is averaged over all real (non-padding) tokens.
 
@@ -77,6 +78,7 @@ class ELECTRAConfig(MLMConfig):
     temperature: float = 1.0  # of the generator's sampling softmax (at step 0 when it decays)
     temperature_decay_steps: int = 0  # > 0: temperature falls linearly to 1 over these optimizer steps
     generator: str = "transformer"  # transformer | uniform (replacements drawn uniformly: no generator)
+    generator_output_bias: bool = True  # the generator's [V] output bias (zero-initialised, trainable)
 
     def __post_init__(self) -> None:
         for name in ("generator_size", "disc_weight", "temperature"):
@@ -98,6 +100,11 @@ class ELECTRAConfig(MLMConfig):
                 f"objective.temperature_decay_steps must be an integer >= 0 (0: constant temperature), "
                 f"got {self.temperature_decay_steps!r}"
             )
+        if not isinstance(self.generator_output_bias, bool):
+            raise PtmError(f"objective.generator_output_bias must be true or false, got {self.generator_output_bias!r}")
+        if not self.generator_output_bias and self.output_bias == "unigram":
+            raise PtmError("objective.output_bias=unigram initialises the generator's output bias, which "
+                           "objective.generator_output_bias=false removes; set one of them back")
         if self.generator not in GENERATORS:
             raise PtmError(f"objective.generator must be one of {', '.join(GENERATORS)}, got {self.generator!r}")
 
@@ -186,6 +193,8 @@ class ELECTRA(MaskedLM):
             self.generator = Generator(model_cfg.hidden_size, gen_cfg)
             # The generator predicts through the shared word embeddings: back to their width first.
             self.mlm_head = MLMHead(gen_cfg, out_size=encoder.output_embeddings().shape[1])
+            if not cfg.generator_output_bias:
+                self.mlm_head.bias = None  # logits = the tied decoder alone
         else:  # uniform replacements: no generator and no MLM head
             self.generator = None
             self.mlm_head = None
