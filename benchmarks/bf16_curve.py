@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--lines", type=int, default=0, help="use the first N lines of the training text (0: all)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-batches", type=int, default=20)
