@@ -27,6 +27,22 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   ``T5ForConditionalGeneration`` at the same size (``LAYERS // 2`` layers per stack, 32 buckets) with
   the same ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels``, from the t5
   objective's collate: examples of ``seq_len - 1`` tokens, 15 % of them in spans of mean length 3.
+* ``electra``: ELECTRA (generator MLM + replaced token detection, λ = 50).  ptmkit: ``TransformerEncoder``
+  (no pooler) + ``ELECTRA`` (a 1/4-width generator of the same depth sharing the embeddings, its MLM
+  head on the masked positions only).  HF: ``ElectraForMaskedLM`` (the generator: hidden H/4, one
+  head, FFN/4, ``embedding_size`` H, so it projects the shared embeddings H -> H/4 as ptmkit's does)
+  and ``ElectraForPreTraining`` (the discriminator) with the generator's embedding module replaced by
+  the discriminator's and its LM head tied to the shared word embeddings, joined by a few lines here:
+  the generator's dense MLM ``labels``, Gumbel-max samples at the masked positions without gradient,
+  the discriminator's ``labels`` = sample differs from the original.  Batches masked by the electra
+  objective's masker (15 %: 85 % [MASK], 15 % kept).
+* ``mlm_bf16``, ``clm_bf16`` (``--bf16`` adds them): ``mlm`` and ``clm`` with both frameworks' steps under
+  ``torch.autocast("cpu", dtype=torch.bfloat16)`` (weights and AdamW state stay fp32, as
+  ``train.precision=bf16`` trains).  Their keys compare precisions: ``mlm_bf16_speedup`` is ptmkit bf16
+  tokens/s / ptmkit fp32 tokens/s (the ``mlm`` workload is measured with it), ``hf_mlm_bf16_speedup``
+  the same for HF, ``mlm_bf16_vs_hf`` ptmkit bf16 / HF bf16, ``mlm_bf16_mem_ratio`` ptmkit / HF peak
+  memory under bf16; likewise for ``clm_bf16``.  bf16 pays off only where the CPU has bf16 matrix
+  instructions (AVX512-BF16 or AMX); elsewhere it may be slower than fp32.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
 the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
@@ -49,7 +65,9 @@ reset through ``/proc/self/clear_refs``).
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
 ``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``t5_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF
 tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``t5_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit
-peak / HF peak), and the same keys for ``roberta`` and ``albert``.  ``--workloads`` picks a subset.
+peak / HF peak), and the same keys for ``roberta``, ``albert`` and ``electra`` (``electra_speedup``,
+``electra_mem_ratio``); with ``--bf16`` also ``mlm_bf16_speedup`` and ``clm_bf16_speedup`` (see above).
+``--workloads`` picks a subset.
 """
 
 from __future__ import annotations
@@ -70,7 +88,15 @@ import torch
 HIDDEN, LAYERS, HEADS, FFN, VOCAB, POSITIONS, DROPOUT = 256, 4, 4, 1024, 8000, 512, 0.1
 TOKENIZER = SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 FRAMEWORKS = ("ptmkit", "hf")
-WORKLOADS = ("mlm", "clm", "bart", "t5", "xlnet", "roberta", "albert")
+WORKLOADS = ("mlm", "clm", "bart", "t5", "xlnet", "roberta", "albert", "electra")
+BF16_WORKLOADS = ("mlm_bf16", "clm_bf16")  # the fp32 workload of the same name, under CPU bf16 autocast
+ALL_WORKLOADS = WORKLOADS + BF16_WORKLOADS
+ELECTRA_DISC_WEIGHT = 50.0
+
+
+def base_workload(workload: str) -> str:
+    """``mlm_bf16`` -> ``mlm``: the model and batches are the fp32 workload's."""
+    return workload.removesuffix("_bf16")
 ALBERT_E = 128
 SENTINELS = 100  # T5's <extra_id_i>, the last ids of the vocabulary; the text never uses them
 T5_TOKENIZER = SimpleNamespace(**vars(TOKENIZER), sentinel_ids=tuple(range(VOCAB - 1, VOCAB - 1 - SENTINELS, -1)))
@@ -86,6 +112,9 @@ def make_batches(workload: str, batch_size: int, seq_len: int, n: int, seed: int
     for _ in range(n):
         if workload in ("roberta", "albert"):
             out.append(roberta_albert_batch(workload, batch_size, seq_len, rng))
+            continue
+        if workload == "electra":
+            out.append(electra_batch(batch_size, seq_len, rng))
             continue
         ids = rng.integers(5, VOCAB, size=(batch_size, seq_len)).astype(np.int64)
         if workload == "mlm":
@@ -193,6 +222,60 @@ def roberta_albert_batch(workload: str, batch_size: int, seq_len: int, rng: np.r
     return {"ptmkit": ours, "hf": hf}
 
 
+def electra_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
+    """One ``electra`` batch for both frameworks, masked by the electra objective's masker."""
+    ids = rng.integers(5, VOCAB, size=(batch_size, seq_len)).astype(np.int64)
+    ids[:, 0], ids[:, -1] = TOKENIZER.cls_id, TOKENIZER.sep_id
+    attention = np.ones_like(ids)
+    objective = build_model("ptmkit", "electra", layers=1).objective
+    positions, labels = objective.mask_tokens(ids, attention, rng)
+    dense = np.full_like(ids, -100)
+    used = labels != -100
+    dense[np.nonzero(used)[0], positions[used]] = labels[used]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    types = t(np.zeros_like(ids))
+    ours = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": types,
+            "mlm_positions": t(positions), "mlm_labels": t(labels)}
+    hf = {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": types, "labels": t(dense)}
+    return {"ptmkit": ours, "hf": hf}
+
+
+class HFElectra(torch.nn.Module):
+    """ELECTRA pre-training from HF's classes: ``ElectraForMaskedLM`` (generator) and
+    ``ElectraForPreTraining`` (discriminator) sharing the embedding module (word, position and
+    segment tables and their LayerNorm), the generator's output layer tied to those word embeddings."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        import transformers
+
+        common = dict(vocab_size=VOCAB, embedding_size=HIDDEN, num_hidden_layers=layers, max_position_embeddings=POSITIONS,
+                      hidden_dropout_prob=DROPOUT, attention_probs_dropout_prob=DROPOUT, pad_token_id=TOKENIZER.pad_id)
+        disc = transformers.ElectraConfig(**common, hidden_size=HIDDEN, num_attention_heads=HEADS, intermediate_size=FFN)
+        gen = transformers.ElectraConfig(**common, hidden_size=HIDDEN // 4, num_attention_heads=max(1, HEADS // 4),
+                                         intermediate_size=FFN // 4)
+        for cfg in (disc, gen):
+            cfg._attn_implementation = "sdpa"
+        self.discriminator = transformers.ElectraForPreTraining(disc)
+        self.generator = transformers.ElectraForMaskedLM(gen)
+        self.generator.electra.embeddings = self.discriminator.electra.embeddings
+        self.generator.generator_lm_head.weight = self.discriminator.electra.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels) -> SimpleNamespace:
+        gen = self.generator(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels)
+        chosen = labels != -100
+        with torch.no_grad():  # Gumbel-max sampling at the masked positions, no gradient
+            logits = gen.logits[chosen].float()
+            u = torch.rand_like(logits).clamp_(1e-9, 1.0 - 1e-9)
+            sampled = (logits - torch.log(-torch.log(u))).argmax(-1)
+            corrupted = input_ids.clone()
+            corrupted[chosen] = sampled
+            replaced = (corrupted != torch.where(chosen, labels, input_ids)).long()
+        disc = self.discriminator(input_ids=corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                  labels=replaced)
+        return SimpleNamespace(loss=gen.loss + ELECTRA_DISC_WEIGHT * disc.loss)
+
+
 def roberta_albert_model(framework: str, workload: str, layers: int) -> torch.nn.Module:
     """The ``roberta`` / ``albert`` models of both frameworks at the benchmark's size."""
     if framework == "ptmkit":
@@ -252,8 +335,20 @@ def t5_batch(batch_size: int, seq_len: int, rng: np.random.Generator) -> dict:
 
 def build_model(framework: str, workload: str, layers: int = LAYERS) -> torch.nn.Module:
     torch.manual_seed(0)
+    workload = base_workload(workload)
     if workload in ("roberta", "albert"):
         return roberta_albert_model(framework, workload, layers)
+    if workload == "electra":
+        if framework == "hf":
+            return HFElectra(layers)
+        from ptmkit.encoders import TransformerConfig, TransformerEncoder
+        from ptmkit.objectives.base import PretrainModel
+        from ptmkit.objectives.electra import ELECTRA, ELECTRAConfig
+
+        encoder = TransformerEncoder(TransformerConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_layers=layers, num_heads=HEADS,
+                                                       intermediate_size=FFN, max_position=POSITIONS, dropout=DROPOUT,
+                                                       attention_dropout=DROPOUT, pooler=False))
+        return PretrainModel(encoder, ELECTRA(ELECTRAConfig(disc_weight=ELECTRA_DISC_WEIGHT), encoder, TOKENIZER))
     if framework == "ptmkit" and workload == "xlnet":
         from ptmkit.encoders.xlnet import XLNetEncoder
         from ptmkit.objectives.base import PretrainModel
@@ -333,6 +428,7 @@ class Runner:
 
     def __init__(self, framework: str, workload: str, batches: list[dict]) -> None:
         self.framework = framework
+        self.bf16 = workload.endswith("_bf16")
         self.model = build_model(framework, workload).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.batches = [b[framework] for b in batches]
@@ -342,11 +438,12 @@ class Runner:
         batch = self.batches[self.i % len(self.batches)]
         self.i += 1
         self.opt.zero_grad(set_to_none=True)
-        if self.framework == "ptmkit":
-            loss = self.model(batch).loss
-        else:
-            loss = self.model(**batch).loss
-        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            if self.framework == "ptmkit":
+                loss = self.model(batch).loss
+            else:
+                loss = self.model(**batch).loss
+        loss.float().backward()
         self.opt.step()
         return float(loss.detach())
 
@@ -364,7 +461,7 @@ def memory_worker(framework: str, workload: str, batch_size: int, seq_len: int, 
     torch.set_num_threads(threads)
     if framework == "hf":
         import transformers  # noqa: F401  (import cost is not training memory)
-    batches = make_batches(workload, batch_size, seq_len, 2)
+    batches = make_batches(base_workload(workload), batch_size, seq_len, 2)
     base = _rss_kib("VmRSS")
     runner = Runner(framework, workload, batches)
     runner.step()  # allocates gradients and optimizer state
@@ -408,7 +505,7 @@ def measure_speed(args: argparse.Namespace) -> dict:
 
     runners = {}
     for workload in args.workloads:
-        batches = make_batches(workload, args.batch_size, args.seq_len, 4)
+        batches = make_batches(base_workload(workload), args.batch_size, args.seq_len, 4)
         for framework in FRAMEWORKS:
             runners[(framework, workload)] = Runner(framework, workload, batches)
     keys = list(runners)
@@ -444,7 +541,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS), help="which workloads to run")
+    p.add_argument("--workloads", nargs="+", choices=ALL_WORKLOADS, default=list(WORKLOADS), help="which workloads to run")
+    p.add_argument("--bf16", action="store_true",
+                   help="add mlm_bf16 and clm_bf16 (CPU bf16 autocast) and the fp32 workloads they are compared with")
     p.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.memory_worker:
@@ -453,6 +552,10 @@ def main() -> None:
         return
     if args.quick:
         args.rounds, args.steps, args.warmup, args.mem_steps = 3, 1, 1, 1
+    if args.bf16:
+        args.workloads = list(dict.fromkeys([*args.workloads, *BF16_WORKLOADS]))
+    # A bf16 workload's headline ratio is against the same framework in fp32: measure that too.
+    args.workloads = list(dict.fromkeys([w for x in args.workloads for w in (base_workload(x), x)]))
     torch.set_num_threads(args.threads)
 
     import transformers
@@ -461,7 +564,8 @@ def main() -> None:
     memory = measure_memory(args)
     result: dict = {
         "config": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "ffn": FFN, "vocab": VOCAB,
-                   "seq_len": args.seq_len, "batch_size": args.batch_size, "threads": args.threads, "dtype": "fp32",
+                   "seq_len": args.seq_len, "batch_size": args.batch_size, "threads": args.threads,
+                   "dtype": "fp32 (the *_bf16 workloads: bf16 autocast, fp32 weights)",
                    "rounds": args.rounds, "steps_per_round": args.steps, "torch": torch.__version__,
                    "transformers": transformers.__version__},
     }
@@ -478,8 +582,20 @@ def main() -> None:
         result[f"{workload}_speedup"] = round(ours["tok_s"] / theirs["tok_s"], 3)
         result[f"{workload}_cpu_time_speedup"] = round(ours["cpu_tok_s"] / theirs["cpu_tok_s"], 3)
         result[f"{workload}_mem_ratio"] = round(m_ours["peak_mb"] / m_theirs["peak_mb"], 3)
+        if workload != base_workload(workload):  # bf16: the speedup is over the same framework in fp32
+            fp32 = base_workload(workload)
+            result[f"{workload}_vs_hf"] = result.pop(f"{workload}_speedup")
+            result[f"{workload}_cpu_time_vs_hf"] = result.pop(f"{workload}_cpu_time_speedup")
+            result[f"{workload}_speedup"] = round(ours["tok_s"] / speed[f"ptmkit_{fp32}"]["tok_s"], 3)
+            result[f"hf_{workload}_speedup"] = round(theirs["tok_s"] / speed[f"hf_{fp32}"]["tok_s"], 3)
     for workload in args.workloads:
         r = result[workload]
+        if workload != base_workload(workload):
+            print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s (x{result[workload + '_speedup']} over ptmkit fp32), "
+                  f"HF {r['hf_tok_s']:.0f} tok/s (x{result['hf_' + workload + '_speedup']} over HF fp32); ptmkit/HF "
+                  f"x{result[workload + '_vs_hf']}; peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
+                  f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")
+            continue
         print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s, HF {r['hf_tok_s']:.0f} tok/s "
               f"(x{result[workload + '_speedup']}, by CPU time x{result[workload + '_cpu_time_speedup']}); peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
               f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")

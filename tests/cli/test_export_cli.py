@@ -97,8 +97,8 @@ def test_bert_export_import_cli(tmp_path, tokenizer, capsys) -> None:
     assert back.config["objective"]["nsp"] is True
 
 
-def test_electra_exports_its_discriminator_as_bert_model(tmp_path, tokenizer) -> None:
-    from transformers import BertModel
+def test_electra_exports_its_discriminator_as_electra_or_bert(tmp_path, tokenizer) -> None:
+    from transformers import BertModel, ElectraForPreTraining
 
     from ptmkit.objectives.electra import ELECTRA, ELECTRAConfig
 
@@ -109,11 +109,19 @@ def test_electra_exports_its_discriminator_as_bert_model(tmp_path, tokenizer) ->
     _perturb(model)
     save_pretrained(tmp_path / "ckpt", {"model": asdict(cfg), "objective": {"name": "electra", **asdict(ELECTRAConfig())}},
                     model, tokenizer)
-    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "hf")]) == 0
-    hf = BertModel.from_pretrained(tmp_path / "hf").eval()
     ids = torch.tensor([tokenizer.encode(SENTENCE, add_special_tokens=True)])
+    model.eval()
+    # By default: the discriminator with its replaced-token head, as HF's ElectraForPreTraining.
+    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "hf")]) == 0
+    hf = ElectraForPreTraining.from_pretrained(tmp_path / "hf").eval()
     with torch.no_grad():
-        assert_close(hf(ids).last_hidden_state, model.eval().backbone(ids).last_hidden_state, rtol=1e-5, atol=1e-5)
+        h = model.backbone(ids).last_hidden_state
+        assert_close(hf(ids).logits, model.objective.rtd_head(h), rtol=1e-5, atol=1e-5)
+    # Asked for, the encoder alone as a BERT.
+    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "bert"), "--format", "bert"]) == 0
+    hf = BertModel.from_pretrained(tmp_path / "bert").eval()
+    with torch.no_grad():
+        assert_close(hf(ids).last_hidden_state, h, rtol=1e-5, atol=1e-5)
 
 
 def test_gpt2_export_import_cli(tmp_path, tokenizer, capsys) -> None:

@@ -17,6 +17,8 @@ formats (default: inferred from the model):
   bert-mlm  with the MLM head (BertForMaskedLM), and the NSP head when the model has one
             (BertForPreTraining); the default for models trained with the mlm objective
   gpt2      GPT2LMHeadModel (pre-LN causal models, the clm objective); the LM head is tied
+  electra   ElectraForPreTraining: the discriminator and its replaced-token head; the default
+            for models trained with the electra objective (the generator is not exported)
 
 HF_DIR must not exist or be empty: nothing is overwritten.  It is written to a scratch
 directory inside HF_DIR and moved into place only when complete.

@@ -16,14 +16,33 @@ objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
 * The generator shares the backbone's embedding layer (token, position and segment tables and
   their LayerNorm), projects it to ``generator_size`` × the hidden size (the paper finds 1/4 to
   1/2 best), runs its own Transformer layers and predicts through the tied word embeddings.
-* Replacements are sampled from the generator's softmax (Gumbel-max, temperature 1) without
-  gradient: the discriminator's loss does not flow into the generator (no adversarial
-  training).  A sample equal to the original token counts as *original*, as in the paper.
+* Replacements are sampled from the generator's softmax (Gumbel-max) without gradient: the
+  discriminator's loss does not flow into the generator (no adversarial training).  A sample
+  equal to the original token counts as *original*, as in the paper.  The sampling temperature
+  is ``temperature`` (1 in the paper); with ``temperature_decay_steps = N`` it falls linearly
+  from ``temperature`` at step 0 to 1 at step ``N`` and stays there: a function of the
+  optimizer step alone (the trainer reports it through :meth:`ELECTRA.at_train_step`), so a
+  resumed run samples exactly as the uninterrupted one.
+* ``generator=uniform`` replaces the generator by uniform draws from the ordinary vocabulary
+  (the paper's "uniform generator" baseline, with no generator parameters and no MLM loss): the
+  replacements are then easy to detect, which checks the discriminator and its labels alone.
+* The generator's output bias is BERT's: a trainable ``[V]`` vector starting at zero, as in the
+  reference implementation; ``output_bias=unigram`` (``MLMConfig``) starts it at the log unigram
+  frequencies instead, and ``generator_output_bias=false`` removes it (the generator must then
+  learn token frequencies through its hidden states, not one vector).
 * The discriminator head is dense + activation + a linear map to one logit per token; its
   binary cross-entropy is averaged over all real (non-padding) tokens.
 
-Parameters of the generator live under ``objective.generator_*``, so a checkpoint's backbone
-is the discriminator alone and fine-tunes (or exports) like any BERT encoder.
+Metrics (over the real tokens of the batch): ``rtd_auc`` (ROC AUC of the logits against the
+replaced labels, :func:`ptmkit.train.binary_metrics.roc_auc`: 0.5 for a detector that only knows
+the base rate), ``rtd_precision`` and ``rtd_recall`` at probability 0.5, ``rtd_acc``,
+``replaced`` (the replaced-token base rate) and ``temperature``.  The trainer averages them over
+the logging window and over the evaluation batches (token-weighted), so ``rtd_auc`` in the
+metrics log is a mean of per-batch AUCs.
+
+Parameters of the generator live under ``objective.generator*`` and ``objective.mlm_head``, so a
+checkpoint's backbone is the discriminator alone and fine-tunes like any BERT encoder; ``ptm
+export`` writes it with its head as HF's ``ElectraForPreTraining``.
 """
 
 from __future__ import annotations
@@ -42,6 +61,9 @@ from ptmkit.nn.masks import build_attention_mask
 from ptmkit.objectives.base import StepOutput, TokenizerLike
 from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, MLMHead
 from ptmkit.registry import register
+from ptmkit.train.binary_metrics import precision_recall, roc_auc
+
+GENERATORS = ("transformer", "uniform")
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,10 @@ class ELECTRAConfig(MLMConfig):
     generator_size: float = 0.25  # generator hidden, FFN and heads as a fraction of the backbone's
     generator_layers: int | None = None  # None: as many as the backbone
     disc_weight: float = 50.0  # λ
-    temperature: float = 1.0  # of the generator's sampling softmax
+    temperature: float = 1.0  # of the generator's sampling softmax (at step 0 when it decays)
+    temperature_decay_steps: int = 0  # > 0: temperature falls linearly to 1 over these optimizer steps
+    generator: str = "transformer"  # transformer | uniform (replacements drawn uniformly: no generator)
+    generator_output_bias: bool = True  # the generator's [V] output bias (zero-initialised, trainable)
 
     def __post_init__(self) -> None:
         for name in ("generator_size", "disc_weight", "temperature"):
@@ -69,6 +94,29 @@ class ELECTRAConfig(MLMConfig):
             raise PtmError(f"objective.generator_layers must be >= 1 or null, got {self.generator_layers}")
         if self.disc_weight <= 0 or self.temperature <= 0:
             raise PtmError("objective.disc_weight and objective.temperature must be positive")
+        if isinstance(self.temperature_decay_steps, bool) or not isinstance(self.temperature_decay_steps, int) \
+                or self.temperature_decay_steps < 0:
+            raise PtmError(
+                f"objective.temperature_decay_steps must be an integer >= 0 (0: constant temperature), "
+                f"got {self.temperature_decay_steps!r}"
+            )
+        if not isinstance(self.generator_output_bias, bool):
+            raise PtmError(f"objective.generator_output_bias must be true or false, got {self.generator_output_bias!r}")
+        if not self.generator_output_bias and self.output_bias == "unigram":
+            raise PtmError("objective.output_bias=unigram initialises the generator's output bias, which "
+                           "objective.generator_output_bias=false removes; set one of them back")
+        if self.generator not in GENERATORS:
+            raise PtmError(f"objective.generator must be one of {', '.join(GENERATORS)}, got {self.generator!r}")
+
+
+def sampling_temperature(cfg: ELECTRAConfig, step: int) -> float:
+    """The generator's sampling temperature after ``step`` completed optimizer steps: ``cfg.temperature``,
+    or with ``temperature_decay_steps = N`` the line from ``cfg.temperature`` at step 0 to 1 at step N."""
+    n = cfg.temperature_decay_steps
+    if n <= 0:
+        return cfg.temperature
+    frac = min(1.0, max(0, step) / n)
+    return cfg.temperature + (1.0 - cfg.temperature) * frac
 
 
 def generator_config(model_cfg: TransformerConfig, cfg: ELECTRAConfig) -> TransformerConfig:
@@ -131,24 +179,48 @@ class ELECTRA(MaskedLM):
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
 
     config_class = ELECTRAConfig
-    # Its MLM head belongs to the smaller generator: HF export writes the discriminator alone.
-    hf_heads = ()
+    # Its MLM head belongs to the smaller generator: HF export writes the discriminator and its
+    # replaced-token head (ElectraForPreTraining, ptmkit.interop.hf_electra).
+    hf_heads = ("rtd",)
+    hf_family = "electra"
 
     def __init__(self, cfg: ELECTRAConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
         model_cfg = encoder.config
-        gen_cfg = generator_config(model_cfg, cfg)
-        self.generator = Generator(model_cfg.hidden_size, gen_cfg)
-        # The generator predicts through the shared word embeddings: back to their width first.
-        self.mlm_head = MLMHead(gen_cfg, out_size=encoder.output_embeddings().shape[1])
+        self.step = 0  # completed optimizer steps, set by the trainer (the temperature's clock)
+        if cfg.generator == "transformer":
+            gen_cfg = generator_config(model_cfg, cfg)
+            self.generator = Generator(model_cfg.hidden_size, gen_cfg)
+            # The generator predicts through the shared word embeddings: back to their width first.
+            self.mlm_head = MLMHead(gen_cfg, out_size=encoder.output_embeddings().shape[1])
+            if not cfg.generator_output_bias:
+                self.mlm_head.bias = None  # logits = the tied decoder alone
+        else:  # uniform replacements: no generator and no MLM head
+            self.generator = None
+            self.mlm_head = None
         self.rtd_head = DiscriminatorHead(model_cfg)
         std = model_cfg.init_std
         with torch.no_grad():
             for module in (self.generator, self.rtd_head):
-                for m in module.modules():
+                for m in module.modules() if module is not None else ():
                     if isinstance(m, nn.Linear):
                         m.weight.normal_(0.0, std)
                         m.bias.zero_()
+
+    def exported_heads(self) -> tuple[str, ...]:
+        return ("rtd",)  # not MaskedLM's: the MLM head is the generator's
+
+    def at_train_step(self, step: int) -> None:
+        """Called by the trainer before optimizer step ``step + 1`` (``step`` completed)."""
+        self.step = int(step)
+
+    @property
+    def temperature(self) -> float:
+        return sampling_temperature(self.cfg, self.step)
+
+    def init_from_corpus(self, corpus, spans) -> None:
+        if self.mlm_head is not None:
+            super().init_from_corpus(corpus, spans)
 
     @torch.no_grad()
     def corrupt(
@@ -157,15 +229,26 @@ class ELECTRA(MaskedLM):
         """The discriminator's input: ``ids [B, T]`` with the chosen positions ``(rows, positions)
         [N]`` replaced by samples from the generator's ``logits [N, V]`` (no gradient flows through
         them), and ``replaced [B, T]`` (float 0/1): 1 where the sample differs from ``target [N]``."""
-        sampled = gumbel_sample(logits[:, : self.vocab_size], self.cfg.temperature)
+        return self.replace_with(ids, rows, positions, target, gumbel_sample(logits[:, : self.vocab_size], self.temperature))
+
+    @torch.no_grad()
+    def uniform_samples(self, n: int, device: torch.device) -> torch.Tensor:
+        """``[n]`` token ids drawn uniformly from the ordinary (non-special) vocabulary, from
+        torch's global generator (seeded by the trainer, as the Gumbel noise)."""
+        pool = torch.from_numpy(self._random_pool).to(device)
+        return pool[torch.randint(len(pool), (n,), device=device)]
+
+    @staticmethod
+    def replace_with(
+        ids: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, target: torch.Tensor, sampled: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ids [B, T]`` with ``sampled [N]`` written at ``(rows, positions)``, and the 0/1 map of
+        the positions whose sample differs from the original ``target [N]``."""
         corrupted = ids.clone()
         corrupted[rows, positions] = sampled
         replaced = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         replaced[rows, positions] = (sampled != target).float()
         return corrupted, replaced
-
-    def exported_heads(self) -> tuple[str, ...]:
-        return ()
 
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         ids = batch["input_ids"]  # [B, T], [MASK] (or the kept token) at the chosen positions
@@ -176,13 +259,20 @@ class ELECTRA(MaskedLM):
         positions = batch["mlm_positions"][rows, slots]
         target = labels[rows, slots]  # [N] original tokens at the chosen positions
 
-        # Generator: MLM on the masked input, only at the chosen positions.
-        g = self.generator(backbone.embed(ids, token_types), attention_mask)  # [B, T, H_g]
-        word_embeddings = backbone.output_embeddings()
-        logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
-        mlm_loss = F.cross_entropy(logits.float(), target)
-
-        corrupted, replaced = self.corrupt(ids, rows, positions, target, logits)
+        metrics: dict[str, torch.Tensor] = {}
+        if self.generator is not None:
+            # Generator: MLM on the masked input, only at the chosen positions.
+            g = self.generator(backbone.embed(ids, token_types), attention_mask)  # [B, T, H_g]
+            word_embeddings = backbone.output_embeddings()
+            logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
+            mlm_loss = F.cross_entropy(logits.float(), target)
+            corrupted, replaced = self.corrupt(ids, rows, positions, target, logits)
+            metrics["mlm_loss"] = mlm_loss.detach()
+            metrics["mlm_acc"] = (logits.detach().argmax(-1) == target).float().mean()
+            metrics["temperature"] = torch.tensor(self.temperature)
+        else:
+            mlm_loss = None
+            corrupted, replaced = self.replace_with(ids, rows, positions, target, self.uniform_samples(len(target), ids.device))
 
         # Discriminator: was each token replaced?
         out = backbone(corrupted, attention_mask=attention_mask, token_type_ids=token_types)
@@ -190,17 +280,20 @@ class ELECTRA(MaskedLM):
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
         rtd_loss = F.binary_cross_entropy_with_logits(scores[real], replaced[real])
         with torch.no_grad():
-            predicted = scores[real] > 0
-            is_replaced = replaced[real] > 0
-            metrics = {
-                "mlm_loss": mlm_loss.detach(),
-                "mlm_acc": (logits.argmax(-1) == target).float().mean(),
+            s, is_replaced = scores[real], replaced[real] > 0
+            predicted = s > 0  # probability > 0.5
+            precision, recall = precision_recall(predicted, is_replaced)
+            metrics.update({
                 "rtd_loss": rtd_loss.detach(),
                 "rtd_acc": (predicted == is_replaced).float().mean(),
-                # Recall on the replaced tokens: the accuracy alone is dominated by the originals.
-                "rtd_recall": (predicted & is_replaced).sum() / is_replaced.sum().clamp(min=1),
+                # The accuracy alone is dominated by the originals: AUC, precision and recall are not.
+                "rtd_auc": roc_auc(s, is_replaced).float(),
+                "rtd_precision": precision,
+                "rtd_recall": recall,
                 "replaced": is_replaced.float().mean(),
-            }
+            })
         n_tokens = int(real.sum())
-        return StepOutput(loss=mlm_loss + self.cfg.disc_weight * rtd_loss, metrics=metrics,
-                          n_tokens=n_tokens, n_predictions=n_tokens)
+        loss = self.cfg.disc_weight * rtd_loss
+        if mlm_loss is not None:
+            loss = mlm_loss + loss
+        return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_tokens)

@@ -23,6 +23,7 @@ packs full sentences (RoBERTa's DOC-SENTENCES).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,6 +39,8 @@ from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerL
 from ptmkit.objectives.masking import IGNORE, Masked, Masker, check_options
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
+
+log = logging.getLogger(__name__)
 
 OUTPUT_BIAS = ("zeros", "unigram")
 
@@ -171,6 +174,13 @@ class MaskedLM(Objective):
         budget = seq_len - (3 if pairs else 2)
         if budget < 2:
             raise PtmError(f"seq_len={seq_len} is too short for MLM (need at least {(5 if pairs else 4)})")
+        cap, wanted = self.cfg.max_predictions, round(self.cfg.mask_prob * budget)
+        if cap is not None and cap < wanted:  # e.g. a raised mask_prob under a preset's cap
+            log.warning(
+                "objective.max_predictions=%d caps the masking of a full example at %d of %d tokens (%.1f %%, not "
+                "mask_prob=%.1f %%); set objective.max_predictions=null or >= %d", cap, cap, budget,
+                100.0 * cap / budget, 100.0 * self.cfg.mask_prob, wanted,
+            )
         spans = pack_sentences(corpus.sentences, corpus.documents, budget, min_len=2 if pairs else 1)
         if len(spans) == 0:
             raise PtmError("the corpus has no usable text for MLM examples (is it empty?)")

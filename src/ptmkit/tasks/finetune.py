@@ -103,7 +103,7 @@ class FinetuneConfig:
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
 
-    Training loop: ``precision`` (fp32 | bf16 on CUDA), ``device``, ``num_threads`` as in
+    Training loop: ``precision`` (fp32 | bf16, autocast on CUDA or CPU), ``device``, ``num_threads`` as in
     pre-training's ``train`` section.
     """
 

@@ -20,13 +20,15 @@ class TrainConfig:
     seq_len: tokens per example (at most ``model.max_position``).
     schedule: ``linear`` (warmup + linear decay, BERT), ``cosine``, ``constant``,
         ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer).
+    bias_correction: Adam's bias correction of the moment estimates; ``false`` trains with AdamW
+        without it, as the reference BERT and ELECTRA code (``ptmkit.train.optim.AdamWNoBiasCorrection``).
     layer_decay: layer-wise LR decay (ELECTRA): layer ``i`` of ``L`` gets ``lr * layer_decay**(L - i)``,
         embeddings ``lr * layer_decay**(L + 1)``; 1.0 disables it.
     eval_every / save_every / log_every: in optimizer steps; 0 disables (eval and save still run at the end).
     eval_batches: at most this many evaluation batches per evaluation.
     eval_fraction: share of the training examples held out for evaluation when no eval data is given.
     keep_checkpoints: number of most recent checkpoints kept (older ones are deleted).
-    precision: ``fp32`` or ``bf16`` (autocast; CUDA only, ignored with a warning on CPU).
+    precision: ``fp32`` or ``bf16`` (autocast on CUDA or CPU; weights and optimizer state stay fp32).
     device: ``auto`` (CUDA if available), ``cpu``, ``cuda`` or ``cuda:N``.
     num_threads: CPU threads for torch (0 keeps torch's default).
     nan_guard: a step with a non-finite loss or gradient is skipped with a warning; after this many
@@ -45,6 +47,7 @@ class TrainConfig:
     lr: float = 1e-4
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
+    bias_correction: bool = True
     weight_decay: float = 0.01
     warmup_steps: int = 0
     max_steps: int = 1000
@@ -90,6 +93,8 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PtmError(f"train.{name} must be a number, got {value!r}")
+        if not isinstance(self.bias_correction, bool):
+            raise PtmError(f"train.bias_correction must be true or false, got {self.bias_correction!r}")
         if self.lr <= 0 or self.eps <= 0:
             raise PtmError(f"train.lr and train.eps must be positive (got lr={self.lr}, eps={self.eps})")
         if self.max_seconds < 0:

@@ -6,6 +6,10 @@ including embedding tables, are decayed.  Optional layer-wise LR decay (ELECTRA,
 2020) scales the LR of layer ``i`` by ``layer_decay ** (L - i)``; the layers are the ones the
 encoder declares (``Encoder.layer_index``), never guessed from parameter names.
 
+The optimizer is torch's AdamW, or with ``train.bias_correction=false`` :class:`AdamWNoBiasCorrection`:
+the same decoupled-weight-decay update without Adam's bias correction of the moments, as the
+reference implementations of BERT and ELECTRA (their ``AdamWeightDecayOptimizer``) train.
+
 Schedules are multipliers of the peak LR as a function of the number of completed optimizer
 steps ``s`` (0 for the first step), used through :class:`torch.optim.lr_scheduler.LambdaLR`.
 Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trains.
@@ -78,11 +82,58 @@ def param_groups(model: nn.Module, weight_decay: float, lr: float, layer_decay: 
     return [groups[k] for k in sorted(groups)]
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+class AdamWNoBiasCorrection(torch.optim.Optimizer):
+    """AdamW without bias correction (Devlin et al. 2019's and Clark et al. 2020's optimizer).
+
+    Per parameter ``p`` with gradient ``g``, at learning rate ``lr``::
+
+        m <- b1 m + (1 - b1) g
+        v <- b2 v + (1 - b2) g^2
+        p <- p - lr (m / (sqrt(v) + eps) + weight_decay p)
+
+    Without the ``1 / (1 - b^t)`` corrections the first steps are smaller (``m`` starts near 0
+    and ``sqrt(v)`` near ``sqrt(1 - b2) |g|``), an implicit warm-up.  State per parameter:
+    ``step``, ``exp_avg``, ``exp_avg_sq`` (torch's AdamW names), in float32 like the weights.
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            b1, b2 = group["betas"]
+            lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                g = p.grad
+                m.lerp_(g, 1.0 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+                if wd != 0:
+                    p.mul_(1.0 - lr * wd)  # decoupled: the decay reads the weight before the update
+                p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)
+        return loss
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     groups = param_groups(model, cfg.weight_decay, cfg.lr, cfg.layer_decay)
     for g in groups:
         g.pop("names")
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    kind = torch.optim.AdamW if cfg.bias_correction else AdamWNoBiasCorrection
+    return kind(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
 @dataclass

@@ -18,6 +18,14 @@ see :class:`ptmkit.objectives.base.Objective`) keeps state from one step to the 
 ``carried_state_dict()`` goes into every checkpoint's ``trainer_state.pt`` under ``carried`` and
 is handed back on resume, so the resumed run continues step for step; it is not in the weights.
 Such a run is refused under DDP (each rank would hold only its rows' state).
+
+A sub-module with an ``at_train_step(step)`` method is told the number of completed optimizer
+steps before every training step and evaluation (a schedule inside the model, such as ELECTRA's
+sampling temperature): a function of the step alone, so a resumed run is exact.
+
+``train.precision=bf16`` runs the forward pass under ``torch.autocast`` in bfloat16 on CUDA and
+on CPU alike; the weights, their gradients and the optimizer state stay float32 (autocast casts
+per operation), and the loss is reduced in float32.
 """
 
 from __future__ import annotations
@@ -205,6 +213,8 @@ class Trainer:
                 f"which is not supported with {self.dist.world_size} processes; train on one process, or switch the "
                 f"memory off" + (f" ({', '.join(switches)})" if switches else "")
             )
+        # Modules that follow the optimizer step (a schedule inside the model).
+        self.step_listeners = [m for m in self.model.modules() if callable(getattr(m, "at_train_step", None))]
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.ddp_model = self.model  # replaced by the DDP wrapper in fit()
@@ -215,8 +225,8 @@ class Trainer:
         self.last_train: dict[str, Any] = {}
         self.last_eval: dict[str, Any] = {}
         self.stopped_early = False
-        if cfg.precision == "bf16" and self.device.type != "cuda":
-            log.warning("train.precision=bf16 needs CUDA; training in fp32 on %s", self.device)
+        if cfg.precision == "bf16" and self.device.type not in ("cuda", "cpu"):
+            log.warning("train.precision=bf16 is supported on CUDA and CPU; training in fp32 on %s", self.device)
 
     # -- helpers ----------------------------------------------------------------------------
     @property
@@ -224,9 +234,13 @@ class Trainer:
         return self.dist.is_main
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.cfg.precision == "bf16" and self.device.type == "cuda":
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        if self.cfg.precision == "bf16" and self.device.type in ("cuda", "cpu"):
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def _tell_step(self) -> None:
+        for m in self.step_listeners:
+            m.at_train_step(self.step)
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.run_dir is None or not self.is_main:
@@ -248,6 +262,7 @@ class Trainer:
     def train_step(self) -> None:
         """Run optimizer step number ``self.step + 1`` on global batch ``self.step``."""
         cfg = self.cfg
+        self._tell_step()
         spe = int(self.train_batches.steps_per_epoch)
         batch = self.train_batches(self.step // spe, self.step % spe)
         micro = split_batch(batch, cfg.grad_accum)
@@ -330,6 +345,7 @@ class Trainer:
         if self.eval_source is None:
             return {}
         model = self.model
+        self._tell_step()
         was_training = model.training
         model.eval()
         w = Window()
