@@ -1,0 +1,62 @@
+"""``ptm pretrain unilm-tiny`` end to end: 50 steps with a falling loss, then seq2seq fine-tuning
+of that run on (source, target) pairs (``--init-from RUN objective.seq2seq_finetune=true``) and
+decoding with the fine-tuned model."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+
+from ptmkit.cli import main
+from ptmkit.objectives.unilm import generate, write_pairs
+from ptmkit.train.trainer import read_metrics
+
+TINY = [
+    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=48", "model.num_heads=2",
+    "train.batch_size=16", "train.seq_len=40", "train.warmup_steps=4", "train.lr=3e-3", "train.log_every=1",
+    "train.eval_batches=2", "train.num_threads=1", "train.device=cpu",
+]
+WORDS = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
+
+
+def write_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(docs):
+            for _ in range(5):
+                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + "\n")
+            f.write("\n")
+    return path
+
+
+def test_pretrain_then_seq2seq_finetune_and_generate(tmp_path) -> None:
+    text = write_corpus(tmp_path / "train.txt")
+    run = tmp_path / "run"
+    rc = main(["pretrain", "unilm-tiny", "--data", str(text), "-o", str(run), "tokenizer.vocab_size=120",
+               "tokenizer.min_frequency=1", "train.max_steps=50", "train.eval_every=50", "train.save_every=50", *TINY])
+    assert rc == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["objective"]["name"] == "unilm" and config["model"]["type_vocab_size"] == 6
+    losses = [r["loss"] for r in read_metrics(run / "metrics.jsonl", "train")]
+    assert len(losses) == 50 and np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+
+    # Fine-tune on pairs (target = the source's words reversed) given as a TSV file.
+    rng = random.Random(1)
+    rows = []
+    for _ in range(60):
+        src = [rng.choice(WORDS) for _ in range(rng.randint(2, 4))]
+        rows.append(" ".join(src) + "\t" + " ".join(reversed(src)))
+    (tmp_path / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    pairs = write_pairs(tmp_path / "pairs.tsv", tmp_path / "pairs.txt")
+    tuned = tmp_path / "tuned"
+    rc = main(["pretrain", "unilm-tiny", "--init-from", str(run), "--data", str(pairs), "-o", str(tuned),
+               "objective.seq2seq_finetune=true", "train.max_steps=20", "train.eval_every=20", "train.save_every=20",
+               *TINY[4:]])
+    assert rc == 0
+    tuned_losses = [r["loss"] for r in read_metrics(tuned / "metrics.jsonl", "train")]
+    assert len(tuned_losses) == 20 and np.mean(tuned_losses[-5:]) < np.mean(tuned_losses[:5])
+    out = generate(tuned, ["the cat sat", "a dog"], max_new_tokens=6)
+    assert len(out) == 2 and all(isinstance(t, str) for t in out)
