@@ -23,6 +23,10 @@ and ``step(tokens [B]) -> logits [B, V]`` (append one token per row):
   :class:`~ptmkit.encoders.encoder_decoder.DecoderCache`, one position a step), the decoder
   starting from ``decoder_start_token_id``.
 
+* an objective's own stepper (``Objective.stepper``) when it decodes through its heads
+  (``Objective.generates_with_heads``): UniLM reads the source, the tokens so far and a trailing
+  [MASK] with a bidirectional encoder and predicts the [MASK] with its MLM head.
+
 Which pre-trained models can generate is declared by their objective (``Objective.generation``:
 ``"causal_lm"``, ``"seq2seq"`` or ``None``); :func:`generate` is the entry point for a run
 directory or a loaded :class:`~ptmkit.pretrained.Pretrained`.
@@ -275,6 +279,14 @@ def generation_kind(config: dict[str, Any]) -> str:
     )
 
 
+def decodes_with_heads(config: dict[str, Any]) -> bool:
+    """Whether the objective of a run config generates through its pre-training heads (its
+    ``stepper``), so the model must be loaded with them."""
+    from ptmkit.build import objective_class
+
+    return bool(getattr(objective_class(config.get("objective"))[1], "generates_with_heads", False))
+
+
 def _check_context(lengths: list[int], max_new_tokens: int, max_position: int | None) -> None:
     if max_position is None:
         return
@@ -294,11 +306,13 @@ def _check_context(lengths: list[int], max_new_tokens: int, max_position: int | 
 
 @torch.no_grad()
 def generate_ids(backbone: Any, kind: str, prompts: Sequence[Sequence[int]], cfg: GenerationConfig,
-                 eos_id: int | None = None, pad_id: int = 0) -> list[list[int]]:
+                 eos_id: int | None = None, pad_id: int = 0, objective: Any = None) -> list[list[int]]:
     """Generate for token-id prompts: per prompt the new ids, cut after ``eos_id`` (which is kept).
 
     ``kind="causal_lm"``: the prompts are the text to continue (left-padded together);
     ``kind="seq2seq"``: they are the encoder's sources (right-padded) and the decoder writes the output.
+    objective: an objective that decodes through its heads (``generates_with_heads``); its
+    ``stepper(backbone, input_ids, attention_mask, use_cache)`` replaces the kind's stepper.
     """
     if kind not in KINDS:
         raise PtmError(f"generation kind must be one of {KINDS}, got {kind!r}")
@@ -310,23 +324,30 @@ def generate_ids(backbone: Any, kind: str, prompts: Sequence[Sequence[int]], cfg
     device = backbone.output_embeddings().device
     positions = getattr(backbone.config, "max_position", None)
     was_training = backbone.training
+    heads_training = objective.training if objective is not None else False
     backbone.eval()
+    if objective is not None:
+        objective.eval()
     try:
         if kind == CAUSAL_LM:
             if getattr(backbone.config, "positions", "absolute") != "absolute":
                 positions = None
             _check_context(lengths, cfg.max_new_tokens, positions)
             ids, mask = left_pad(prompts, pad_id, device)
-            stepper: Stepper = CausalLMStepper(backbone, ids, mask, cfg.use_cache)
+            stepper: Stepper = (CausalLMStepper(backbone, ids, mask, cfg.use_cache) if objective is None
+                                else objective.stepper(backbone, ids, mask, cfg.use_cache))
         else:
             if positions is not None and max(lengths) > positions:
                 raise PtmError(f"the source has {max(lengths)} tokens, more than the model's {positions} positions")
             ids, mask = left_pad([list(p)[::-1] for p in prompts], pad_id, device)  # right padding: flip twice
             ids, mask = ids.flip(1), mask.flip(1)
-            stepper = Seq2SeqStepper(backbone, ids, mask, cfg.use_cache)
+            stepper = (Seq2SeqStepper(backbone, ids, mask, cfg.use_cache) if objective is None
+                       else objective.stepper(backbone, ids, mask, cfg.use_cache))
         out = decode(stepper, cfg, eos_id, pad_id).tolist()
     finally:
         backbone.train(was_training)
+        if objective is not None:
+            objective.train(heads_training)
     if eos_id is not None:
         out = [row[: row.index(eos_id) + 1] if eos_id in row else row for row in out]
     return out
@@ -356,10 +377,16 @@ def generate(
     if isinstance(model, (str, os.PathLike)):
         from ptmkit.pretrained import load_pretrained
 
-        kind = generation_kind(load_config(model))
-        model = load_pretrained(model, device=device, heads=False)
+        config = load_config(model)
+        kind = generation_kind(config)
+        model = load_pretrained(model, device=device, heads=decodes_with_heads(config))
     else:
         kind = generation_kind(model.config)
+    objective = None
+    if decodes_with_heads(model.config):
+        objective = model.objective
+        if objective is None:
+            raise PtmError("this model generates through its pre-training heads: load it with heads=True")
     single = isinstance(prompts, str)
     texts = [prompts] if single else list(prompts)
     tok = model.tokenizer
@@ -369,7 +396,7 @@ def generate(
         sources = [[sep, *ids] for ids in encoded]
     else:
         sources = [[int(tok.cls_id), *ids, sep] for ids in encoded]
-    new = generate_ids(model.backbone, kind, sources, cfg, eos_id=sep, pad_id=int(tok.pad_id))
+    new = generate_ids(model.backbone, kind, sources, cfg, eos_id=sep, pad_id=int(tok.pad_id), objective=objective)
     out = [tok.decode(ids) for ids in new]
     return out[0] if single else out
 
@@ -382,6 +409,6 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 __all__ = [
-    "CAUSAL_LM", "SEQ2SEQ", "CausalLMStepper", "GenerationConfig", "Seq2SeqStepper", "choose", "decode",
+    "CAUSAL_LM", "SEQ2SEQ", "CausalLMStepper", "GenerationConfig", "Seq2SeqStepper", "choose", "decode", "decodes_with_heads",
     "filter_top_k", "filter_top_p", "generate", "generate_ids", "generation_kind", "left_pad", "next_token_probs",
 ]

@@ -16,10 +16,10 @@ from ptmkit import registry
 from ptmkit.config import from_dict
 from ptmkit.encoders.transformer import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
-from ptmkit.generation import GenerationConfig
+from ptmkit.generation import GenerationConfig, generate_ids, generation_kind
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.unilm import (
-    MODES, PAPER_MIX, SEQ2SEQ, UniLM, UniLMConfig, attention_pattern, generate_ids, write_pairs,
+    MODES, PAPER_MIX, SEQ2SEQ, UniLM, UniLMConfig, attention_pattern, write_pairs,
 )
 from ptmkit.presets import load_preset
 
@@ -57,6 +57,7 @@ def test_registered_presets_and_defaults() -> None:
     assert tiny["model"]["hidden_size"] == 128 and base["model"]["hidden_size"] == 768 and base["model"]["num_layers"] == 12
     built = from_dict(UniLMConfig, {k: v for k, v in tiny["objective"].items() if k != "name"})
     assert built.modes == MODES and built.mix == pytest.approx(PAPER_MIX)
+    assert generation_kind({"objective": {"name": "unilm"}}) == "seq2seq" and UniLM.generates_with_heads
     m = model()
     assert {k.split(".")[1] for k in m.state_dict() if k.startswith("objective.")} == {"mlm_head"}
 
@@ -308,7 +309,8 @@ def test_greedy_decoding_matches_step_by_step_reference() -> None:
             p.add_(0.2 * torch.randn_like(p))
         m.objective.mlm_head.bias[SEP] += 3.0  # some rows reach [SEP] early
     sources = [[CLS, 7, 8, 9, SEP], [CLS, 11, SEP], [CLS, 20, 21, 22, 23, 24, SEP]]
-    got = generate_ids(m.objective, m.backbone, sources, GenerationConfig(max_new_tokens=6, greedy=True), eos_id=SEP)
+    got = generate_ids(m.backbone, generation_kind({"objective": {"name": "unilm"}}), sources,
+                       GenerationConfig(max_new_tokens=6, greedy=True), eos_id=SEP, pad_id=PAD, objective=m.objective)
     with torch.no_grad():
         want = [reference_greedy(m, s, 6) for s in sources]
     assert got == want
@@ -338,5 +340,6 @@ def test_learns_to_copy_and_ends_at_sep() -> None:
         out.loss.backward()
         opt.step()
     sources = [[CLS, 5, 9, 7, SEP], [CLS, 11, 6, 8, SEP]]
-    got = generate_ids(m.objective, m.backbone, sources, GenerationConfig(max_new_tokens=8, greedy=True), eos_id=SEP)
+    got = generate_ids(m.backbone, "seq2seq", sources, GenerationConfig(max_new_tokens=8, greedy=True), eos_id=SEP,
+                       pad_id=PAD, objective=m.objective)
     assert got == [[5, 9, 7, SEP], [11, 6, 8, SEP]]

@@ -62,6 +62,9 @@ class Objective(nn.Module):
       ``"causal_lm"`` (a left-to-right LM whose output layer is the tied word embeddings: it
       continues a text), ``"seq2seq"`` (an encoder–decoder: it writes an output for a source) or
       ``None`` (it cannot generate).
+    * ``generates_with_heads``: generation runs through this objective's heads (UniLM predicts
+      each next token with its MLM head), so :func:`ptmkit.generation.generate` loads them and
+      decodes with :meth:`stepper`; ``False`` (clm, bart): the encoder alone generates.
     * ``hf_family``: the registered HF family its models are exported as when no format is asked
       for and that family can express the model (RoBERTa, ALBERT); ``None``: the first family
       that can (:func:`ptmkit.interop.infer_format`).
@@ -81,6 +84,7 @@ class Objective(nn.Module):
     causal: ClassVar[bool] = False
     hf_heads: ClassVar[tuple[str, ...]] = ()
     generation: ClassVar[str | None] = None
+    generates_with_heads: ClassVar[bool] = False
     reads_streams: ClassVar[bool] = False
     hf_family: ClassVar[str | None] = None
 
@@ -114,6 +118,13 @@ class Objective(nn.Module):
     # -- model ------------------------------------------------------------------------------
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         raise NotImplementedError
+
+    def stepper(self, backbone: Encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                use_cache: bool = True) -> Any:
+        """A :class:`ptmkit.generation.Stepper` over the prompts ``input_ids [B, S]`` /
+        ``attention_mask [B, S]`` (padded as ``generation`` asks: left for ``causal_lm``, right
+        for ``seq2seq``), for an objective with ``generates_with_heads``."""
+        raise PtmError(f"{type(self).__name__} does not decode through its heads")
 
     def exported_heads(self) -> tuple[str, ...]:
         """The heads of ``hf_heads`` this instance has (an HF export writes these)."""

@@ -46,31 +46,28 @@ model to end); no source token is ever predicted.  A pair longer than ``seq_len 
 (the source loses its beginning, the target its end): the source keeps at least half of the room (all of it when
 shorter), the target what the source leaves, and the source takes up what a short target leaves.
 
-Decoding (:func:`generate`, :class:`UniLMStepper`): the source ``[CLS] x [SEP]`` is followed by a
-``[MASK]``; the MLM head's logits at the ``[MASK]`` give the next token, which replaces it, and a
-new ``[MASK]`` is appended, until [SEP] or ``max_new_tokens``.  The stepper plugs into the one
-decoding loop of :mod:`ptmkit.generation` (:func:`~ptmkit.generation.decode`: greedy, sampling,
-top-k/top-p).  It re-reads the whole sequence each step (the seq2seq mask is not causal over the
-source, so the encoder's causal key/value cache does not apply).  ``ptm generate`` does not
-route to it: it loads the encoder without heads, and UniLM predicts through its MLM head; use
-``ptmkit.objectives.unilm.generate(run, texts)``.  ``Objective.generation`` stays ``None``.
+Decoding (:class:`UniLMStepper`): the source ``[CLS] x [SEP]`` is followed by a ``[MASK]``; the
+MLM head's logits at the ``[MASK]`` give the next token, which replaces it, and a new ``[MASK]``
+is appended, until [SEP] or ``max_new_tokens``.  The objective declares ``generation =
+"seq2seq"`` and ``generates_with_heads``, so ``ptm generate RUN "source text"`` and
+``ptmkit.generate`` load the MLM head and run this stepper in the one decoding loop of
+:mod:`ptmkit.generation` (greedy, sampling, top-k/top-p).  It re-reads the whole sequence each
+step (the source attends bidirectionally, so the encoder's causal key/value cache does not
+apply; ``use_cache`` is accepted and ignored).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
-from ptmkit.generation import GenerationConfig, decode
 from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike
 from ptmkit.objectives.masking import Masker
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
@@ -155,6 +152,8 @@ class UniLM(MaskedLM):
 
     config_class = UniLMConfig
     hf_heads = ("mlm",)
+    generation = "seq2seq"
+    generates_with_heads = True
 
     def __init__(self, cfg: UniLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
@@ -260,6 +259,11 @@ class UniLM(MaskedLM):
                        attn_mask=pattern[:, None])
         return out.last_hidden_state
 
+    def stepper(self, backbone: Encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                use_cache: bool = True) -> "UniLMStepper":
+        """Seq2seq decoding from the right-padded sources ``[CLS] x [SEP]`` ``input_ids [B, S]``."""
+        return UniLMStepper(self, backbone, input_ids, attention_mask)
+
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         h = self.hidden(backbone, batch)
         loss, metrics, n_predictions = self.mlm_loss(h, batch, backbone.output_embeddings())
@@ -271,28 +275,28 @@ class UniLM(MaskedLM):
 class UniLMStepper:
     """A :class:`ptmkit.generation.Stepper` for UniLM's seq2seq decoding.
 
-    sources: token id lists ``[CLS] x [SEP]``.  The sequence is ``sources (right-padded to S) +
-    generated + [MASK]``, read with the seq2seq mask (``source_len = S``; padded source keys are
-    hidden by the attention mask) and per-row position ids that skip the padding; the logits are
-    the MLM head's at the final ``[MASK]``, ``[B, V]``."""
+    input_ids ``[B, S]``: the sources ``[CLS] x [SEP]``, right-padded; attention_mask ``[B, S]``
+    (1 = token).  The sequence is ``sources + generated + [MASK]``, read with the seq2seq mask
+    (``source_len = S``; padded source keys are hidden by the attention mask) and per-row
+    position ids that skip the padding, so a row decodes as it would alone; the logits are the
+    MLM head's at the final ``[MASK]``, ``[B, V]``."""
 
-    def __init__(self, objective: UniLM, backbone: Encoder, sources: Sequence[Sequence[int]]) -> None:
-        if not sources or min(len(s) for s in sources) == 0:
+    def __init__(self, objective: UniLM, backbone: Encoder, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None = None) -> None:
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0:
             raise PtmError("every source needs at least one token")
         self.objective, self.backbone = objective, backbone
-        device = backbone.output_embeddings().device
-        lengths = torch.tensor([len(s) for s in sources])
-        S = int(lengths.max())
-        self.batch_size = len(sources)
-        src_mask = torch.arange(S)[None, :] < lengths[:, None]
-        ids = torch.full((self.batch_size, S), objective.pad_id, dtype=torch.long)
-        ids[src_mask] = torch.tensor([t for s in sources for t in s], dtype=torch.long)
-        self.source_len = torch.full((self.batch_size,), S, dtype=torch.long, device=device)
-        self.seg_a, self.seg_b = (int(x) for x in objective.segments[SEQ2SEQ])
-        self.ids = torch.cat([ids, torch.full((self.batch_size, 1), objective.mask_id)], dim=1).to(device)
-        self.mask = torch.cat([src_mask, torch.ones(self.batch_size, 1, dtype=torch.bool)], dim=1).long().to(device)
-        max_position = getattr(backbone.config, "max_position", None)
-        absolute = getattr(backbone.config, "positions", "absolute") == "absolute"
+        B, S = input_ids.shape
+        device = input_ids.device
+        src_mask = attention_mask.long() if attention_mask is not None else torch.ones_like(input_ids)
+        self.batch_size = B
+        self.source_len = torch.full((B,), S, dtype=torch.long, device=device)
+        self.segments = torch.tensor(objective.segments[SEQ2SEQ], device=device)  # (A, B) ids
+        self.ids = torch.cat([input_ids, torch.full((B, 1), objective.mask_id, device=device)], dim=1)
+        self.mask = torch.cat([src_mask, torch.ones(B, 1, dtype=torch.long, device=device)], dim=1)
+        cfg = backbone.config
+        absolute = getattr(cfg, "positions", "absolute") == "absolute"
+        max_position = getattr(cfg, "max_position", None)
         if absolute and max_position is not None and S >= max_position:
             raise PtmError(f"the source has {S} tokens; the model has {max_position} positions")
         self.capacity = max_position - S if absolute and max_position is not None else None
@@ -301,17 +305,13 @@ class UniLMStepper:
         B, T = self.ids.shape
         S = int(self.source_len[0])
         j = torch.arange(T, device=self.ids.device)[None, :]
-        batch = {
-            "input_ids": self.ids,
-            "attention_mask": self.mask,
-            "unilm_mode": torch.full((B,), SEQ2SEQ, dtype=torch.long, device=self.ids.device),
-            "source_len": self.source_len,
-        }
+        token_types = None
         if self.objective.model_cfg.type_vocab_size > 0:
-            batch["token_type_ids"] = torch.where(j < S, self.seg_a, self.seg_b).expand(B, T) * self.mask
-        pattern = attention_pattern(batch["unilm_mode"], self.source_len, T)
+            token_types = torch.where(j < S, self.segments[0], self.segments[1]).expand(B, T) * self.mask
+        mode = torch.full((B,), SEQ2SEQ, dtype=torch.long, device=self.ids.device)
+        pattern = attention_pattern(mode, self.source_len, T)
         positions = (self.mask.cumsum(dim=1) - 1).clamp(min=0)
-        out = self.backbone(self.ids, attention_mask=self.mask, token_type_ids=batch.get("token_type_ids"),
+        out = self.backbone(self.ids, attention_mask=self.mask, token_type_ids=token_types,
                             position_ids=positions, attn_mask=pattern[:, None])
         return self.objective.mlm_head(out.last_hidden_state[:, -1], self.backbone.output_embeddings())
 
@@ -319,51 +319,12 @@ class UniLMStepper:
         return self._logits()
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.ids = self.ids.clone()
-        self.ids[:, -1] = tokens  # the prediction replaces its [MASK] ...
+        ids = self.ids.clone()
+        ids[:, -1] = tokens  # the prediction replaces its [MASK] ...
         new = torch.full_like(tokens[:, None], self.objective.mask_id)
-        self.ids = torch.cat([self.ids, new], dim=1)  # ... and a new [MASK] asks for the next token
+        self.ids = torch.cat([ids, new], dim=1)  # ... and a new [MASK] asks for the next token
         self.mask = torch.cat([self.mask, torch.ones_like(new)], dim=1)
         return self._logits()
-
-
-@torch.no_grad()
-def generate_ids(objective: UniLM, backbone: Encoder, sources: Sequence[Sequence[int]], cfg: GenerationConfig,
-                 eos_id: int | None = None) -> list[list[int]]:
-    """Decode for token-id sources ``[CLS] x [SEP]``: per source the new ids, cut after ``eos_id``
-    (kept)."""
-    was = (backbone.training, objective.training)
-    backbone.eval()
-    objective.eval()
-    try:
-        out = decode(UniLMStepper(objective, backbone, sources), cfg, eos_id, objective.pad_id).tolist()
-    finally:
-        backbone.train(was[0])
-        objective.train(was[1])
-    if eos_id is not None:
-        out = [row[: row.index(eos_id) + 1] if eos_id in row else row for row in out]
-    return out
-
-
-def generate(model: Any, texts: str | Sequence[str], max_new_tokens: int = 32, *, greedy: bool = True,
-             temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-             device: str | torch.device = "cpu") -> str | list[str]:
-    """Write a target for each source text with a (fine-tuned) UniLM run or checkpoint directory,
-    or a ``Pretrained`` loaded with its heads.  Stops at [SEP] (not part of the text returned)."""
-    if isinstance(model, (str, os.PathLike)):
-        from ptmkit.pretrained import load_pretrained
-
-        model = load_pretrained(model, device=device, heads=True)
-    if not isinstance(model.objective, UniLM):
-        raise PtmError(f"UniLM decoding needs a model pre-trained with the unilm objective, got {type(model.objective).__name__}")
-    cfg = GenerationConfig(max_new_tokens, greedy, temperature, top_k, top_p, seed)
-    single = isinstance(texts, str)
-    tok = model.tokenizer
-    sep = int(tok.sep_id)
-    sources = [[int(tok.cls_id), *ids, sep] for ids in tok.encode_batch([texts] if single else list(texts))]
-    new = generate_ids(model.objective, model.backbone, sources, cfg, eos_id=sep)
-    out = [tok.decode([t for t in ids if t != sep]) for ids in new]
-    return out[0] if single else out
 
 
 def write_pairs(tsv: str | os.PathLike, out: str | os.PathLike) -> Path:
@@ -382,5 +343,4 @@ def write_pairs(tsv: str | os.PathLike, out: str | os.PathLike) -> Path:
     return out
 
 
-__all__ = ["MODES", "PAPER_MIX", "UniLM", "UniLMConfig", "UniLMStepper", "attention_pattern", "generate",
-           "generate_ids", "write_pairs"]
+__all__ = ["MODES", "PAPER_MIX", "UniLM", "UniLMConfig", "UniLMStepper", "attention_pattern", "write_pairs"]

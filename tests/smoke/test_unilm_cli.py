@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.cli import main
-from ptmkit.objectives.unilm import generate, write_pairs
+from ptmkit.generation import generate
+from ptmkit.objectives.unilm import write_pairs
 from ptmkit.train.trainer import read_metrics
 
 TINY = [
@@ -32,7 +33,7 @@ def write_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
     return path
 
 
-def test_pretrain_then_seq2seq_finetune_and_generate(tmp_path) -> None:
+def test_pretrain_then_seq2seq_finetune_and_generate(tmp_path, capsys) -> None:
     text = write_corpus(tmp_path / "train.txt")
     run = tmp_path / "run"
     rc = main(["pretrain", "unilm-tiny", "--data", str(text), "-o", str(run), "tokenizer.vocab_size=120",
@@ -58,5 +59,7 @@ def test_pretrain_then_seq2seq_finetune_and_generate(tmp_path) -> None:
     assert rc == 0
     tuned_losses = [r["loss"] for r in read_metrics(tuned / "metrics.jsonl", "train")]
     assert len(tuned_losses) == 20 and np.mean(tuned_losses[-5:]) < np.mean(tuned_losses[:5])
-    out = generate(tuned, ["the cat sat", "a dog"], max_new_tokens=6)
+    out = generate(tuned, ["the cat sat", "a dog"], max_new_tokens=6, greedy=True)
     assert len(out) == 2 and all(isinstance(t, str) for t in out)
+    assert main(["generate", str(tuned), "the cat sat", "--greedy", "-n", "6"]) == 0
+    assert f"the cat sat => {out[0]}" in capsys.readouterr().out
