@@ -8,14 +8,14 @@ token is predicted by the MLM head (:class:`~ptmkit.objectives.mlm.MLMHead`, dec
 word embeddings) from the final hidden state at its position, in every mode: the modes differ
 only in which keys each query may attend to, ``M[i, j]`` (True = position ``i`` sees ``j``):
 
-===============  ==========================================  ==================
-mode             ``M[i, j]``                                 segment ids (A, B)
-===============  ==========================================  ==================
-bidirectional    every real token                            0, 1
-left_to_right    ``j <= i``                                  2, 2
-right_to_left    ``j >= i``                                  3, 3
-seq2seq          ``j < s  or  j <= i`` (``s`` = ``len([CLS] A [SEP])``)  4, 5
-===============  ==========================================  ==================
+===============  ===============================================  ==================
+mode             ``M[i, j]``                                      segment ids (A, B)
+===============  ===============================================  ==================
+bidirectional    every real token                                 0, 1
+left_to_right    ``j <= i``                                       2, 2
+right_to_left    ``j >= i``                                       3, 3
+seq2seq          ``j < s or j <= i``, ``s = len([CLS] A [SEP])``  4, 5
+===============  ===============================================  ==================
 
 In seq2seq mode the source ``[CLS] A [SEP]`` attends within itself bidirectionally and the target
 ``B [SEP]`` attends to the whole source and to its own left context.  The LM modes read the text
@@ -28,7 +28,7 @@ Mode mix: the paper mixes the objectives *within* a batch (1/3 bidirectional, 1/
 (over ``objective.modes``) with the ``rng`` given to :meth:`collate`; the attention pattern is
 therefore per example, ``[B, 1, T, T]``, given to the encoder as its ``attn_mask`` (combined with
 the key padding of ``attention_mask``).  The paper's next sentence prediction in the
-bidirectional mode is left out (``nsp`` is refused), as RoBERTa showed it is not needed.
+bidirectional mode is left out (``nsp`` is refused).
 
 Batch keys: ``input_ids``, ``attention_mask``, ``token_type_ids`` ``[B, T]``; ``mlm_positions``,
 ``mlm_labels`` ``[B, P]``; ``unilm_mode [B]`` (index into :data:`MODES`); ``source_len [B]``
@@ -40,11 +40,12 @@ RUN --data pairs.txt -o OUT objective.seq2seq_finetune=true``.  Each document of
 (source, target) pair: its first line the source, the following lines the target, and a blank
 line between pairs (``ptm prepare`` reads lines as sentences and blank lines as document ends; a
 tab would be lost to the tokenizer's whitespace splitting, so a TSV file is converted with
-:func:`write_pairs`).  Every example is in seq2seq mode, and only target tokens are masked, with
-probability ``objective.target_mask_prob`` (the final [SEP] included: predicting it teaches the
-model to end); no source token is ever predicted.  A pair longer than ``seq_len - 3`` tokens is cut
-(the source loses its beginning, the target its end): the source keeps at least half of the room (all of it when
-shorter), the target what the source leaves, and the source takes up what a short target leaves.
+:func:`write_pairs`).  Every example is in seq2seq mode, and only target tokens are masked: a share
+``objective.target_mask_prob`` of them (rounded, at least one; the final [SEP] is one of them:
+predicting it teaches the model to end); no source token is ever predicted.  A pair longer than ``seq_len - 3`` tokens is
+cut, the source losing its beginning and the target its end: the source keeps at least
+``min(its length, half the room)``, the target the rest, and a short target leaves its unused
+room to the source.
 
 Decoding (:class:`UniLMStepper`): the source ``[CLS] x [SEP]`` is followed by a ``[MASK]``; the
 MLM head's logits at the ``[MASK]`` give the next token, which replaces it, and a new ``[MASK]``
