@@ -99,6 +99,9 @@ class FinetuneConfig:
     crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
     doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
         windows, the longest answer in tokens, the start/end candidates per window.
+    task_schedule: multi-task fine-tuning (:mod:`ptmkit.tasks.multitask`, MT-DNN): ``proportional``
+        (each step one task's batch, the epoch's batches of all tasks shuffled together, so tasks
+        train in proportion to their size) or ``round_robin`` (strict alternation of the tasks).
     adapter_size: bottleneck adapters of this many units after every attention and feed-forward
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
@@ -135,6 +138,7 @@ class FinetuneConfig:
     max_answer_len: int = 30
     n_best: int = 20
     adapter_size: int = 0
+    task_schedule: str = "proportional"
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -185,6 +189,10 @@ class FinetuneConfig:
         if self.adapter_size and (self.mode == "features" or self.gradual_unfreeze or self.freeze_embeddings):
             raise PtmError("adapter_size > 0 trains adapters inside a fixed encoder; it needs mode=finetune without "
                            "gradual_unfreeze or freeze_embeddings")
+        from ptmkit.tasks.multitask import TASK_SCHEDULES
+
+        if self.task_schedule not in TASK_SCHEDULES:
+            raise PtmError(f"task_schedule must be one of {', '.join(TASK_SCHEDULES)}, got {self.task_schedule!r}")
         if not isinstance(self.crf, bool):
             raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
@@ -194,11 +202,12 @@ class FinetuneConfig:
     def resolved_mix(self) -> str:
         return self.mix if self.mix != "auto" else ("scalar" if self.mode == "features" else "last")
 
-    def train_config(self, n_train: int, seed: int):
-        """The Trainer's settings for ``n_train`` examples: one checkpoint and one log line per epoch."""
+    def train_config(self, n_train: int, seed: int, steps_per_epoch: int | None = None):
+        """The Trainer's settings for ``n_train`` examples (``ceil(n_train / batch_size)`` steps an
+        epoch, unless the batch source says ``steps_per_epoch``): one checkpoint and one log line per epoch."""
         from ptmkit.train.config import TrainConfig
 
-        steps_per_epoch = -(-n_train // self.batch_size)
+        steps_per_epoch = steps_per_epoch or -(-n_train // self.batch_size)
         total = steps_per_epoch * self.epochs
         return TrainConfig(
             batch_size=self.batch_size, lr=self.lr, betas=tuple(self.betas), eps=self.eps, weight_decay=self.weight_decay,
@@ -453,8 +462,8 @@ def finetune(
 
         clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
         freeze_for_adapters(clf.backbone)
-    train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed)
     batches = task.batches(encoded["train"], seed)
+    train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         return task.score("dev", task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device))
@@ -584,10 +593,10 @@ def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | No
     labels = labels or {}
     entries = list(summary.values())
     has = lambda key: all(key in e for e in entries)  # noqa: E731
-    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson") if has(k))
+    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson", "test_mean") if has(k))
     second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
     name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match",
-            "test_pearson": "Pearson r", "test_spearman": "Spearman rho"}
+            "test_pearson": "Pearson r", "test_spearman": "Spearman rho", "test_mean": "mean over tasks"}
     head = ["condition", f"test {name[main]} (mean ± sd)", name[second], f"per-seed {name[main]}"]
     rows = []
     for init, e in summary.items():

@@ -275,6 +275,10 @@ TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagg
 
 def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:
     kind = getattr(data, "task_type", "classification")
+    if kind == "multi_task":  # composed of the types above (imported here: it imports this module)
+        from ptmkit.tasks.multitask import MultiTask
+
+        return MultiTask(data, cfg, tokenizer, causal, with_types)
     if kind not in TASK_TYPES:
         raise PtmError(f"no fine-tuning path for {kind} tasks; task types: {', '.join(TASK_TYPES)}")
     return TASK_TYPES[kind](data, cfg, tokenizer, causal, with_types)
