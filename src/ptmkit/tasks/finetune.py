@@ -102,6 +102,12 @@ class FinetuneConfig:
     task_schedule: multi-task fine-tuning (:mod:`ptmkit.tasks.multitask`, MT-DNN): ``proportional``
         (each step one task's batch, the epoch's batches of all tasks shuffled together, so tasks
         train in proportion to their size) or ``round_robin`` (strict alternation of the tasks).
+    gpt_transform: GPT's input transformations (Radford et al. 2018; :mod:`ptmkit.tasks.gpt_inputs`):
+        ``<start> a (<delim> b) <extract>`` per sequence (per choice for multiple choice), the head
+        reading the extract token; for a model pre-trained left to right (clm).  Off by default,
+        which keeps the family's plain ``a [SEP] (b [SEP])``.
+    symmetric_pairs: with ``gpt_transform``, GPT's similarity tasks: each pair is read in both
+        orders and the two extract states are added before the head.
     adapter_size: bottleneck adapters of this many units after every attention and feed-forward
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
@@ -139,6 +145,8 @@ class FinetuneConfig:
     n_best: int = 20
     adapter_size: int = 0
     task_schedule: str = "proportional"
+    gpt_transform: bool = False
+    symmetric_pairs: bool = False
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -193,6 +201,12 @@ class FinetuneConfig:
 
         if self.task_schedule not in TASK_SCHEDULES:
             raise PtmError(f"task_schedule must be one of {', '.join(TASK_SCHEDULES)}, got {self.task_schedule!r}")
+        for name in ("gpt_transform", "symmetric_pairs"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.symmetric_pairs and not self.gpt_transform:
+            raise PtmError("symmetric_pairs=true reads a pair in both orders with GPT's input transformation; "
+                           "set gpt_transform=true as well")
         if not isinstance(self.crf, bool):
             raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
@@ -288,9 +302,23 @@ def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer.encode_batch(texts)]
 
 
-def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool) -> EncodedInputs:
+def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool, gpt_transform: bool = False,
+                 symmetric: bool = False) -> EncodedInputs:
+    """The split's texts (and pairs) with the family's special tokens, or GPT's start / delimiter /
+    extract tokens (``gpt_transform``; ``symmetric``: both orders of each pair)."""
     pairs = token_ids(tokenizer, split.text_pairs) if split.text_pairs is not None else None
-    return encode_inputs(token_ids(tokenizer, split.texts), pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
+    texts = token_ids(tokenizer, split.texts)
+    if gpt_transform:
+        from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
+
+        tokens = GptTokens.of(tokenizer)
+        if symmetric:
+            if pairs is None:
+                raise PtmError("symmetric_pairs=true scores a pair in both orders, but this task has single texts; "
+                               "set symmetric_pairs=false")
+            return encode_symmetric(texts, pairs, max_len, tokens)
+        return encode_gpt(texts, pairs, max_len, tokens)
+    return encode_inputs(texts, pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
 
 
 def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
@@ -453,10 +481,18 @@ def finetune(
     with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
 
     causal = pretrained.causal
+    if cfg.gpt_transform and not causal:
+        raise PtmError("gpt_transform=true frames the input for a left-to-right model (GPT's extract token is read "
+                       "last); this model is bidirectional: set gpt_transform=false")
     task = task_type_of(task_data, cfg, tokenizer, causal, with_types)
     encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
     check_aux_lm(pretrained.config, cfg)
-    clf = task.build(_backbone(pretrained, init, seed))
+    backbone = _backbone(pretrained, init, seed)
+    clf = task.build(backbone)
+    if cfg.gpt_transform:  # after the head, so the head's initialisation does not depend on the switch
+        from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
+
+        init_new_rows(backbone, GptTokens.of(tokenizer))
     if cfg.adapter_size:
         from ptmkit.nn.adapters import add_adapters, freeze_for_adapters
 

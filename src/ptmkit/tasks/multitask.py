@@ -179,10 +179,13 @@ class MultiTaskModel(nn.Module):
         self.backbone = backbone
         self.heads = nn.ModuleDict()
         for name, model in heads.items():
-            if model._modules.get("backbone") is not backbone:
+            # the module holding the encoder may be nested (a regressor wraps a classifier)
+            owners = [m for m in model.modules() if m._modules.get("backbone") is backbone]
+            if not owners:
                 raise PtmError(f"the model of task {name!r} is not built on the shared encoder")
-            del model._modules["backbone"]
-            model.__dict__["backbone"] = backbone  # a plain reference: read by the head, owned here
+            for owner in owners:
+                del owner._modules["backbone"]
+                owner.__dict__["backbone"] = backbone  # a plain reference: read by the head, owned here
             self.heads[name] = model
         self.task_names = list(heads)
 
