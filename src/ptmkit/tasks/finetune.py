@@ -337,6 +337,15 @@ def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
         )
 
 
+def check_splits(task_data: Any) -> None:
+    """Every split of every task holds examples (data built in Python skips the file readers' checks):
+    an empty train split gives no batch, an empty dev or test split no score."""
+    for name, data in (getattr(task_data, "tasks", None) or {task_data.name: task_data}).items():
+        for split in ("train", "dev", "test"):
+            if len(data.split(split)) == 0:
+                raise PtmError(f"task {name}: the {split} split is empty; every split needs at least one example")
+
+
 def _backbone(pretrained: Any, init: str, seed: int):
     """A copy of the pre-trained backbone, or a fresh one of the same config (``init="random"``);
     the new task layers built after it depend only on ``seed``."""
@@ -472,6 +481,7 @@ def finetune(
         if {k: done.get(k) for k in asked} != asked:
             raise PtmError(f"{out} holds a finished run with other settings; resume with the same ones or choose a new -o")
         return done
+    check_splits(task_data)
     pretrained = load_model(model)
     tokenizer = pretrained.tokenizer
     mcfg = pretrained.backbone.config
