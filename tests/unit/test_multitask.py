@@ -168,3 +168,22 @@ def test_tiny_multitask_run_resumes_exactly_and_feeds_a_second_stage(tmp_path, t
     if schedule == "proportional":
         single = finetune(pre, tasks.tasks["sent"], None, FinetuneConfig(**{**CFG.__dict__, "epochs": 1}), progress=False)
         assert json.dumps(single["test"])  # the second stage runs on the ordinary single-task path
+
+
+def test_a_head_that_wraps_its_encoder_deeper_is_shared_too():
+    from ptmkit.encoders import TransformerConfig, TransformerEncoder
+    from ptmkit.tasks.classification import SequenceClassifier
+    from ptmkit.tasks.regression import Regressor
+
+    enc = TransformerEncoder(TransformerConfig(vocab_size=30, hidden_size=8, num_layers=1, num_heads=2,
+                                               intermediate_size=16, max_position=8))
+    model = MultiTaskModel(enc, {"sts": Regressor(2.0, 1.0, backbone=enc), "nli": SequenceClassifier(enc, 3)})
+    keys = list(model.state_dict())
+    assert not any(".backbone." in k for k in keys) and sum(k.startswith("backbone.") for k in keys) > 0
+    batch = {"input_ids": torch.randint(5, 30, (2, 6)), "attention_mask": torch.ones(2, 6, dtype=torch.int64),
+             "labels": torch.tensor([1.5, 3.0]), "task": torch.tensor(0)}
+    model(batch).loss.backward()
+    assert all(p.grad is None for p in model.heads["nli"].parameters())
+    assert model.heads["sts"].model.classifier.weight.grad is not None
+    with pytest.raises(PtmError, match="not built on the shared encoder"):
+        MultiTaskModel(enc, {"a": SequenceClassifier(enc, 2), "b": SequenceClassifier(TransformerEncoder(enc.config), 2)})
