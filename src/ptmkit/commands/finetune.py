@@ -48,6 +48,11 @@ fixed; a scalar mix of all its layers and a small task network learn); mix (auto
 scalar | layer:K, one hidden state: 0 = embeddings, negative from the top), head (linear | mlp |
 bilstm), head_hidden.  Training loop: precision, device, num_threads.
 
+GPT's input transformations for a model pre-trained left to right (clm): gpt_transform=true reads
+[CLS] a [SEP] b [MASK] (start, delimiter, extract; per answer for multiple choice) with the head
+on the extract token; symmetric_pairs=true adds the representations of both orders of a pair
+(similarity tasks).
+
 Multi-task fine-tuning (MT-DNN, Liu et al. 2019): --tasks mr,brown-pos trains one shared encoder
 with a head per task; each step is one task's batch, the tasks' batches of an epoch shuffled
 together (task_schedule=proportional: each task in proportion to its size) or alternating

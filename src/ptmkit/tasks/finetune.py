@@ -13,6 +13,11 @@ Two transfer modes (Peters et al. 2018; Devlin et al. 2019): ``mode="finetune"``
 weight; ``mode="features"`` keeps the encoder fixed and trains only a scalar mix of its layers
 and a small task network (``head="mlp"`` or ``"bilstm"``).
 
+Several tasks at once (MT-DNN, :mod:`ptmkit.tasks.multitask`): pass a ``MultiTaskData``
+(``load_tasks("mr,brown-pos")``); the shared encoder gets one head per task and the run is
+otherwise this one.  GPT's input transformations for clm models: ``gpt_transform``
+(:mod:`ptmkit.tasks.gpt_inputs`).
+
 Outputs in ``out_dir``: ``results.json`` (config, per-epoch history, dev and test metrics),
 ``predictions.jsonl`` (one test example per line: text, label, prediction, probabilities),
 ``metrics.jsonl`` + ``loss.png`` (train loss per epoch, dev scores) and ``best.safetensors`` (the

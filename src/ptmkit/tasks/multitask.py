@@ -171,7 +171,8 @@ class MultiTaskModel(nn.Module):
     The task models keep using ``self.backbone`` but no longer own it: it is registered once, here,
     so the state dict holds ``backbone.*`` once (what ``--after`` reads) and ``heads.{name}.*``.
     ``forward(batch)`` runs the head of ``batch["task"]``: only that head and the encoder get
-    gradients from the batch.
+    gradients from the batch.  Its metrics keep the head's names, so a logged train ``accuracy``
+    is the mean over the window's steps, whichever task each step had.
     """
 
     def __init__(self, backbone: nn.Module, heads: dict[str, nn.Module]) -> None:
