@@ -145,3 +145,5 @@ def test_start_and_extract_rows_are_redrawn_and_nothing_else():
     changed = (after != before).any(dim=1).nonzero().flatten().tolist()
     assert changed == [TOK.start, TOK.extract]
     assert float(after[TOK.start].std()) == pytest.approx(GPT.init_std, rel=0.6)
+    with pytest.raises(PtmError, match="beyond the model's"):
+        init_new_rows(enc, GptTokens(start=2, delim=3, extract=V))

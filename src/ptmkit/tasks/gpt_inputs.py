@@ -93,6 +93,9 @@ def init_new_rows(backbone: nn.Module, tokens: GptTokens) -> None:
     if emb is None:
         raise PtmError("gpt_transform adds GPT's start and extract tokens to the token embeddings, but this encoder "
                        "has no token embedding table; set gpt_transform=false")
+    if max(tokens.start, tokens.delim, tokens.extract) >= emb.weight.shape[0]:
+        raise PtmError(f"the tokenizer's [CLS] / [SEP] / [MASK] ids ({tokens.start}, {tokens.delim}, {tokens.extract}) lie "
+                       f"beyond the model's {emb.weight.shape[0]} token embeddings; use the model's own tokenizer")
     std = float(getattr(backbone.config, "init_std", 0.02))
     for i in (tokens.start, tokens.extract):
         emb.weight[i].normal_(0.0, std)
