@@ -41,6 +41,8 @@ _EXPORTS = {
     "FinetuneConfig": "ptmkit.tasks.finetune",
     "load_task": "ptmkit.data.tasks",
     "load_files": "ptmkit.data.tasks",
+    "load_tasks": "ptmkit.tasks.multitask",
+    "MultiTaskData": "ptmkit.tasks.multitask",
     "export_hf": "ptmkit.interop",
     "import_hf": "ptmkit.interop",
     "load_hf": "ptmkit.interop",

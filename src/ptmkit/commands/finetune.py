@@ -47,6 +47,18 @@ Transfer mode: mode=finetune (default: every weight trains) or mode=features (th
 fixed; a scalar mix of all its layers and a small task network learn); mix (auto | last |
 scalar | layer:K, one hidden state: 0 = embeddings, negative from the top), head (linear | mlp |
 bilstm), head_hidden.  Training loop: precision, device, num_threads.
+
+GPT's input transformations for a model pre-trained left to right (clm): gpt_transform=true reads
+[CLS] a [SEP] b [MASK] (start, delimiter, extract; per answer for multiple choice) with the head
+on the extract token; symmetric_pairs=true adds the representations of both orders of a pair
+(similarity tasks).
+
+Multi-task fine-tuning (MT-DNN, Liu et al. 2019): --tasks mr,brown-pos trains one shared encoder
+with a head per task; each step is one task's batch, the tasks' batches of an epoch shuffled
+together (task_schedule=proportional: each task in proportion to its size) or alternating
+(task_schedule=round_robin).  Dev and test scores are reported per task ("mr/accuracy") and the
+epoch is kept by their mean ("mean").  A per-task stage afterwards, as MT-DNN does: fine-tune on
+one task with --after OUT/pretrained-seed0.
 """
 
 EPILOG = """\
@@ -57,6 +69,8 @@ examples:
   ptm finetune runs/lm-task --task mr -o out/ulmfit-all --recipe ulmfit epochs=8
   ptm finetune runs/elmo --task mr -o out/elmo-features mode=features head=bilstm
   ptm finetune runs/tiny --task mr --seeds 1 2 3 -o out/mr --resume     continue an interrupted grid
+  ptm finetune runs/tiny --tasks mr,brown-pos -o out/mtdnn task_schedule=round_robin
+  ptm finetune runs/tiny --task mr --after out/mtdnn/pretrained-seed0 -o out/mtdnn-mr
   ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
   ptm finetune runs/tiny --train t.jsonl --dev d.jsonl --test e.jsonl --text-column premise \\
       --pair-column hypothesis -o out/nli
@@ -74,6 +88,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. lr=5e-5 epochs=5")
     p.add_argument("--task", help="built-in task: mr, zh-reviews, bible-paraphrase (classification); brown-pos, "
                                   "peoples-daily-seg, peoples-daily-pos, peoples-daily-ner (tagging)")
+    p.add_argument("--tasks", metavar="T1,T2,...", default=None,
+                   help="multi-task fine-tuning (MT-DNN) on several built-in tasks of any types, e.g. mr,brown-pos: "
+                        "a shared encoder, one head per task, one task's batch per step (task_schedule=proportional "
+                        "| round_robin), the epoch kept by the mean dev score over the tasks")
     p.add_argument("--train", metavar="FILE", help="training file (JSONL/CSV/TSV)")
     p.add_argument("--dev", metavar="FILE", help="dev file, used to select the epoch")
     p.add_argument("--test", metavar="FILE", help="test file, scored with the selected model")
@@ -131,11 +149,17 @@ def load_data(args: argparse.Namespace):
     files = (args.train, args.dev, args.test)
     if args.task and any(files):
         raise PtmError("give either --task or --train/--dev/--test, not both")
+    if getattr(args, "tasks", None):
+        if args.task or any(files):
+            raise PtmError("--tasks trains several built-in tasks together; leave out --task and --train/--dev/--test")
+        from ptmkit.tasks.multitask import load_tasks
+
+        return load_tasks(args.tasks)
     if args.task:
         return load_task(args.task)
     if not all(files):
         missing = [n for n, f in zip(("--train", "--dev", "--test"), files) if not f]
-        raise PtmError(f"no task given: use --task mr, or give all of --train --dev --test (missing {', '.join(missing)})")
+        raise PtmError(f"no task given: use --task mr (--tasks mr,brown-pos for several), or give all of --train --dev --test (missing {', '.join(missing)})")
     if args.tagging:
         from ptmkit.tasks.tagging import load_tagging_files
 

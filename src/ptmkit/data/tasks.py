@@ -141,7 +141,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                 raise PtmError(f"{path}:{n}: more fields than the header has columns ({', '.join(reader.fieldnames)})")
             rows.append(row)
     if not rows:
-        raise PtmError(f"{path} has no rows")
+        raise PtmError(f"{path} has no rows (an empty split); every split needs at least one example")
     return rows
 
 

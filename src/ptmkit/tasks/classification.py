@@ -125,7 +125,17 @@ class SequenceClassifier(nn.Module):
 
     def pool(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The sequence representation ``[B, H']`` fed to the classifier."""
-        return self._pool(batch, *self._states(batch))
+        return self._add_swapped(batch, self._pool(batch, *self._states(batch)))
+
+    def _add_swapped(self, batch: dict[str, torch.Tensor], pooled: torch.Tensor) -> torch.Tensor:
+        """GPT's similarity tasks: with ``swap_*`` inputs (the pair in the other order) in the batch,
+        the representation is the sum of both orders' (:mod:`ptmkit.tasks.gpt_inputs`)."""
+        if "swap_input_ids" not in batch:
+            return pooled
+        other = {"input_ids": batch["swap_input_ids"], "attention_mask": batch["swap_attention_mask"]}
+        if "swap_token_type_ids" in batch:
+            other["token_type_ids"] = batch["swap_token_type_ids"]
+        return pooled + self._pool(other, *self._states(other))
 
     def _pool(self, batch: dict[str, torch.Tensor], out, hidden: torch.Tensor) -> torch.Tensor:
         mask = batch["attention_mask"]
@@ -165,7 +175,7 @@ class SequenceClassifier(nn.Module):
         """Cross-entropy on ``batch["labels"]`` (+ ``aux_lm_weight`` x the LM loss of the input text);
         metrics: ``accuracy`` (and ``task_loss``, ``lm_loss`` with the auxiliary loss)."""
         out, hidden = self._states(batch)
-        logits = self._classify(self._pool(batch, out, hidden))
+        logits = self._classify(self._add_swapped(batch, self._pool(batch, out, hidden)))
         labels = batch["labels"]
         loss = F.cross_entropy(logits.float(), labels)
         acc = (logits.detach().argmax(dim=-1) == labels).float().mean()
@@ -207,6 +217,7 @@ class EncodedInputs:
 
     ids: list[np.ndarray]
     types: list[np.ndarray]
+    swapped: "EncodedInputs | None" = None  # the same pairs in the other order (GPT's similarity tasks)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -284,6 +295,9 @@ def collate(
     batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask.astype(np.int64))}
     if with_token_types:
         batch["token_type_ids"] = torch.from_numpy(types)
+    if inputs.swapped is not None:  # both orders of each pair, scored together
+        other = collate(inputs.swapped, index, pad_id, None, with_token_types)
+        batch.update({f"swap_{k}": v for k, v in other.items()})
     if labels is not None:  # class indices, or float targets (regression)
         y = np.asarray(labels)[index]
         batch["labels"] = torch.from_numpy(y.astype(np.float32) if y.dtype.kind == "f" else y.astype(np.int64))

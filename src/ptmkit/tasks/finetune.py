@@ -13,6 +13,11 @@ Two transfer modes (Peters et al. 2018; Devlin et al. 2019): ``mode="finetune"``
 weight; ``mode="features"`` keeps the encoder fixed and trains only a scalar mix of its layers
 and a small task network (``head="mlp"`` or ``"bilstm"``).
 
+Several tasks at once (MT-DNN, :mod:`ptmkit.tasks.multitask`): pass a ``MultiTaskData``
+(``load_tasks("mr,brown-pos")``); the shared encoder gets one head per task and the run is
+otherwise this one.  GPT's input transformations for clm models: ``gpt_transform``
+(:mod:`ptmkit.tasks.gpt_inputs`).
+
 Outputs in ``out_dir``: ``results.json`` (config, per-epoch history, dev and test metrics),
 ``predictions.jsonl`` (one test example per line: text, label, prediction, probabilities),
 ``metrics.jsonl`` + ``loss.png`` (train loss per epoch, dev scores) and ``best.safetensors`` (the
@@ -99,6 +104,15 @@ class FinetuneConfig:
     crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
     doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
         windows, the longest answer in tokens, the start/end candidates per window.
+    task_schedule: multi-task fine-tuning (:mod:`ptmkit.tasks.multitask`, MT-DNN): ``proportional``
+        (each step one task's batch, the epoch's batches of all tasks shuffled together, so tasks
+        train in proportion to their size) or ``round_robin`` (strict alternation of the tasks).
+    gpt_transform: GPT's input transformations (Radford et al. 2018; :mod:`ptmkit.tasks.gpt_inputs`):
+        ``<start> a (<delim> b) <extract>`` per sequence (per choice for multiple choice), the head
+        reading the extract token; for a model pre-trained left to right (clm).  Off by default,
+        which keeps the family's plain ``a [SEP] (b [SEP])``.
+    symmetric_pairs: with ``gpt_transform``, GPT's similarity tasks: each pair is read in both
+        orders and the two extract states are added before the head.
     adapter_size: bottleneck adapters of this many units after every attention and feed-forward
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
@@ -135,6 +149,9 @@ class FinetuneConfig:
     max_answer_len: int = 30
     n_best: int = 20
     adapter_size: int = 0
+    task_schedule: str = "proportional"
+    gpt_transform: bool = False
+    symmetric_pairs: bool = False
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
@@ -185,6 +202,16 @@ class FinetuneConfig:
         if self.adapter_size and (self.mode == "features" or self.gradual_unfreeze or self.freeze_embeddings):
             raise PtmError("adapter_size > 0 trains adapters inside a fixed encoder; it needs mode=finetune without "
                            "gradual_unfreeze or freeze_embeddings")
+        from ptmkit.tasks.multitask import TASK_SCHEDULES
+
+        if self.task_schedule not in TASK_SCHEDULES:
+            raise PtmError(f"task_schedule must be one of {', '.join(TASK_SCHEDULES)}, got {self.task_schedule!r}")
+        for name in ("gpt_transform", "symmetric_pairs"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.symmetric_pairs and not self.gpt_transform:
+            raise PtmError("symmetric_pairs=true reads a pair in both orders with GPT's input transformation; "
+                           "set gpt_transform=true as well")
         if not isinstance(self.crf, bool):
             raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
@@ -194,11 +221,12 @@ class FinetuneConfig:
     def resolved_mix(self) -> str:
         return self.mix if self.mix != "auto" else ("scalar" if self.mode == "features" else "last")
 
-    def train_config(self, n_train: int, seed: int):
-        """The Trainer's settings for ``n_train`` examples: one checkpoint and one log line per epoch."""
+    def train_config(self, n_train: int, seed: int, steps_per_epoch: int | None = None):
+        """The Trainer's settings for ``n_train`` examples (``ceil(n_train / batch_size)`` steps an
+        epoch, unless the batch source says ``steps_per_epoch``): one checkpoint and one log line per epoch."""
         from ptmkit.train.config import TrainConfig
 
-        steps_per_epoch = -(-n_train // self.batch_size)
+        steps_per_epoch = steps_per_epoch or -(-n_train // self.batch_size)
         total = steps_per_epoch * self.epochs
         return TrainConfig(
             batch_size=self.batch_size, lr=self.lr, betas=tuple(self.betas), eps=self.eps, weight_decay=self.weight_decay,
@@ -279,9 +307,23 @@ def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return [list(ids) for ids in tokenizer.encode_batch(texts)]
 
 
-def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool) -> EncodedInputs:
+def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool, gpt_transform: bool = False,
+                 symmetric: bool = False) -> EncodedInputs:
+    """The split's texts (and pairs) with the family's special tokens, or GPT's start / delimiter /
+    extract tokens (``gpt_transform``; ``symmetric``: both orders of each pair)."""
     pairs = token_ids(tokenizer, split.text_pairs) if split.text_pairs is not None else None
-    return encode_inputs(token_ids(tokenizer, split.texts), pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
+    texts = token_ids(tokenizer, split.texts)
+    if gpt_transform:
+        from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
+
+        tokens = GptTokens.of(tokenizer)
+        if symmetric:
+            if pairs is None:
+                raise PtmError("symmetric_pairs=true scores a pair in both orders, but this task has single texts; "
+                               "set symmetric_pairs=false")
+            return encode_symmetric(texts, pairs, max_len, tokens)
+        return encode_gpt(texts, pairs, max_len, tokens)
+    return encode_inputs(texts, pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
 
 
 def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
@@ -298,6 +340,15 @@ def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
             f"causal LM with a tied output layer (objective clm); this one was pre-trained with {name!r}: "
             f"set aux_lm_weight=0"
         )
+
+
+def check_splits(task_data: Any) -> None:
+    """Every split of every task holds examples (data built in Python skips the file readers' checks):
+    an empty train split gives no batch, an empty dev or test split no score."""
+    for name, data in (getattr(task_data, "tasks", None) or {task_data.name: task_data}).items():
+        for split in ("train", "dev", "test"):
+            if len(data.split(split)) == 0:
+                raise PtmError(f"task {name}: the {split} split is empty; every split needs at least one example")
 
 
 def _backbone(pretrained: Any, init: str, seed: int):
@@ -435,6 +486,7 @@ def finetune(
         if {k: done.get(k) for k in asked} != asked:
             raise PtmError(f"{out} holds a finished run with other settings; resume with the same ones or choose a new -o")
         return done
+    check_splits(task_data)
     pretrained = load_model(model)
     tokenizer = pretrained.tokenizer
     mcfg = pretrained.backbone.config
@@ -444,17 +496,25 @@ def finetune(
     with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
 
     causal = pretrained.causal
+    if cfg.gpt_transform and not causal:
+        raise PtmError("gpt_transform=true frames the input for a left-to-right model (GPT's extract token is read "
+                       "last); this model is bidirectional: set gpt_transform=false")
     task = task_type_of(task_data, cfg, tokenizer, causal, with_types)
     encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
     check_aux_lm(pretrained.config, cfg)
-    clf = task.build(_backbone(pretrained, init, seed))
+    backbone = _backbone(pretrained, init, seed)
+    clf = task.build(backbone)
+    if cfg.gpt_transform:  # after the head, so the head's initialisation does not depend on the switch
+        from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
+
+        init_new_rows(backbone, GptTokens.of(tokenizer))
     if cfg.adapter_size:
         from ptmkit.nn.adapters import add_adapters, freeze_for_adapters
 
         clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
         freeze_for_adapters(clf.backbone)
-    train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed)
     batches = task.batches(encoded["train"], seed)
+    train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         return task.score("dev", task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device))
@@ -584,10 +644,10 @@ def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | No
     labels = labels or {}
     entries = list(summary.values())
     has = lambda key: all(key in e for e in entries)  # noqa: E731
-    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson") if has(k))
+    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson", "test_mean") if has(k))
     second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
     name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match",
-            "test_pearson": "Pearson r", "test_spearman": "Spearman rho"}
+            "test_pearson": "Pearson r", "test_spearman": "Spearman rho", "test_mean": "mean over tasks"}
     head = ["condition", f"test {name[main]} (mean ± sd)", name[second], f"per-seed {name[main]}"]
     rows = []
     for init, e in summary.items():

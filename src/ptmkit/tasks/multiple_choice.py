@@ -116,13 +116,19 @@ class EncodedChoices:
         return np.fromiter((max(len(x) for x in ex) for ex in self.ids), dtype=np.int64, count=len(self.ids))
 
 
-def encode_choices(split: ChoiceSplit, tokenizer: Any, max_len: int, causal: bool) -> EncodedChoices:
-    """One sequence per choice with the family's special tokens, longest-first truncation."""
+def encode_choices(split: ChoiceSplit, tokenizer: Any, max_len: int, causal: bool, gpt_transform: bool = False) -> EncodedChoices:
+    """One sequence per choice with the family's special tokens, longest-first truncation;
+    ``gpt_transform``: GPT's ``<start> context <delim> answer_k <extract>`` (:mod:`ptmkit.tasks.gpt_inputs`)."""
     flat_text = [t for t, cs in zip(split.texts, split.choices) for _ in cs]
     flat_choice = [c for cs in split.choices for c in cs]
     a = [list(x) for x in tokenizer.encode_batch(flat_text)]
     b = [list(x) for x in tokenizer.encode_batch(flat_choice)]
-    enc = encode_inputs(a, b, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
+    if gpt_transform:
+        from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt
+
+        enc = encode_gpt(a, b, max_len, GptTokens.of(tokenizer))
+    else:
+        enc = encode_inputs(a, b, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
     ids, types, k = [], [], 0
     for cs in split.choices:
         ids.append(enc.ids[k : k + len(cs)])

@@ -359,12 +359,16 @@ def predict_tags(model: TokenTagger, enc: EncodedWords, pad_id: int, batch_size:
 
 
 def score_tags(data: TaggingData, split: TaggingSplit, preds: list[np.ndarray]) -> dict[str, float]:
-    """Word accuracy, and chunk precision / recall / F1 for chunk tag sets."""
+    """Word accuracy (``unknown_tags``: words whose gold tag the training split lacks, scored as
+    errors), and chunk precision / recall / F1 for chunk tag sets."""
     names = data.label_names
     pred_tags = [[names[int(i)] for i in p] for p in preds]
     n = sum(len(t) for t in split.tags)
     correct = sum(int(a == b) for gold, pred in zip(split.tags, pred_tags) for a, b in zip(gold, pred))
-    out = {"accuracy": correct / max(n, 1), "words": float(n)}
+    known = set(names)
+    unknown = sum(int(t not in known) for gold in split.tags for t in gold)
+    # words whose gold tag the training split lacks: unpredictable, so scored as errors and counted here
+    out = {"accuracy": correct / max(n, 1), "words": float(n), "unknown_tags": float(unknown)}
     if data.chunked:
         to_chunks = _segmentation_chunks if set(names) <= _SEGMENTATION else (lambda tags: tags)
         s = span_scores([to_chunks(t) for t in split.tags], [to_chunks(t) for t in pred_tags])

@@ -67,7 +67,8 @@ class Classification(TaskType):
     def encode(self, split: str) -> Any:
         from ptmkit.tasks.finetune import encode_split
 
-        return encode_split(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal)
+        return encode_split(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal,
+                            self.cfg.gpt_transform, self.cfg.symmetric_pairs)
 
     def build(self, backbone: nn.Module) -> nn.Module:
         from ptmkit.tasks.finetune import classifier_on
@@ -107,6 +108,9 @@ class Tagging(TaskType):
             raise PtmError(f"select=f1 is chunk F1, but the tags of {self.data.name} do not mark chunks; use select=accuracy")
         if self.cfg.aux_lm_weight > 0:
             raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for tagging")
+        if self.cfg.gpt_transform:
+            raise PtmError("gpt_transform frames whole sequences for one prediction; tagging predicts every word: "
+                           "set gpt_transform=false")
         counts = np.bincount(np.concatenate(self.data.label_ids(self.data.train)), minlength=self.data.num_labels)
         self.fallback = int(counts.argmax())  # predicted for words cut off by max_seq_len
 
@@ -154,11 +158,15 @@ class MultipleChoice(TaskType):
         super().__init__(*args)
         if self.cfg.aux_lm_weight > 0:
             raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for multiple choice")
+        if self.cfg.symmetric_pairs:
+            raise PtmError("symmetric_pairs applies to similarity pairs; a context and its answer have an order: "
+                           "set symmetric_pairs=false")
 
     def encode(self, split: str) -> Any:
         from ptmkit.tasks.multiple_choice import encode_choices
 
-        return encode_choices(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal)
+        return encode_choices(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal,
+                              self.cfg.gpt_transform)
 
     def build(self, backbone: nn.Module) -> nn.Module:
         from ptmkit.tasks.multiple_choice import ChoiceScorer
@@ -275,6 +283,10 @@ TASK_TYPES: dict[str, type[TaskType]] = {"classification": Classification, "tagg
 
 def task_type_of(data: Any, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> TaskType:
     kind = getattr(data, "task_type", "classification")
+    if kind == "multi_task":  # composed of the types above (imported here: it imports this module)
+        from ptmkit.tasks.multitask import MultiTask
+
+        return MultiTask(data, cfg, tokenizer, causal, with_types)
     if kind not in TASK_TYPES:
         raise PtmError(f"no fine-tuning path for {kind} tasks; task types: {', '.join(TASK_TYPES)}")
     return TASK_TYPES[kind](data, cfg, tokenizer, causal, with_types)
