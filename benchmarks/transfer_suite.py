@@ -76,6 +76,11 @@ def build_corpus(out: Path, quick: bool) -> tuple[Path, dict]:
     return path, {"sources": list(GENERAL) + ["mr unlabelled train"], "words": words}
 
 
+def finished(run: Path) -> bool:
+    """A pre-training run that wrote its final checkpoint (checkpoints are written only at the end)."""
+    return any((run / "checkpoints").glob("step-*"))
+
+
 def pretrain_models(out: Path, corpus: Path, args: argparse.Namespace) -> dict[str, Path]:
     import ptmkit
     from ptmkit.demo import DemoConfig, quick_config
@@ -90,7 +95,7 @@ def pretrain_models(out: Path, corpus: Path, args: argparse.Namespace) -> dict[s
 
     # ELMo's biLM
     elmo = out / "elmo"
-    if not (elmo / "final").exists():
+    if not finished(elmo):
         over = [f"train.max_steps={30 if args.quick else args.elmo_steps}", "train.save_every=0", "train.eval_every=500",
                 "train.eval_fraction=0.01", "train.eval_batches=20"]
         if args.quick:
@@ -100,7 +105,7 @@ def pretrain_models(out: Path, corpus: Path, args: argparse.Namespace) -> dict[s
 
     # BERT-tiny: the demo's recipe, with this corpus and step budget
     bert = out / "bert-tiny"
-    if not (bert / "final").exists():
+    if not finished(bert):
         base = quick_config() if args.quick else DemoConfig()
         over = [o for o in base.pretrain_overrides if not o.startswith("train.max_steps=")]
         over.append(f"train.max_steps={30 if args.quick else args.bert_steps}")
