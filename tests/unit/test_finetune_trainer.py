@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -91,6 +92,14 @@ def test_killed_finetune_resumes_exactly(tmp_path, task, checkpoint):
     assert finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, resume=True) == json.loads(json.dumps(resumed))
     with pytest.raises(Exception, match="other settings"):
         finetune(checkpoint, task, tmp_path / "cut", CFG, seed=3, progress=False, resume=True)
+    # a run written before a setting existed (here: without "crf") ran at its default: still the same run
+    results = tmp_path / "cut" / "results.json"
+    older = json.loads(results.read_text())
+    del older["config"]["crf"]
+    results.write_text(json.dumps(older))
+    assert finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, resume=True) == older
+    with pytest.raises(Exception, match="other settings"):
+        finetune(checkpoint, task, tmp_path / "cut", replace(CFG, crf=True), seed=2, progress=False, resume=True)
 
 
 def test_logs_through_the_trainer(tmp_path, task, checkpoint):

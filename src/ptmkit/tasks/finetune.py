@@ -483,7 +483,11 @@ def finetune(
     if resume and out is not None and (out / RESULTS_FILE).is_file():
         done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
         asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed}))
-        if {k: done.get(k) for k in asked} != asked:
+        # A setting added to FinetuneConfig after the run was written ran at its default value.
+        defaults = json.loads(json.dumps(to_dict(FinetuneConfig())))
+        recorded = {k: done.get(k) for k in asked}
+        recorded["config"] = {**defaults, **(recorded["config"] or {})}
+        if recorded != asked:
             raise PtmError(f"{out} holds a finished run with other settings; resume with the same ones or choose a new -o")
         return done
     check_splits(task_data)
