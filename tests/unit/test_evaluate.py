@@ -37,7 +37,7 @@ def test_evaluate_runs_the_protocol_on_a_suite(tmp_path, monkeypatch):
     (tmp_path / "t.txt").write_text("good film plot\nbad film plot\n")
     tok = Tokenizer.train([tmp_path / "t.txt"], kind="wordpiece", vocab_size=40, min_frequency=1)
     cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                            max_position=16)
+                            max_position=128)
     config = {"model": cfg.__dict__.copy(), "objective": {"name": "mlm", "nsp": False}, "tokenizer": {}, "train": {}}
     ck = save_pretrained(tmp_path / "ck", config, build_model(config, tok), tok)
     protocol = Protocol(train_size=20, eval_size=10, seeds=(1, 2), lrs=(1e-3,), features_lrs=(3e-3,), epochs=1,
@@ -55,5 +55,12 @@ def test_evaluate_runs_the_protocol_on_a_suite(tmp_path, monkeypatch):
     again = evaluate({"tiny": ck}, ("toy",), tmp_path / "eval", protocol, resume=True)
     assert again["runs"] == out["runs"]
     assert mtimes and {f: f.stat().st_mtime_ns for f in mtimes} == mtimes
+    # the command line: the same protocol, resumable; the output directory is ptm's evaluation
+    from ptmkit.cli import main
+
+    argv = ["evaluate", str(ck), "--suite", "toy", "-o", str(tmp_path / "cli"), "--train-size", "20", "--eval-size", "10",
+            "--seeds", "1", "--lrs", "1e-3", "--epochs", "1", "--modes", "finetune", "--no-baseline"]
+    assert main(argv) == 0 and main([*argv, "--resume"]) == 0
+    assert "| ck | finetune |" in (tmp_path / "cli" / "table.md").read_text()
     with pytest.raises(PtmError, match="unknown suite"):
         evaluate({"tiny": ck}, "fr", tmp_path / "e2", protocol)
