@@ -37,6 +37,12 @@ def test_corpus_as_ids_keeps_exactly_the_covered_sentences() -> None:
     assert vocab.total == len(expected)
 
 
+def test_a_span_past_the_corpus_end_keeps_the_last_sentences() -> None:
+    c = toy_corpus(20)  # 60 tokens, sentences every 3
+    _, ids, token_of = corpus_as_ids(c, np.array([[54, 61]]), 64)
+    np.testing.assert_array_equal(token_of[ids.ids], c.tokens[54:60].astype(np.int64))
+
+
 def test_initialised_rows_carry_word2vec_similarity() -> None:
     c = toy_corpus()
     spans = np.stack([c.sentences[:-1], c.sentences[1:]], axis=1)

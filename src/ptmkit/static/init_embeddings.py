@@ -44,10 +44,12 @@ def corpus_as_ids(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> tup
     # Whole sentences only: a span covers a run of sentences, so keep those it starts.
     first = np.searchsorted(sent, spans[:, 0], side="left")
     last = np.searchsorted(sent, spans[:, 1], side="left")
-    cover = np.zeros(len(sent), dtype=np.int64)
+    # A span may end past the last sentence boundary (a causal LM's block reads one token beyond
+    # its inputs), so ``last`` can be len(sent): one extra slot.
+    cover = np.zeros(len(sent) + 1, dtype=np.int64)
     np.add.at(cover, first, 1)
     np.add.at(cover, last, -1)
-    keep = np.cumsum(cover)[:-1] > 0  # sentence s is inside some span
+    keep = np.cumsum(cover)[: len(sent) - 1] > 0  # sentence s is inside some span
     starts, ends = sent[:-1][keep], sent[1:][keep]
     lengths = ends - starts
     if lengths.sum() == 0:
