@@ -23,6 +23,7 @@ COMMANDS = (
     "pretrain",
     "finetune",
     "evaluate",
+    "compare",
     "generate",
     "export",
     "import_",
@@ -40,6 +41,7 @@ typical flow:
   ptm prepare CORPUS.txt -t TOK -o DIR     tokenize into memory-mapped shards
   ptm pretrain bert-tiny --data DIR -o RUN pre-train (key=value overrides)
   ptm finetune RUN --task mr               fine-tune and evaluate
+  ptm compare bert-tiny electra-tiny ...   objectives at equal compute
   ptm generate RUN "a prompt"              continue a text (clm) or rewrite it (bart)
   ptm demo                                 all of the above, end to end
 """

@@ -93,6 +93,8 @@ KINDS: dict[str, Kind] = {
     "evaluate": Kind("evaluation", "ptm evaluate",
                      ("results.json", "table.md", "table.png", "learning_curve.json", "learning_curve.md",
                       "learning_curve.png", "n-*")),
+    "compare": Kind("comparison", "ptm compare",
+                    ("data", "runs", "finetune", "results.json", "table.md", "compare.png")),
     "demo": Kind("demo output", "ptm demo",
                  ("text", "pretrain", "finetune", "finetune-word2vec", "demo.png", "results.json", "summary.md"),
                  overwrite=False),

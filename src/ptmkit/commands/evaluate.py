@@ -31,6 +31,8 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from ptmkit.commands.compare import add_protocol_args
+
     p = subparsers.add_parser("evaluate", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
@@ -40,16 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sizes.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
     sizes.add_argument("--train-sizes", metavar="N,N,...,all",
                        help="a learning curve: the protocol at each of these training sizes ('all': the whole split)")
-    p.add_argument("--eval-size", type=int, default=1000, help="dev and test examples per task (default 1000)")
-    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    p.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
+    add_protocol_args(p)
     p.add_argument("--features-lrs", nargs="+", type=float, default=None,
                    help="LR grid of the features mode (default: --lrs)")
-    p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--modes", nargs="+", default=["finetune", "features"], choices=["finetune", "features"])
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted evaluation in OUT: finished runs are read back, not trained again")
-    p.add_argument("--no-baseline", action="store_true", help="skip the from-scratch row")
     p.set_defaults(func=run)
 
 

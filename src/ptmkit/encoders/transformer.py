@@ -79,6 +79,8 @@ class TransformerConfig:
     sharing: str = "none"  # cross-layer parameter sharing (ALBERT): none | all | attention | ffn
 
     def __post_init__(self) -> None:
+        if self.sharing is None:  # `model.sharing=none` on the command line reads as null
+            object.__setattr__(self, "sharing", "none")
         # YAML 1.1 reads "1e-12" as a string; accept any float spelling.
         for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std"):
             value = getattr(self, name)

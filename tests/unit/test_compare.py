@@ -1,0 +1,148 @@
+"""``ptm compare``: contenders and budgets as typed, FLOPs counted as executed, equal budgets,
+the table / JSON / plot, and a resumed comparison that trains nothing again."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ptmkit.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, shared_corpus
+from ptmkit.data.corpus import Corpus
+from ptmkit.data.tasks import TaskData, TaskSplit
+from ptmkit.errors import PtmError
+from ptmkit.evaluate import Protocol
+from ptmkit.flops import counter
+
+TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
+        "model.max_position=32", "tokenizer.vocab_size=120", "train.seq_len=16", "train.batch_size=4",
+        "train.log_every=1", "train.eval_batches=2", "train.eval_fraction=0.1"]
+
+
+def test_contender_specs():
+    assert parse_contender("bert-tiny") == Contender("bert-tiny", "bert-tiny")
+    assert parse_contender("mlm=bert-tiny:objective.nsp=false,train.betas=[0.9,0.98]") == Contender(
+        "mlm", "bert-tiny", ("objective.nsp=false", "train.betas=[0.9,0.98]"))
+    assert parse_contender("bert-tiny:objective.nsp=false").label == "bert-tiny"
+    for bad in ("=bert-tiny", "a/b=bert-tiny", "x=bert-tiny:nsp"):
+        with pytest.raises(PtmError):
+            parse_contender(bad)
+
+
+def test_budgets():
+    assert parse_budget("3e13") == Budget(flops=3e13)
+    assert parse_budget("30T") == Budget(flops=30e12) == parse_budget("30TFLOPs")
+    assert parse_budget("2.5G") == Budget(flops=2.5e9)
+    assert parse_budget("15min") == Budget(minutes=15.0)
+    for bad in ("", "0", "ten", "15m", "-3T", "3X"):
+        with pytest.raises(PtmError, match="budget"):
+            parse_budget(bad)
+
+
+def test_fused_cpu_attention_counts_as_its_matrix_products():
+    q, k, v = (torch.randn(2, 3, 10, 8) for _ in range(3))
+    with counter() as fused:
+        F.scaled_dot_product_attention(q, k, v)
+    with counter() as explicit:
+        torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1) @ v
+    assert fused.get_total_flops() == explicit.get_total_flops() == 2 * 2 * (2 * 3 * 10 * 10 * 8)
+
+
+def test_lstm_counts_its_gate_products():
+    lstm = torch.nn.LSTM(6, 5)
+    x = torch.randn(7, 3, 6)
+    with counter() as fc:
+        out, _ = lstm(x)
+    forward = 2 * 7 * 3 * 4 * 5 * (6 + 5)
+    assert fc.get_total_flops() == forward
+    with counter() as fc:
+        lstm(x)[0].sum().backward()
+    assert fc.get_total_flops() == 3 * forward
+
+
+@pytest.fixture()
+def corpus_dir(tmp_path):
+    rng = np.random.default_rng(0)
+    words = "the a film plot good bad actor scene story long short fun dull music".split()
+    text = "\n".join(" ".join(rng.choice(words, rng.integers(5, 12))) for _ in range(300)) + "\n"
+    (tmp_path / "text.txt").write_text(text)
+    return tmp_path
+
+
+def test_probe_counts_what_each_objective_runs(corpus_dir):
+    contenders = [parse_contender(s) for s in ("mlm=bert-tiny:objective.nsp=false", "electra=electra-tiny",
+                                               "shared=albert-tiny:model.num_layers=3",
+                                               "unshared=albert-tiny:model.num_layers=3,model.sharing=none")]
+    corpus = Corpus.open(shared_corpus(contenders, [corpus_dir / "text.txt"], corpus_dir / "out", TINY))
+    cost = {c.label: probe(c, corpus, TINY) for c in contenders}
+    # ELECTRA pays for its generator on top of an MLM-sized discriminator
+    assert cost["electra"]["flops_per_step"] > cost["mlm"]["flops_per_step"]
+    # ALBERT's sharing saves parameters, not compute
+    assert cost["shared"]["parameters"] < cost["unshared"]["parameters"]
+    assert cost["shared"]["flops_per_step"] == pytest.approx(cost["unshared"]["flops_per_step"], rel=0.05)
+    # the order of magnitude of the usual estimate: 6 x non-embedding parameters x tokens
+    tokens = 4 * 16
+    assert 0.3 < cost["mlm"]["flops_per_step"] / (6 * cost["mlm"]["non_embedding_parameters"] * tokens) < 3
+
+
+def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        y = rng.integers(0, 2, n)
+        return TaskSplit([("good fun " if v else "bad dull ") + "film plot" for v in y], y)
+
+    data = TaskData("toy", [0, 1], split(24), split(12), split(12))
+    monkeypatch.setattr("ptmkit.data.tasks.load_task", lambda name: data)
+    contenders = [parse_contender("mlm=bert-tiny:objective.nsp=false"), parse_contender("clm=gpt2-tiny:model.max_position=32")]
+    budget = Budget(flops=6e7)
+    protocol = Protocol(train_size=16, eval_size=12, seeds=(1, 2), lrs=(1e-3,), epochs=1, modes=("finetune",))
+    out = corpus_dir / "cmp"
+    result = compare(contenders, [corpus_dir / "text.txt"], out, budget, ("toy",), protocol, common=TINY, points=2,
+                     progress=False)
+    for label, r in result["contenders"].items():
+        # as many steps as the budget buys, not one more
+        assert r["steps_done"] * r["flops_per_step"] <= budget.flops < (r["steps_done"] + 1) * r["flops_per_step"]
+        assert len(r["checkpoints"]) == 2 and r["eval_curve"]
+    # the same tokenizer for every contender
+    from ptmkit.train.checkpoint import latest_checkpoint
+
+    tokenizers = {(latest_checkpoint(out / "runs" / c.label) / "tokenizer.json").read_text() for c in contenders}
+    assert len(tokenizers) == 1
+    models = {(s["model"], s["step"]) for s in result["scores"]}
+    assert ("from scratch", 0) in models and len(models) == 5  # baseline + 2 contenders x 2 checkpoints
+    assert all(s["n"] == 2 for s in result["scores"])
+    table = (out / "table.md").read_text()
+    assert "| from scratch |" in table and "| mlm | bert-tiny objective.nsp=false |" in table and "| clm |" in table
+    assert (out / "compare.png").stat().st_size > 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["budget"]["flops"] == budget.flops and len(saved["runs"]) == 10
+
+    # resumed (here from the command line): every run is read back, nothing is trained again
+    from ptmkit.cli import main
+
+    mtimes = {f: f.stat().st_mtime_ns for f in out.rglob("*.safetensors")}
+    argv = ["compare", "mlm=bert-tiny:objective.nsp=false", "clm=gpt2-tiny:model.max_position=32", "--data",
+            str(corpus_dir / "text.txt"), "--budget", "60M", "-o", str(out), "--tasks", "toy", "--set", *TINY,
+            "--points", "2", "--train-size", "16", "--eval-size", "12", "--seeds", "1", "2", "--lrs", "1e-3",
+            "--epochs", "1", "--resume"]
+    assert main(argv) == 0
+    assert json.loads((out / "results.json").read_text())["runs"] == result["runs"]
+    assert {f: f.stat().st_mtime_ns for f in mtimes} == mtimes
+    # a second comparison into the same directory must say --resume
+    with pytest.raises(PtmError):
+        compare(contenders, [corpus_dir / "text.txt"], out, budget, ("toy",), protocol, common=TINY, progress=False)
+
+
+def test_bad_comparisons_fail_before_training(corpus_dir):
+    text = [corpus_dir / "text.txt"]
+    with pytest.raises(PtmError, match="labels must differ"):
+        compare([Contender("a", "bert-tiny"), Contender("a", "gpt2-tiny")], text, corpus_dir / "o1", Budget(flops=1e9))
+    with pytest.raises(PtmError, match="less than one training step"):
+        compare([Contender("a", "bert-tiny", ("objective.nsp=false",))], text, corpus_dir / "o2", Budget(flops=10),
+                common=TINY, progress=False)
+    with pytest.raises(PtmError, match="not found"):
+        compare([Contender("a", "bert-tiny")], [corpus_dir / "missing.txt"], corpus_dir / "o3", Budget(flops=1e9))
