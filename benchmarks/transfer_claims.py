@@ -12,6 +12,10 @@
     one hidden state alone (``mix=layer:k``, k = 0 the token embeddings .. L the top) feeding a
     ``--probe-head`` (default ``linear``: a probe that cannot build new context, so the score is
     what the layer itself holds), on brown-pos and wordnet-wsd; the best layer per task.
+(d) **Multi-task fine-tuning helps its tasks** (Liu et al. 2019, MT-DNN, Table 2): the ``--bert``
+    run fine-tuned on MR and brown-pos together (one shared encoder, a head per task, the epoch
+    kept by the mean dev score) against one fine-tuning per task, under the same protocol; the
+    test score per task.  MT-DNN's optional per-task stage afterwards is not part of it.
 
 Every condition follows ``ptmkit.evaluate``'s protocol: a fixed (nested) random training subset,
 the first ``--eval-size`` dev and test examples, ``--epochs`` epochs, the peak LR chosen on dev
@@ -20,7 +24,7 @@ for all four tasks), reported as mean ± sd over seeds with the per-seed values 
 numbers are reported whichever way they come out; a difference within about one sd is no evidence.
 
     python benchmarks/transfer_claims.py --gpt runs/gpt --bert runs/bert [--elmo runs/elmo] \\
-        [--out runs/transfer-claims] [--seeds 1 2 3] [--parts a b c] [--quick]
+        [--out runs/transfer-claims] [--seeds 1 2 3] [--parts a b c d] [--quick]
 
 Prints a table and, as the last line, one JSON object; writes ``OUT/results.json`` and
 ``OUT/probing.png`` (part c: score against layer, one line per task, one panel per model).
@@ -42,6 +46,7 @@ import numpy as np
 AUX_WEIGHTS = (0.0, 0.5)
 MIX_TASKS = ("mr", "brown-pos")
 PROBE_TASKS = ("brown-pos", "wordnet-wsd")
+MULTI_TASKS = ("mr", "brown-pos")
 
 
 def measure(pre, data, out: Path, cfg, args) -> dict[str, Any]:
@@ -117,6 +122,33 @@ def part_probing(models: dict[str, str], tasks, protocol, args, out: Path) -> di
     return result
 
 
+def part_multitask(run: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
+    """(d) MR + brown-pos fine-tuned together (MT-DNN) vs one task at a time, test score per task."""
+    from ptmkit.evaluate import protocol_config, protocol_data
+    from ptmkit.tasks.finetune import load_model, run_seeds
+    from ptmkit.tasks.multitask import MultiTaskData
+
+    pre = load_model(run)
+    data = {t: protocol_data(tasks(t), protocol) for t in MULTI_TASKS}
+    single = {t: measure(pre, d, out / "d-multitask" / "single" / t, protocol_config(d, "finetune", protocol), args)
+              for t, d in data.items()}
+    multi_data = MultiTaskData(dict(data))
+    cfg = protocol_config(data[MULTI_TASKS[0]], "finetune", protocol)
+    t0 = time.perf_counter()
+    runs = run_seeds(pre, multi_data, out / "d-multitask" / "multi", cfg, ["pretrained"], list(args.seeds),
+                     overwrite=True, progress=False, lrs=list(args.lrs))
+    multi = {}
+    for t in MULTI_TASKS:
+        metric = single[t]["metric"]
+        values = np.array([r["test"][f"{t}/{metric}"] for r in runs], dtype=np.float64)
+        multi[t] = {"metric": metric, "mean": float(values.mean()), "values": values.tolist(),
+                    "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "n_train": len(data[t].train),
+                    "lrs": [r["config"]["lr"] for r in runs], "best_epochs": [r["best_epoch"] for r in runs],
+                    "seconds": round(time.perf_counter() - t0, 1)}
+    return {"model": str(run), "single": single, "multi": multi,
+            "gain": {t: multi[t]["mean"] - single[t]["mean"] for t in MULTI_TASKS}}
+
+
 def plot_probing(probing: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -165,16 +197,23 @@ def report(result: dict[str, Any], args) -> str:
         for key, c in result["probing"].items():
             per = "  ".join(f"{k}: {cell(s)}" for k, s in enumerate(c["layers"]))
             lines.append(f"{key:<21} | {per} | best layer {c['best_layer']}")
+        lines.append("")
+    if "multitask" in result:
+        d = result["multitask"]
+        lines += [f"(d) multi-task (MT-DNN) vs single-task fine-tuning, {d['model']}, test score ({seeds})",
+                  f"{'task':<11} | {'single task':<15} | {'multi-task':<15} | multi - single"]
+        for t, gain in d["gain"].items():
+            lines.append(f"{t:<11} | {cell(d['single'][t])} | {cell(d['multi'][t])} | {gain:+.4f}")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpt", help="a causal-LM run (objective clm), for part (a)")
-    ap.add_argument("--bert", help="a BERT-style run, for parts (b) and (c)")
+    ap.add_argument("--bert", help="a BERT-style run, for parts (b), (c) and (d)")
     ap.add_argument("--elmo", help="an ELMo biLM run, for parts (b) and (c)")
     ap.add_argument("--out", default="runs/transfer-claims")
-    ap.add_argument("--parts", nargs="+", default=["a", "b", "c"], choices=["a", "b", "c"])
+    ap.add_argument("--parts", nargs="+", default=["a", "b", "c"], choices=["a", "b", "c", "d"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
     ap.add_argument("--epochs", type=int, default=10)
@@ -220,6 +259,10 @@ def main() -> None:
     if "c" in args.parts:
         result["probing"] = part_probing(feature_models, tasks, protocol, args, out)
         plot_probing(result["probing"], out / "probing.png")
+    if "d" in args.parts:
+        if not args.bert:
+            ap.error("part d needs --bert RUN")
+        result["multitask"] = part_multitask(args.bert, tasks, protocol, args, out)
     result["seconds"] = round(time.perf_counter() - started, 1)
     (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     print(report(result, args))
