@@ -38,10 +38,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 from ptmkit.errors import PtmError
-from ptmkit.evaluate import Protocol
+from ptmkit.evaluate import Protocol, summarize
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +316,7 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
                              "lr": r["config"]["lr"]})
             log.info("%s / step %d / %s done", label, step, task)
 
-    scores = summarize(rows)
+    scores = summarize(rows, keys=("model", "step", "task"))
     result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
               "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
               "scores": scores}
@@ -328,19 +327,6 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
 
 
 # -- reporting -----------------------------------------------------------------------------------------
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample sd over seeds per (model, step, task)."""
-    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["model"], r["step"], r["task"]), []).append(r)
-    out = []
-    for (model, step, task), rs in groups.items():
-        v = np.array([r["test"] for r in rs], dtype=np.float64)
-        out.append({"model": model, "step": step, "flops": rs[0]["flops"], "task": task, "metric": rs[0]["metric"],
-                    "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": len(v)})
-    return out
-
-
 def markdown(result: dict[str, Any]) -> str:
     """One row per contender at its full budget (and the from-scratch baseline)."""
     from ptmkit.flops import format_flops

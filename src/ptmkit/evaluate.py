@@ -118,16 +118,18 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
     return {"runs": rows, "table": table}
 
 
-def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample sd over seeds per (model, mode, task)."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+def summarize(rows: list[dict[str, Any]], keys: tuple[str, ...] = ("model", "mode", "task")) -> list[dict[str, Any]]:
+    """Mean and sample sd of the test scores over seeds per group of equal ``keys``; each group
+    also keeps the ``metric`` and any field of its first row that is not per seed."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["model"], r["mode"], r["task"]), []).append(r)
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
+    per_seed = {"seed", "test", "dev", "lr"}
     out = []
-    for (model, mode, task), rs in groups.items():
+    for rs in groups.values():
         v = np.array([r["test"] for r in rs], dtype=np.float64)
-        out.append({"model": model, "mode": mode, "task": task, "metric": rs[0]["metric"], "mean": float(v.mean()),
-                    "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": len(v)})
+        shared = {k: x for k, x in rs[0].items() if k not in per_seed}
+        out.append({**shared, "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": len(v)})
     return out
 
 
