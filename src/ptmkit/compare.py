@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-
 from ptmkit.errors import PtmError
 from ptmkit.evaluate import Protocol, summarize
 
