@@ -38,7 +38,7 @@ import numpy as np
 from ptmkit.static.kernels_w2v import _EXP_SCALE, MAX_EXP, draw_negative, lcg, seed_state, subsample
 
 
-@nb.njit(nogil=True, fastmath=True, cache=True)
+@nb.njit(inline="always")
 def ns_block(h, n, outs, n_pos, pos_of, n_out, syn1neg, g, dh, alpha, exp_tab):
     """One minibatch: input rows ``h[:n]`` [n, D] against output words ``outs[:n_out]``.
 
@@ -97,7 +97,7 @@ def ns_block(h, n, outs, n_pos, pos_of, n_out, syn1neg, g, dh, alpha, exp_tab):
                 row[k] += c * h[i, k]
 
 
-@nb.njit(nogil=True, fastmath=True, cache=True)
+@nb.njit(inline="always")
 def sg_window(syn0, syn1neg, buf, start, end, centre, negs, n_neg, alpha, exp_tab, ins, outs, pos_of, h, dh, g):
     """Skip-gram: the context words ``buf[start:end]`` (without ``centre``) predict ``buf[centre]``
     against the negatives ``negs[:n_neg]``; updates ``syn0`` and ``syn1neg``.  Returns the number of
@@ -127,7 +127,7 @@ def sg_window(syn0, syn1neg, buf, start, end, centre, negs, n_neg, alpha, exp_ta
     return n
 
 
-@nb.njit(nogil=True, fastmath=True, cache=True)
+@nb.njit(inline="always")
 def cbow_batch(
     syn0, syn1neg, buf, centres, starts, ends, n_rows, negs, n_neg, alpha, cbow_mean, exp_tab, outs, pos_of, scale, h, dh, g
 ):  # fmt: skip
