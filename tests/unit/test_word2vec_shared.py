@@ -131,14 +131,20 @@ def test_seeded_single_thread_run_is_deterministic(model):
     assert sa["effective_words"] == sb["effective_words"] > 0
     exact, _ = train_on_ids(vocab, corpus, Word2VecConfig(**{**cfg.__dict__, "kernel": "exact"}), progress=False)
     assert not np.array_equal(a, exact)  # the key does select another update
+    wider, _ = train_on_ids(vocab, corpus, Word2VecConfig(**{**cfg.__dict__, "cbow_batch": 5}), progress=False)
+    assert np.array_equal(a, wider) == (model == "skipgram")  # cbow_batch is CBOW's only
 
 
-@pytest.mark.parametrize("kernel", ["exact", "shared_negatives"])
-@pytest.mark.parametrize("model", ["skipgram", "cbow"])
-def test_learns_planted_clusters(model, kernel):
+@pytest.mark.parametrize(
+    "model,kernel,cbow_batch",
+    [("skipgram", "exact", 2), ("skipgram", "shared_negatives", 2), ("cbow", "exact", 2),
+     ("cbow", "shared_negatives", 1), ("cbow", "shared_negatives", 2), ("cbow", "shared_negatives", 6)],
+)  # fmt: skip
+def test_learns_planted_clusters(model, kernel, cbow_batch):
     sents = _clusters(n_clusters=3)
     vocab, corpus = load_corpus(sents, 1)
-    cfg = Word2VecConfig(model=model, kernel=kernel, dim=20, window=3, epochs=3, min_count=1, sample=0, workers=1)
+    cfg = Word2VecConfig(model=model, kernel=kernel, cbow_batch=cbow_batch, dim=20, window=3, epochs=3, min_count=1,
+                         sample=0, workers=1)  # fmt: skip
     vecs, _ = train_on_ids(vocab, corpus, cfg, progress=False)
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     sim = unit @ unit.T
@@ -162,6 +168,8 @@ def test_kernel_key_through_presets_and_overrides(tmp_path):
         resolve_config("word2vec", ["kernel=shared_negatives", "loss=hs"])
     with pytest.raises(PtmError, match="device='cpu'"):
         resolve_config("word2vec", ["kernel=shared_negatives", "device=torch"])
+    with pytest.raises(PtmError, match="cbow_batch"):
+        resolve_config("word2vec-cbow-ns", ["kernel=shared_negatives", "cbow_batch=0"])
     data = tmp_path / "text.txt"
     data.write_text("\n".join(" ".join(s) for s in _clusters(n_sent=200)) + "\n")
     wv = run_static("word2vec", [data], tmp_path / "out", ["kernel=shared_negatives", "model=cbow", "dim=8", "min_count=1",

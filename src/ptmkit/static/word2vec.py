@@ -21,8 +21,8 @@ Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling
 
 ``kernel="shared_negatives"`` (negative sampling, CPU) trains instead with negatives shared across a
 window (Ji et al. 2016, :mod:`ptmkit.static.kernels_w2v_shared`): a Skip-gram window's context
-words, or the context means of ``2·window`` consecutive CBOW targets, are scored against one draw
-of K negatives as a small dense block.  ``kernel="exact"`` (the default) is word2vec.c's per-pair update.
+words, or the context means of ``cbow_batch`` consecutive CBOW targets, are scored against one
+draw of K negatives as a small dense block.  ``kernel="exact"`` (the default) is word2vec.c's per-pair update.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ class Word2VecConfig(AlphaSchedule):
     device: "cpu" (numba kernel) | "torch" (batched PyTorch path on the CPU) | "cuda[:N]" (it on a GPU).
     kernel: "exact" (word2vec.c's per-pair update) | "shared_negatives" (one draw of negatives per
     window, updated as a dense block; Ji et al. 2016); the latter needs loss "ns" and device "cpu".
+    cbow_batch: CBOW with kernel "shared_negatives": consecutive targets sharing one draw of negatives
+    (larger is faster and less accurate; Skip-gram always shares across one target's window).
     """
 
     model: str = "skipgram"
@@ -85,12 +87,13 @@ class Word2VecConfig(AlphaSchedule):
     cache: bool = True
     device: str = "cpu"
     kernel: str = "exact"
+    cbow_batch: int = 2
 
     def __post_init__(self) -> None:
         check_architecture(self.model)
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
-        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"))
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len", "cbow_batch"))
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
@@ -168,7 +171,7 @@ def train_on_ids(
         stats = run_epochs(
             lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_w2v_shared_chunk(
                 syn0, syn1neg, corpus.ids, corpus.sentences, s0, s1, keep, table, tab,
-                cfg.model == "skipgram", negative, cfg.window, cfg.cbow_mean,
+                cfg.model == "skipgram", negative, cfg.window, cfg.cbow_mean, cfg.cbow_batch,
                 alpha0, alpha1, before, total, cfg.seed, epoch, chunk,
             ),  # fmt: skip
             corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss} (shared negatives)",
