@@ -1,5 +1,8 @@
 """ptmkit vs gensim: word2vec (Skip-gram-NS, CBOW-NS, Skip-gram-HS) and fastText (Skip-gram-NS), plus GloVe.
 
+``sg_ns_shared`` / ``cbow_ns_shared`` train ptmkit's word2vec with ``kernel=shared_negatives`` (negatives
+shared across a window, Ji et al. 2016) against gensim's usual Skip-gram-NS / CBOW-NS.
+
 Both libraries train on the same corpus with the same hyper-parameters, seed and number of threads;
 every training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  With ``--seeds N`` each
 model is trained N times per library, the libraries interleaved (ptmkit first for even seeds, gensim
@@ -14,7 +17,7 @@ JSON object: ``<model>_speedup``, ``<model>_analogy_delta`` (points), ``<model>_
 ``<model>_simlex_delta`` and the raw figures of every run.
 
     python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds 3]
-        [--models sg_ns,cbow_ns,sg_hs,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
+        [--models sg_ns,cbow_ns,sg_hs,sg_ns_shared,cbow_ns_shared,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ MODELS = {
     "sg_ns": dict(kind="word2vec", model="skipgram", loss="ns"),
     "cbow_ns": dict(kind="word2vec", model="cbow", loss="ns"),
     "sg_hs": dict(kind="word2vec", model="skipgram", loss="hs"),
+    # ptmkit's shared-negatives kernel; gensim trains its usual (per-pair) update
+    "sg_ns_shared": dict(kind="word2vec", model="skipgram", loss="ns", kernel="shared_negatives"),
+    "cbow_ns_shared": dict(kind="word2vec", model="cbow", loss="ns", kernel="shared_negatives"),
     "fasttext": dict(kind="fasttext", model="skipgram", loss="ns"),
 }
 GLOVE = "glove"
@@ -145,7 +151,8 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
 
         w2v = spec["kind"] == "word2vec"
         if w2v:
-            cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], alpha=alpha, workers=hp["workers"], seed=seed, cache=False, **common)
+            cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], kernel=spec.get("kernel", "exact"), alpha=alpha,
+                                 workers=hp["workers"], seed=seed, cache=False, **common)  # fmt: skip
         else:
             cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], seed=seed, cache=False, **common)
         vocab, ids = load_corpus(corpus, cfg.min_count, cache=False)

@@ -18,6 +18,11 @@ Hogwild kernel of :mod:`ptmkit.static.kernels_w2v` on ~10k-word chunks in ``work
 
 Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling dot product beyond
 ±6 still gives the saturated gradient ``(label - σ)·alpha`` with σ ∈ {0, 1} (gensim skips the pair).
+
+``kernel="shared_negatives"`` (negative sampling, CPU) trains instead with negatives shared across a
+window (Ji et al. 2016, :mod:`ptmkit.static.kernels_w2v_shared`): a Skip-gram window's context
+words, or the context means of ``cbow_batch`` consecutive CBOW targets, are scored against one
+draw of K negatives as a small dense block.  ``kernel="exact"`` (the default) is word2vec.c's per-pair update.
 """
 
 from __future__ import annotations
@@ -34,12 +39,16 @@ from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, 
 from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+from ptmkit.static.kernels_w2v_shared import train_w2v_shared_chunk
 from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 
 log = logging.getLogger(__name__)
+
+
+KERNELS = ("exact", "shared_negatives")
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,10 @@ class Word2VecConfig(AlphaSchedule):
     max_vocab: keep at most this many most frequent words (after min_count).
     workers: CPU threads (0 = all cores).  chunk_words: words per Hogwild work unit.
     device: "cpu" (numba kernel) | "torch" (batched PyTorch path on the CPU) | "cuda[:N]" (it on a GPU).
+    kernel: "exact" (word2vec.c's per-pair update) | "shared_negatives" (one draw of negatives per
+    window, updated as a dense block; Ji et al. 2016); the latter needs loss "ns" and device "cpu".
+    cbow_batch: CBOW with kernel "shared_negatives": consecutive targets sharing one draw of negatives
+    (larger is faster and less accurate; Skip-gram always shares across one target's window).
     """
 
     model: str = "skipgram"
@@ -73,18 +86,27 @@ class Word2VecConfig(AlphaSchedule):
     max_sentence_len: int = 10_000
     cache: bool = True
     device: str = "cpu"
+    kernel: str = "exact"
+    cbow_batch: int = 2
 
     def __post_init__(self) -> None:
         check_architecture(self.model)
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
-        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len"))
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len", "cbow_batch"))
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
             raise ValueError("sample must be >= 0")
         if self.device not in ("cpu", "torch") and not self.device.startswith("cuda"):
             raise ValueError(f"device must be 'cpu', 'torch' or 'cuda[:N]', got {self.device!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {', '.join(map(repr, KERNELS))}, got {self.kernel!r}")
+        if self.kernel == "shared_negatives" and (self.loss != "ns" or self.device != "cpu"):
+            raise ValueError(
+                "kernel='shared_negatives' shares negative samples, so it needs loss='ns' and device='cpu' "
+                f"(got loss={self.loss!r}, device={self.device!r}); use kernel=exact otherwise"
+            )
 
 
 # ----------------------------------------------------------------------------- training
@@ -145,6 +167,16 @@ def train_on_ids(
         (syn0.nbytes + syn1.nbytes + syn1neg.nbytes) / 2**20,
     )  # fmt: skip
     tab = exp_table()
+    if cfg.kernel == "shared_negatives":
+        stats = run_epochs(
+            lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_w2v_shared_chunk(
+                syn0, syn1neg, corpus.ids, corpus.sentences, s0, s1, keep, table, tab,
+                cfg.model == "skipgram", negative, cfg.window, cfg.cbow_mean, cfg.cbow_batch,
+                alpha0, alpha1, before, total, cfg.seed, epoch, chunk,
+            ),  # fmt: skip
+            corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss} (shared negatives)",
+        )
+        return syn0, stats
     stats = run_epochs(
         lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_w2v_chunk(
             syn0, syn1, syn1neg, corpus.ids, corpus.sentences, s0, s1,
