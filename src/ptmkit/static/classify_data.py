@@ -15,6 +15,7 @@ and ``labels[N]``, each a list of label names (empty for unlabelled text to pred
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,27 @@ class LabelledLines:
                 f.write(" ".join([LABEL_PREFIX + lab for lab in labels] + text.split()) + "\n")
 
 
+def parse_label_lines(lines: Iterable[str], source: str = "input", require_labels: bool = True) -> LabelledLines:
+    """fastText-format lines (see :func:`read_label_file`); ``source`` names them in errors."""
+    label_re = re.compile(r"(?<!\S)" + re.escape(LABEL_PREFIX) + r"(\S+)")
+    texts: list[str] = []
+    labels: list[list[str]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        found = label_re.findall(line)
+        if not found and require_labels:
+            raise PtmError(
+                f"{source}:{number}: no label on this line; every line of a training or test file needs "
+                f"at least one '{LABEL_PREFIX}NAME' token (e.g. '{LABEL_PREFIX}positive a fine film')"
+            )
+        texts.append(" ".join(label_re.sub(" ", line).split()))
+        labels.append(found)
+    if not texts:
+        raise PtmError(f"{source} holds no examples")
+    return LabelledLines(texts, labels)
+
+
 def read_label_file(path: str | Path, require_labels: bool = True) -> LabelledLines:
     """Lines of a fastText-format file; blank lines are skipped.
 
@@ -50,27 +72,11 @@ def read_label_file(path: str | Path, require_labels: bool = True) -> LabelledLi
     its line number (fastText silently skips it, which hides a broken file).
     """
     path = require_file(path, "labelled data file")
-    label_re = re.compile(r"(?<!\S)" + re.escape(LABEL_PREFIX) + r"(\S+)")
-    texts: list[str] = []
-    labels: list[list[str]] = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                found = label_re.findall(line)
-                if not found and require_labels:
-                    raise PtmError(
-                        f"{path}:{number}: no label on this line; every line of a training or test file needs "
-                        f"at least one '{LABEL_PREFIX}NAME' token (e.g. '{LABEL_PREFIX}positive a fine film')"
-                    )
-                texts.append(" ".join(label_re.sub(" ", line).split()))
-                labels.append(found)
-        except UnicodeDecodeError as exc:
-            raise PtmError(f"{path} is not UTF-8 text ({exc.reason}); re-encode it as UTF-8") from exc
-    if not texts:
-        raise PtmError(f"{path} holds no examples")
-    return LabelledLines(texts, labels)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_label_lines(f, str(path), require_labels)
+    except UnicodeDecodeError as exc:
+        raise PtmError(f"{path} is not UTF-8 text ({exc.reason}); re-encode it as UTF-8") from exc
 
 
 def _brown_genre() -> dict[str, LabelledLines]:
@@ -120,4 +126,4 @@ def task_lines(name: str, split: str) -> LabelledLines:
     return LabelledLines(list(texts), [[names[int(y)]] for y in part.labels])
 
 
-__all__ = ["BROWN_GENRE", "LABEL_PREFIX", "LabelledLines", "read_label_file", "task_lines"]
+__all__ = ["BROWN_GENRE", "LABEL_PREFIX", "LabelledLines", "parse_label_lines", "read_label_file", "task_lines"]
