@@ -33,7 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    t = sub.add_parser("train", help="train a classifier on a task or a __label__ file")
+    t = sub.add_parser("train", help="train a classifier on a task or a __label__ file",
+                       epilog="DIR must be new, empty, or (with --overwrite) a classifier ptm wrote; --overwrite "
+                              "removes only the files ptm wrote there, an input inside DIR is refused, and a failed "
+                              "command leaves nothing behind.")  # fmt: skip
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--task", help="built-in task (mr, brown-genre, ...)")
     src.add_argument("--input", metavar="FILE", help="training file in fastText's __label__ format")
