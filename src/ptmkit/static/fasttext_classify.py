@@ -90,9 +90,9 @@ class ClassifierConfig:
 
 @dataclass(frozen=True)
 class EncodedLines:
-    """A data set as arrays: tokens (``tok_word`` int32 [T], -1 out of vocabulary; ``tok_hash`` uint64 [T])
-    in lines ``line_ptr`` int64 [N+1]; input rows ``row_ptr``/``row_idx``; labels ``lab_ptr``
-    int64 [N+1] / ``lab_idx`` int32 (-1: a label the model does not know)."""
+    """A data set as arrays: token offsets of the lines ``line_ptr`` int64 [N+1] (``</s>`` included);
+    input rows ``row_ptr`` int64 [N+1] / ``row_idx`` int32 (see :func:`kernels_classify.input_rows`);
+    labels ``lab_ptr`` int64 [N+1] / ``lab_idx`` int32 (-1: a label the model does not know)."""
 
     line_ptr: np.ndarray
     row_ptr: np.ndarray
