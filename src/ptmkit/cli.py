@@ -28,6 +28,7 @@ COMMANDS = (
     "export",
     "import_",
     "vectors",
+    "fasttext_classify",
     "demo",
 )
 

@@ -95,6 +95,8 @@ KINDS: dict[str, Kind] = {
                       "learning_curve.png", "n-*")),
     "compare": Kind("comparison", "ptm compare",
                     ("data", "runs", "finetune", "results.json", "table.md", "compare.png")),
+    "classifier": Kind("fastText classifier", "ptm fasttext-classify train",
+                       ("classifier.json", "input.npy", "output.npy", "scores.json")),
     "demo": Kind("demo output", "ptm demo",
                  ("text", "pretrain", "finetune", "finetune-word2vec", "demo.png", "results.json", "summary.md"),
                  overwrite=False),

@@ -3,11 +3,13 @@
 A word is represented by the mean of its own vector and the vectors of its character n-grams
 (n = ``min_n``..``max_n`` over ``<word>``), hashed with FNV-1a into ``bucket`` shared rows, so
 out-of-vocabulary words get vectors from their n-grams.  Training is Skip-gram or CBOW with
-negative sampling (subsampling, reduced window and linear learning-rate decay as word2vec), run by
+negative sampling (``loss="ns"``) or hierarchical softmax over the Huffman tree of the word counts
+(``loss="hs"``), with subsampling, reduced window and linear learning-rate decay as word2vec, run by
 the Hogwild kernel of :mod:`ptmkit.static.kernels_ft`.
 
 Memory: the input matrix is (nwords + bucket) × dim float32 and the output matrix nwords × dim,
-i.e. about (2·nwords + bucket)·dim·4 bytes: 0.8 GB for the default 2M buckets at dim 100.
+i.e. about (2·nwords + bucket)·dim·4 bytes: 0.8 GB for the default 2M buckets at dim 100
+(with ``loss="hs"`` the output matrix has the nwords - 1 inner nodes of the tree instead).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ptmkit.registry import register
 from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
 from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.hogwild import run_epochs
+from ptmkit.static.huffman import build_huffman
 from ptmkit.static.kernels_w2v import exp_table
 from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import keep_probabilities, negative_table
@@ -39,10 +42,12 @@ log = logging.getLogger(__name__)
 class FastTextConfig(AlphaSchedule):
     """Hyper-parameters (word2vec's plus the subword ones; defaults as gensim's FastText).
 
+    loss: "ns" (negative sampling) | "hs" (hierarchical softmax).
     min_n, max_n: character n-gram lengths (max_n < min_n disables subwords); bucket: hash rows.
     """
 
     model: str = "skipgram"
+    loss: str = "ns"
     dim: int = 100
     window: int = 5
     epochs: int = 5
@@ -65,7 +70,11 @@ class FastTextConfig(AlphaSchedule):
 
     def __post_init__(self) -> None:
         check_architecture(self.model)
-        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "negative", "min_n", "chunk_words"))
+        if self.loss not in ("ns", "hs"):
+            raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
+        check_at_least_one(self, ("dim", "window", "epochs", "min_count", "min_n", "chunk_words"))
+        if self.loss == "ns" and self.negative < 1:
+            raise ValueError("negative sampling needs negative >= 1")
         if self.bucket < 0:
             raise ValueError("bucket must be >= 0")
 
@@ -182,27 +191,37 @@ def train_fasttext(
 
 def train_fasttext_ids(vocab: Vocab, corpus: IdCorpus, cfg: FastTextConfig, progress: bool = True):
     v, dim = len(vocab), cfg.dim
+    hs = cfg.loss == "hs"
     bucket = cfg.bucket if cfg.max_n >= cfg.min_n else 0
     mem = ((v + bucket) + v) * dim * 4
     log.info(
-        "fastText %s: %d words, %d buckets, dim %d: %.0f MiB of parameters", cfg.model, v, bucket, dim, mem / 2**20
-    )
+        "fastText %s-%s: %d words, %d buckets, dim %d: %.0f MiB of parameters",
+        cfg.model, cfg.loss, v, bucket, dim, mem / 2**20,
+    )  # fmt: skip
     rng = np.random.default_rng(cfg.seed)
     emb = rng.random((v + bucket, dim), dtype=np.float32)
     emb *= 2.0 / dim
     emb -= 1.0 / dim  # uniform(-1/dim, 1/dim) as fastText, in place (no float64 copy of a large matrix)
-    syn1neg = np.zeros((v, dim), dtype=np.float32)
+    if hs:  # inner nodes of the Huffman tree of the counts; the other output matrix is a dummy
+        tree = build_huffman(vocab.counts)
+        codes, points, lengths = tree.codes, tree.points, tree.lengths
+        syn1 = np.zeros((max(v - 1, 1), dim), dtype=np.float32)
+        syn1neg = np.zeros((1, dim), dtype=np.float32)
+    else:
+        codes, points, lengths = np.zeros((1, 1), np.uint8), np.zeros((1, 1), np.int32), np.zeros(1, np.int32)
+        syn1 = np.zeros((1, dim), dtype=np.float32)
+        syn1neg = np.zeros((v, dim), dtype=np.float32)
     ptr, idx = subwords(vocab.words, cfg.min_n, cfg.max_n, bucket, v, True)
     table = negative_table(vocab.counts, cfg.ns_exponent)
     keep = keep_probabilities(vocab.counts, cfg.sample)
     tab = exp_table()
     stats = run_epochs(
         lambda epoch, chunk, s0, s1, a0, a1, before, total: train_ft_chunk(
-            emb, syn1neg, ptr, idx, corpus.ids, corpus.sentences, s0, s1,
-            keep, table, tab, cfg.model == "skipgram", cfg.negative, cfg.window,
+            emb, syn1neg, syn1, ptr, idx, corpus.ids, corpus.sentences, s0, s1,
+            keep, table, codes, points, lengths, tab, cfg.model == "skipgram", hs, cfg.negative, cfg.window,
             a0, a1, before, total, cfg.seed, epoch, chunk,
         ),  # fmt: skip
-        corpus, cfg, progress, desc=f"fastText {cfg.model}",
+        corpus, cfg, progress, desc=f"fastText {cfg.model}-{cfg.loss}",
     )
     return FastTextModel(vocab.words, vocab.counts, emb, cfg.min_n, cfg.max_n, bucket), stats
 

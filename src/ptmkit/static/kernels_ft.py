@@ -7,6 +7,10 @@ representation predicts each context word (negative sampling on ``syn1neg`` [V, 
 over all rows of the context words predicts the centre word.  The gradient w.r.t. that mean is added
 to every row, as fastText does.  In Skip-gram the input gradient of one centre word is accumulated over
 its window and applied once (the centre's representation is computed once per window, not per pair).
+
+The output layer is negative sampling (``syn1neg`` [V, D]) or hierarchical softmax (``syn1`` [V-1, D]
+over the Huffman tree of the word counts), with the very update steps of the word2vec kernel
+(:func:`kernels_w2v.ns_update`, :func:`kernels_w2v.hs_update`) applied to the subword mean.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_w2v import lcg, ns_update, seed_state, subsample
+from ptmkit.static.kernels_w2v import hs_update, lcg, ns_update, seed_state, subsample
 
 _FNV_OFFSET = np.uint64(2166136261)
 _FNV_PRIME = np.uint64(16777619)
@@ -117,14 +121,18 @@ def _apply_rows(emb, ptr, idx, w, work):
 
 @nb.njit(nogil=True, fastmath=True, cache=True)
 def train_ft_chunk(
-    emb, syn1neg, sub_ptr, sub_idx,
+    emb, syn1neg, syn1, sub_ptr, sub_idx,
     ids, sentences, s0, s1,
-    keep_prob, neg_table, exp_tab,
-    sg, negative, window,
+    keep_prob, neg_table, codes, points, lengths, exp_tab,
+    sg, hs, negative, window,
     alpha0, min_alpha, words_before, words_all,
     seed, epoch, chunk,
 ):  # fmt: skip
-    """Train sentences ``s0..s1-1``; arguments and result as :func:`kernels_w2v.train_w2v_chunk`."""
+    """Train sentences ``s0..s1-1``; arguments and result as :func:`kernels_w2v.train_w2v_chunk`.
+
+    ``hs``: hierarchical softmax on ``syn1`` with the tree ``codes``/``points``/``lengths``; else
+    ``negative`` samples on ``syn1neg``.
+    """
     dim = emb.shape[1]
     state = seed_state(seed, epoch, chunk)
     longest = 0
@@ -154,7 +162,11 @@ def train_ft_chunk(
                 for k in range(dim):
                     hidden[k] *= inv
                 for j in range(start, end):
-                    if j != i:
+                    if j == i:
+                        continue
+                    if hs:
+                        hs_update(hidden, buf[j], syn1, codes, points, lengths, work, alpha, exp_tab)
+                    else:
                         state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                 _apply_rows(emb, sub_ptr, sub_idx, w, work)
             else:
@@ -167,7 +179,10 @@ def train_ft_chunk(
                 inv = np.float32(1.0 / rows)
                 for k in range(dim):
                     hidden[k] *= inv
-                state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                if hs:
+                    hs_update(hidden, buf[i], syn1, codes, points, lengths, work, alpha, exp_tab)
+                else:
+                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
                 for j in range(start, end):
                     if j != i:
                         _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
