@@ -1,22 +1,27 @@
-"""ptmkit vs gensim: word2vec (Skip-gram-NS, CBOW-NS, Skip-gram-HS) and fastText (Skip-gram-NS), plus GloVe.
+"""ptmkit vs gensim and the original C tools: word2vec (Skip-gram-NS, CBOW-NS, Skip-gram-HS) and fastText
+(Skip-gram-NS), plus GloVe.
+
+The C anchors (``c_tools.py``): Mikolov's word2vec.c for the word2vec rows, the fastText C++ command for
+``fasttext``; a model whose tool is missing is compared with gensim only (``--no-c`` skips them).
 
 ``sg_ns_shared`` / ``cbow_ns_shared`` train ptmkit's word2vec with ``kernel=shared_negatives`` (negatives
 shared across a window, Ji et al. 2016) against gensim's usual Skip-gram-NS / CBOW-NS.
 
 Both libraries train on the same corpus with the same hyper-parameters, seed and number of threads;
 every training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  With ``--seeds N`` each
-model is trained N times per library, the libraries interleaved (ptmkit first for even seeds, gensim
-first for odd ones) so that a change in the load of a shared machine hits both alike.  Reported:
+model is trained N times per library, the libraries interleaved (the order rotates with the seed)
+so that a change in the load of a shared machine hits all alike.  Reported:
 words/s = corpus words × epochs / training seconds (vocabulary building excluded for both; median
 over seeds), words per CPU-second (process CPU time of all threads, which a loaded machine
 distorts less than wall time), analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on
 WordSim-353 and SimLex-999 (mean ± sd over seeds), all computed by the same evaluator
 (``WordVectors``, which matches gensim's).  GloVe (ptmkit only; gensim has none) reports the
 words/s of co-occurrence counting and of training next to its scores.  The last line printed is one
-JSON object: ``<model>_speedup``, ``<model>_analogy_delta`` (points), ``<model>_ws353_delta``,
-``<model>_simlex_delta`` and the raw figures of every run.
+JSON object: ``<model>_speedup`` (vs gensim), ``<model>_speedup_c`` (vs the C tool), ``<model>_cpu_speedup(_c)``,
+``<model>_analogy_delta(_c)`` (points), ``<model>_ws353_delta(_c)``, ``<model>_simlex_delta(_c)``,
+``<model>_mem_ratio`` (peak RSS, ptmkit ÷ gensim) and the raw figures of every run.
 
-    python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds 3]
+    python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds N (3)] [--no-c]
         [--models sg_ns,cbow_ns,sg_hs,sg_ns_shared,cbow_ns_shared,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
 """
 
@@ -32,6 +37,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import c_tools  # noqa: E402
 
 MODELS = {
     "sg_ns": dict(kind="word2vec", model="skipgram", loss="ns"),
@@ -119,6 +127,9 @@ def evaluate(wv) -> dict:
 
 
 def worker(impl: str, name: str, corpus: Path, hp: dict, seed: int, out: Path) -> None:
+    if impl == "c":
+        out.write_text(json.dumps(train_with_c_tool(name, corpus, hp, seed, out.parent)))
+        return
     if name == GLOVE:
         from ptmkit.static.glove import GloVeConfig, train_glove
 
@@ -195,6 +206,22 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
             **evaluate(wv)}  # fmt: skip
 
 
+def c_model(name: str) -> str:
+    """The C tool's model for a bench model: the shared-negatives rows are anchored on the exact update."""
+    return name.removesuffix("_shared")
+
+
+def train_with_c_tool(name: str, corpus: Path, hp: dict, seed: int, tmp: Path) -> dict:
+    from c_tools import train_c
+
+    wv, seconds, cpu, n_words = train_c(c_model(name), corpus, hp, seed, tmp)
+    words = n_words * hp["epochs"]
+    return {"impl": "c", "model": name, "seed": seed, "seconds": seconds, "words": words,
+            "words_per_second": words / seconds, "cpu_seconds": cpu, "words_per_cpu_second": words / cpu,
+            # the C tool runs as a child of this worker: its peak memory is the children's
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, **evaluate(wv)}  # fmt: skip
+
+
 def run_one(impl: str, name: str, corpus: Path, hp: dict, seed: int, tmp: Path) -> dict:
     out = tmp / f"{impl}-{name}-{seed}.json"
     env = {**os.environ, "NUMBA_NUM_THREADS": str(hp["workers"]), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -212,7 +239,8 @@ def mean_sd(xs: list[float]) -> tuple[float, float]:
 
 def aggregate(runs: list[dict]) -> dict:
     """Median words/s, mean ± sd of the scores over the seeds of one (library, model)."""
-    agg = {"words_per_second": statistics.median(r["words_per_second"] for r in runs), "n_seeds": len(runs)}
+    agg = {"words_per_second": statistics.median(r["words_per_second"] for r in runs), "n_seeds": len(runs),
+           "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in runs)}  # fmt: skip
     if "words_per_cpu_second" in runs[0]:
         agg["words_per_cpu_second"] = statistics.median(r["words_per_cpu_second"] for r in runs)
     for key in ("analogy", "ws353", "simlex"):
@@ -234,7 +262,7 @@ def glove_available() -> bool:
 def fmt_row(name: str, impl: str, a: dict) -> str:
     cpu = f"{a['words_per_cpu_second']:10.0f}" if "words_per_cpu_second" in a else f"{'-':>10s}"
     return (f"{name:9s} {impl:7s} {a['words_per_second']:10.0f} {cpu} {a['analogy']:6.2f}±{a['analogy_sd']:<5.2f}"
-            f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f}")  # fmt: skip
+            f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f} {a['peak_rss_mb']:7.0f}")  # fmt: skip
 
 
 def main() -> None:
@@ -248,12 +276,13 @@ def main() -> None:
     ap.add_argument("--max-words", type=int, default=None, help="use the first N words of the corpus")
     ap.add_argument("--lowercase", action="store_true", help="lowercase the corpus (e.g. to mix PTB with cased text)")
     ap.add_argument("--models", default=",".join([*MODELS, GLOVE]), help=f"comma-separated subset of {', '.join([*MODELS, GLOVE])}")
-    ap.add_argument("--seeds", type=int, default=1, help="trainings per library and model (seeds 1..N)")
+    ap.add_argument("--seeds", type=int, default=3, help="trainings per library and model (seeds 1..N)")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--glove-epochs", type=int, default=25)
     ap.add_argument("--dim", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--bucket", type=int, default=2_000_000)
+    ap.add_argument("--no-c", action="store_true", help="skip the original C tools (word2vec.c, fastText C++)")
     args = ap.parse_args()
     hp = dict(dim=args.dim, window=5, epochs=args.epochs, min_count=5, sample=1e-3, workers=args.workers,
               bucket=args.bucket, glove_epochs=args.glove_epochs)  # fmt: skip
@@ -270,12 +299,14 @@ def main() -> None:
         corpus, n = prefix_corpus(src, args.max_words, args.lowercase, tmp)
         summary["corpus_words"] = n
         print(f"corpus {summary['corpus']} ({n:,} words), seeds {args.seeds}, {hp}")
-        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s}   (run)")
+        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s} {'peak MB':>7s}")
         for name in names:
             impls = ("ptmkit",) if name == GLOVE else ("ptmkit", "gensim")
+            if name != GLOVE and not args.no_c and c_tools.available(c_model(name)):
+                impls = (*impls, "c")
             runs: dict[str, list[dict]] = {i: [] for i in impls}
             for seed in range(1, args.seeds + 1):
-                for impl in impls if seed % 2 else impls[::-1]:
+                for impl in impls[seed % len(impls):] + impls[:seed % len(impls)]:  # rotate who goes first
                     r = run_one(impl, name, corpus, hp, seed, tmp)
                     runs[impl].append(r)
                     extra = f" count {r['count_words_per_second']:.0f} w/s" if name == GLOVE else ""
@@ -303,6 +334,14 @@ def main() -> None:
             summary[f"{name}_analogy_delta"] = round(p["analogy"] - g["analogy"], 2)
             summary[f"{name}_ws353_delta"] = round(p["ws353"] - g["ws353"], 4)
             summary[f"{name}_simlex_delta"] = round(p["simlex"] - g["simlex"], 4)
+            summary[f"{name}_mem_ratio"] = round(p["peak_rss_mb"] / g["peak_rss_mb"], 3)
+            if "c" in aggs:
+                c = aggs["c"]
+                summary[f"{name}_speedup_c"] = round(p["words_per_second"] / c["words_per_second"], 3)
+                summary[f"{name}_cpu_speedup_c"] = round(p["words_per_cpu_second"] / c["words_per_cpu_second"], 3)
+                summary[f"{name}_analogy_delta_c"] = round(p["analogy"] - c["analogy"], 2)
+                summary[f"{name}_ws353_delta_c"] = round(p["ws353"] - c["ws353"], 4)
+                summary[f"{name}_simlex_delta_c"] = round(p["simlex"] - c["simlex"], 4)
     print(json.dumps(summary))
 
 
