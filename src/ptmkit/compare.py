@@ -204,7 +204,9 @@ def run_overrides(c: Contender, common: Sequence[str], cost: dict[str, Any], bud
     if steps < 1:
         raise PtmError(f"the budget {budget} buys {c.label} less than one training step "
                        f"({cost['flops_per_step']:.3g} FLOPs per step); raise --budget")
-    extra = [f"train.max_steps={steps}", f"train.save_every={max(1, steps // points)}",
+    # ceil: points - 1 checkpoints before the end plus the final one (floor would put one at
+    # points * (steps // points), a step or two before the end, in place of the first point)
+    extra = [f"train.max_steps={steps}", f"train.save_every={max(1, -(-steps // points))}",
              f"train.keep_checkpoints={points + 1}"]
     if budget.minutes is not None:
         extra.append(f"train.max_seconds={60 * budget.minutes}")
@@ -361,16 +363,21 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     tasks = result["tasks"]
-    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5 * (1 + len(tasks)), 4), squeeze=False)
+    labels = list(result["contenders"])
+    # one colour and marker per contender in every panel (tab10 repeats after ten)
+    colours = plt.get_cmap("tab20" if len(labels) > 10 else "tab10").colors
+    style = {label: dict(color=colours[i % len(colours)], marker="os^vDP*Xph<>"[i % 12]) for i, label in enumerate(labels)}
+    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5.5 * (1 + len(tasks)), 4.5), squeeze=False)
     ax = axes[0][0]
     for label, r in result["contenders"].items():
         if r["eval_curve"]:
-            ax.plot([f for _, f, _ in r["eval_curve"]], [v for _, _, v in r["eval_curve"]], marker=".", label=label)
+            ax.plot([f for _, f, _ in r["eval_curve"]], [v for _, _, v in r["eval_curve"]], markersize=4, label=label,
+                    **style[label])
     ax.set_xlabel("training FLOPs (forward + backward)")
+    ax.set_yscale("log")  # objectives' losses differ by an order of magnitude (ELECTRA's weighted sum)
     ax.set_ylabel("held-out loss (each objective's own)")
     ax.set_title(f"pre-training, budget {Budget(**result['budget'])}")
     ax.legend(fontsize=7)
-    labels = list(result["contenders"])
     for k, task in enumerate(tasks):
         ax = axes[0][k + 1]
         points = {label: sorted((s["flops"], s["mean"], s["sd"]) for s in result["scores"]
@@ -378,15 +385,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
         if all(len(p) <= 1 for p in points.values()):  # one budget each: bars read better than dots
             finals = [p[-1] if p else (0.0, 0.0, 0.0) for p in points.values()]
             ax.bar(range(len(labels)), [f[1] for f in finals], yerr=[f[2] for f in finals], capsize=3,
-                   color=[f"C{i}" for i in range(len(labels))])
+                   color=[style[label]["color"] for label in labels])
             ax.set_xticks(range(len(labels)), labels, rotation=40, ha="right", fontsize=8)
             low = min([f[1] - f[2] for f in finals if f[1]] or [0.0])
             ax.set_ylim(bottom=max(0.0, low - 0.05))
         else:
             for label, pts in points.items():
                 if pts:
-                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
-                                capsize=3, label=label)
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], capsize=3,
+                                label=label, **style[label])
             ax.set_xlabel("pre-training FLOPs")
             ax.set_xlim(left=0)
         base = [s for s in result["scores"] if s["model"] == "from scratch" and s["task"] == task]

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ptmkit.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, shared_corpus
+from ptmkit.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, run_overrides, shared_corpus
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
@@ -40,6 +40,18 @@ def test_budgets():
     for bad in ("", "0", "ten", "15m", "-3T", "3X"):
         with pytest.raises(PtmError, match="budget"):
             parse_budget(bad)
+
+
+@pytest.mark.parametrize("steps,points,expected", [(825, 2, [413, 825]), (752, 2, [376, 752]), (10, 3, [4, 8, 10]),
+                                                    (7, 1, [7])])
+def test_points_spread_over_the_budget(steps, points, expected):
+    """The checkpoints compare fine-tunes: ``points`` of them, the last at the end of the budget."""
+    cost = {"flops_per_step": 1e9, "warmup_steps": 0}
+    overrides, n = run_overrides(Contender("m", "bert-tiny"), [], cost, Budget(flops=steps * 1e9), points)
+    values = dict(o.split("=", 1) for o in overrides)
+    every = int(values["train.save_every"])
+    saved = [s for s in range(every, n + 1, every)] + ([] if n % every == 0 else [n])
+    assert n == steps and saved[-points:] == expected and len(saved) == points
 
 
 def test_fused_cpu_attention_counts_as_its_matrix_products():
