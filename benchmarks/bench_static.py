@@ -5,7 +5,9 @@ The C anchors (``c_tools.py``): Mikolov's word2vec.c for the word2vec rows, the 
 ``fasttext``; a model whose tool is missing is compared with gensim only (``--no-c`` skips them).
 
 ``sg_ns_shared`` / ``cbow_ns_shared`` train ptmkit's word2vec with ``kernel=shared_negatives`` (negatives
-shared across a window, Ji et al. 2016) against gensim's usual Skip-gram-NS / CBOW-NS.
+shared across a window, Ji et al. 2016) against gensim's usual Skip-gram-NS / CBOW-NS; ``sg_hs_shared``
+with ``kernel=shared_path`` (a window's context words against one Huffman path as a block) against
+Skip-gram-HS.  The C tool of a ``*_shared`` row trains its exact update.
 
 Both libraries train on the same corpus with the same hyper-parameters, seed and number of threads;
 every training runs in a fresh subprocess (peak memory = its ``ru_maxrss``).  With ``--seeds N`` each
@@ -22,7 +24,7 @@ JSON object: ``<model>_speedup`` (vs gensim), ``<model>_speedup_c`` (vs the C to
 ``<model>_mem_ratio`` (peak RSS, ptmkit ÷ gensim) and the raw figures of every run.
 
     python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds N (3)] [--no-c]
-        [--models sg_ns,cbow_ns,sg_hs,sg_ns_shared,cbow_ns_shared,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
+        [--models sg_ns,cbow_ns,sg_hs,sg_ns_shared,cbow_ns_shared,sg_hs_shared,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ MODELS = {
     # ptmkit's shared-negatives kernel; gensim trains its usual (per-pair) update
     "sg_ns_shared": dict(kind="word2vec", model="skipgram", loss="ns", kernel="shared_negatives"),
     "cbow_ns_shared": dict(kind="word2vec", model="cbow", loss="ns", kernel="shared_negatives"),
+    "sg_hs_shared": dict(kind="word2vec", model="skipgram", loss="hs", kernel="shared_path"),
     "fasttext": dict(kind="fasttext", model="skipgram", loss="ns"),
 }
 GLOVE = "glove"

@@ -179,3 +179,69 @@ def test_kernel_key_through_presets_and_overrides(tmp_path):
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
     assert saved["kernel"] == "shared_negatives" and saved["model"] == "cbow"
     assert len(wv) == 20 and np.isfinite(wv.vectors).all()
+
+
+# ----------------------------------------------------------------------------- Skip-gram HS, shared path
+
+
+def _hs_reference(syn0, syn1, codes, points, length, ins, target):
+    """The window's HS block in float64: rows syn0[ins] against the nodes of target's path."""
+    s0, s1 = syn0.astype(np.float64), syn1.astype(np.float64)
+    nodes = points[target, :length]
+    h, p = s0[ins], s1[nodes]
+    f = h @ p.T
+    frac = (f + MAX_EXP) * _EXP_SCALE
+    inside = np.abs(f) < MAX_EXP
+    assert np.all(np.abs(frac[inside] - np.round(frac[inside])) > 1e-3)
+    assert (~inside).any() and inside.any(), "the test should cover skipped and scored nodes"
+    tab = exp_table().astype(np.float64)
+    sig = tab[np.clip(frac.astype(np.int64), 0, tab.size - 1)]
+    g = np.where(inside, (1.0 - codes[target, :length][None, :] - sig) * ALPHA, 0.0)  # word2vec.c skips |f| ≥ 6
+    dh = g @ p
+    np.add.at(s1, nodes, g.T @ h)
+    np.add.at(s0, ins, dh)
+    return s0, s1
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_skipgram_hs_window_matches_float64_reference(seed):
+    from ptmkit.static.huffman import build_huffman
+    from ptmkit.static.kernels_w2v_shared import sg_hs_window
+
+    rng = np.random.default_rng(seed)
+    tree = build_huffman(np.array([40, 30, 20, 12, 9, 7, 5, 4, 3, 2, 2, 1]))
+    syn0 = rng.normal(0.0, 0.6, (V, D)).astype(np.float32)
+    syn1 = rng.normal(0.0, 0.6, (V - 1, D)).astype(np.float32)
+    target = 9  # a rare word: a long path
+    syn1[tree.points[target, 0]] *= 40.0  # one node saturates (skipped, as in word2vec.c)
+    buf = np.array([3, 5, 9, 5, 2, 7, 1], dtype=np.int32)  # context word 5 twice
+    ins = [5, 5, 2, 7]
+    ref0, ref1 = _hs_reference(syn0, syn1, tree.codes, tree.points, tree.lengths[target], ins, target)
+    width = tree.points.shape[1]
+    n = sg_hs_window(syn0, syn1, tree.codes, tree.points, tree.lengths, buf, 1, 6, 2, ALPHA, exp_table(),
+                     np.empty(2 * W, np.int64), np.empty((2 * W, D), np.float32), np.empty((2 * W, D), np.float32),
+                     np.empty((2 * W, width), np.float32))  # fmt: skip
+    assert n == 4
+    np.testing.assert_allclose(syn0, ref0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(syn1, ref1, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_path_runs_are_deterministic_and_learn():
+    vocab, corpus = load_corpus(_clusters(n_clusters=3), 1)
+    cfg = Word2VecConfig(model="skipgram", loss="hs", kernel="shared_path", dim=20, window=3, epochs=3, min_count=1,
+                         sample=0, workers=1, chunk_words=2000)  # fmt: skip
+    a, _ = train_on_ids(vocab, corpus, cfg, progress=False)
+    b, _ = train_on_ids(vocab, corpus, cfg, progress=False)
+    np.testing.assert_array_equal(a, b)
+    exact, _ = train_on_ids(vocab, corpus, Word2VecConfig(**{**cfg.__dict__, "kernel": "exact"}), progress=False)
+    assert not np.array_equal(a, exact)
+    unit = a / np.linalg.norm(a, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    cluster = np.array([w.split("w")[0] for w in vocab.words])
+    off_diag = ~np.eye(len(vocab), dtype=bool)
+    nearest = np.where(off_diag, sim, -np.inf).argmax(1)
+    assert (cluster[nearest] == cluster).all()
+    with pytest.raises(ValueError, match="loss='hs'"):
+        Word2VecConfig(kernel="shared_path")
+    with pytest.raises(ValueError, match="model='skipgram'"):
+        Word2VecConfig(model="cbow", loss="hs", kernel="shared_path")

@@ -1,4 +1,5 @@
-"""word2vec negative sampling with negatives shared across a window (Ji et al. 2016).
+"""word2vec with one set of output rows shared across a window: negative sampling with shared
+negatives (Ji et al. 2016), and Skip-gram hierarchical softmax with the shared Huffman path.
 
 "Parallelizing Word2Vec in Shared and Distributed Memory" replaces word2vec.c's per-pair update
 (each (input, output) pair draws its own K negatives and updates at once) by a small minibatch:
@@ -31,7 +32,15 @@ gradients.  Between minibatches the updates are Hogwild as in the exact kernel; 
 reduced window, the learning-rate decay, the random stream and the sigmoid table are the exact
 kernel's (:mod:`ptmkit.static.kernels_w2v`).
 
-Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1neg`` float32 [V, D] output vectors.
+Skip-gram HS needs no approximation to share: word2vec.c already scores every context word of a
+window against the same Huffman path (the centre word's), one context word after another.
+``kernel="shared_path"`` scores them as one block ``[2·window, L]`` (:func:`hs_block`), so each
+inner node's row is fetched once per window instead of once per context word; what changes is
+only that the rows of one window read the node rows as they were before the window.
+
+Shapes: ``syn0`` float32 [V, D] input vectors; ``syn1neg`` float32 [V, D] output vectors; ``syn1``
+float32 [V-1, D] inner-node vectors; ``codes`` uint8 / ``points`` int32 [V, max code length] and
+``lengths`` int32 [V]: the Huffman tree.
 """
 
 from __future__ import annotations
@@ -251,4 +260,119 @@ def train_w2v_shared_chunk(
     return kept
 
 
-__all__ = ["cbow_batch", "ns_block", "sg_window", "train_w2v_shared_chunk"]
+# ----------------------------------------------------------------------------- hierarchical softmax
+
+
+@nb.njit(inline="always")
+def hs_block(h, n, target, syn1, codes, points, lengths, g, dh, alpha, exp_tab):
+    """Skip-gram HS for one window: input rows ``h[:n]`` [n, D] against the L = ``lengths[target]``
+    inner nodes on ``target``'s Huffman path (``syn1`` rows ``points[target, :L]``, label
+    ``1 - codes[target, l]``).  Every row is scored against every node:
+
+        G = H · Pᵀ [n, L];  g = (1 - code - σ(G))·α (0 where |G| ≥ MAX_EXP, as word2vec.c skips);
+        dH = g · P (old nodes) into ``dh[:n]``;  P += gᵀ · H (old inputs), in place.
+
+    word2vec.c runs the same n·L scores one context word at a time, each seeing the node rows the
+    previous one updated; here the n rows of a window read the same node rows, fetched once.
+    ``g`` [≥n, ≥L] is scratch.
+    """
+    dim = h.shape[1]
+    n_nodes = lengths[target]
+    for i in range(n):
+        for l in range(n_nodes):
+            row = syn1[points[target, l]]
+            f = np.float32(0.0)
+            for k in range(dim):
+                f += h[i, k] * row[k]
+            if f <= -MAX_EXP or f >= MAX_EXP:
+                g[i, l] = 0.0
+            else:
+                g[i, l] = np.float32((1.0 - codes[target, l] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
+    for i in range(n):
+        for k in range(dim):
+            dh[i, k] = 0.0
+        for l in range(n_nodes):
+            c = g[i, l]
+            if c == 0.0:
+                continue
+            row = syn1[points[target, l]]
+            for k in range(dim):
+                dh[i, k] += c * row[k]
+    for l in range(n_nodes):
+        row = syn1[points[target, l]]
+        for i in range(n):
+            c = g[i, l]
+            if c == 0.0:
+                continue
+            for k in range(dim):
+                row[k] += c * h[i, k]
+
+
+@nb.njit(inline="always")
+def sg_hs_window(syn0, syn1, codes, points, lengths, buf, start, end, centre, alpha, exp_tab, ins, h, dh, g):
+    """Skip-gram HS: the context words ``buf[start:end]`` (without ``centre``) predict ``buf[centre]``
+    along its Huffman path; updates ``syn0`` and ``syn1``.  Returns the number of input rows.
+    ``ins`` [2W], ``h``/``dh`` [2W, D], ``g`` [2W, max code length]: scratch.
+    """
+    dim = syn0.shape[1]
+    n = 0
+    for j in range(start, end):
+        if j == centre:
+            continue
+        w = buf[j]
+        ins[n] = w
+        for k in range(dim):
+            h[n, k] = syn0[w, k]
+        n += 1
+    if n == 0:
+        return 0
+    hs_block(h, n, buf[centre], syn1, codes, points, lengths, g, dh, alpha, exp_tab)
+    for r in range(n):  # a word twice in the window gets both gradients
+        w = ins[r]
+        for k in range(dim):
+            syn0[w, k] += dh[r, k]
+    return n
+
+
+@nb.njit(nogil=True, fastmath=True, cache=True)
+def train_sg_hs_shared_chunk(
+    syn0, syn1, codes, points, lengths,
+    ids, sentences, s0, s1,
+    keep_prob, exp_tab, window,
+    alpha0, min_alpha, words_before, words_all,
+    seed, epoch, chunk,
+):  # fmt: skip
+    """Skip-gram HS with one shared path per window (``kernel="shared_path"``); returns the words
+    kept by subsampling.  Arguments, learning rate, subsampling, reduced window and random stream
+    as :func:`ptmkit.static.kernels_w2v.train_w2v_chunk` (HS draws no negatives, so the stream is
+    the exact kernel's, draw for draw).
+    """
+    dim = syn0.shape[1]
+    state = seed_state(seed, epoch, chunk)
+    longest = 0
+    for s in range(s0, s1):
+        longest = max(longest, sentences[s + 1] - sentences[s])
+    buf = np.empty(longest, dtype=np.int32)
+    rows = 2 * window
+    h = np.empty((rows, dim), dtype=np.float32)
+    dh = np.empty((rows, dim), dtype=np.float32)
+    g = np.empty((rows, max(1, points.shape[1])), dtype=np.float32)
+    ins = np.empty(rows, dtype=np.int64)
+    kept = 0
+    for s in range(s0, s1):
+        progress = (words_before + sentences[s]) / words_all
+        alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
+        n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
+        kept += n
+        for i in range(n):
+            state = lcg(state)
+            b = int(state % np.uint64(window))  # reduced window: effective size window - b
+            start = max(0, i - window + b)
+            end = min(n, i + window + 1 - b)
+            if end - start > 1:
+                sg_hs_window(syn0, syn1, codes, points, lengths, buf, start, end, i, alpha, exp_tab, ins, h, dh, g)
+    return kept
+
+
+__all__ = ["cbow_batch", "hs_block", "ns_block", "sg_hs_window", "sg_window", "train_sg_hs_shared_chunk",
+           "train_w2v_shared_chunk"]

@@ -22,7 +22,9 @@ Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling
 ``kernel="shared_negatives"`` (negative sampling, CPU) trains instead with negatives shared across a
 window (Ji et al. 2016, :mod:`ptmkit.static.kernels_w2v_shared`): a Skip-gram window's context
 words, or the context means of ``cbow_batch`` consecutive CBOW targets, are scored against one
-draw of K negatives as a small dense block.  ``kernel="exact"`` (the default) is word2vec.c's per-pair update.
+draw of K negatives as a small dense block.  ``kernel="shared_path"`` (Skip-gram HS, CPU) scores a
+window's context words against the centre word's Huffman path as one block.  ``kernel="exact"``
+(the default) is word2vec.c's per-pair update.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, 
 from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
-from ptmkit.static.kernels_w2v_shared import train_w2v_shared_chunk
+from ptmkit.static.kernels_w2v_shared import train_sg_hs_shared_chunk, train_w2v_shared_chunk
 from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
@@ -48,7 +50,7 @@ from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
 log = logging.getLogger(__name__)
 
 
-KERNELS = ("exact", "shared_negatives")
+KERNELS = ("exact", "shared_negatives", "shared_path")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ class Word2VecConfig(AlphaSchedule):
     workers: CPU threads (0 = all cores).  chunk_words: words per Hogwild work unit.
     device: "cpu" (numba kernel) | "torch" (batched PyTorch path on the CPU) | "cuda[:N]" (it on a GPU).
     kernel: "exact" (word2vec.c's per-pair update) | "shared_negatives" (one draw of negatives per
-    window, updated as a dense block; Ji et al. 2016); the latter needs loss "ns" and device "cpu".
+    window, updated as a dense block; Ji et al. 2016; needs loss "ns") | "shared_path" (Skip-gram HS:
+    a window's context words against the centre's Huffman path as one block; needs model "skipgram"
+    and loss "hs"); both shared kernels run on device "cpu".
     cbow_batch: CBOW with kernel "shared_negatives": consecutive targets sharing one draw of negatives
     (larger is faster and less accurate; Skip-gram always shares across one target's window).
     """
@@ -106,6 +110,12 @@ class Word2VecConfig(AlphaSchedule):
             raise ValueError(
                 "kernel='shared_negatives' shares negative samples, so it needs loss='ns' and device='cpu' "
                 f"(got loss={self.loss!r}, device={self.device!r}); use kernel=exact otherwise"
+            )
+        if self.kernel == "shared_path" and (self.model != "skipgram" or self.loss != "hs" or self.device != "cpu"):
+            raise ValueError(
+                "kernel='shared_path' shares a Skip-gram window's Huffman path, so it needs model='skipgram', "
+                f"loss='hs' and device='cpu' (got model={self.model!r}, loss={self.loss!r}, device={self.device!r}); "
+                "use kernel=exact otherwise"
             )
 
 
@@ -175,6 +185,15 @@ def train_on_ids(
                 alpha0, alpha1, before, total, cfg.seed, epoch, chunk,
             ),  # fmt: skip
             corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss} (shared negatives)",
+        )
+        return syn0, stats
+    if cfg.kernel == "shared_path":
+        stats = run_epochs(
+            lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_sg_hs_shared_chunk(
+                syn0, syn1, codes, points, lengths, corpus.ids, corpus.sentences, s0, s1, keep, tab, cfg.window,
+                alpha0, alpha1, before, total, cfg.seed, epoch, chunk,
+            ),  # fmt: skip
+            corpus, cfg, progress, desc=f"word2vec {cfg.model}-{cfg.loss} (shared path)",
         )
         return syn0, stats
     stats = run_epochs(
