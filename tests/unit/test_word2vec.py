@@ -299,3 +299,42 @@ def test_worker_errors_reach_the_caller():
     with pytest.raises(RuntimeError, match="boom"):
         run_epochs(step, corpus, Word2VecConfig(workers=2, epochs=3, chunk_words=100), False, "test")
     assert len(calls) < 3 * len(chunk_starts(corpus.sentences, 100))  # the others stopped early
+
+
+@pytest.mark.parametrize("model,loss", MODES)
+def test_thread_private_hot_rows_train_the_same_rows(model, loss):
+    """``hot_rows``: a thread's private copy of the most-updated output rows, merged every
+    ``sync_words``, trains what the shared rows would (alone, up to float32 rounding at the merges):
+    a wrong row mapping or a lost merge would show as a large difference."""
+    from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+    from ptmkit.static.word2vec import init_input_vectors
+
+    vocab, corpus = load_corpus(_lee_sentences(), 5)
+    v, dim = len(vocab), 16
+    tree = build_huffman(vocab.counts)
+    hs, negative = loss == "hs", (5 if loss == "ns" else 0)
+
+    def run(hot: int):
+        syn0 = init_input_vectors(v, dim, 1)
+        syn1 = np.zeros((v - 1, dim), np.float32)
+        syn1neg = np.zeros((v, dim), np.float32)
+        kept = train_w2v_chunk(
+            syn0, syn1, syn1neg, corpus.ids, corpus.sentences, 0, corpus.n_sentences,
+            keep_probabilities(vocab.counts, 1e-3), negative_table(vocab.counts, 0.75),
+            tree.codes, tree.points, tree.lengths, exp_table(),
+            model == "skipgram", hs, negative, 5, True, 0.025, 0.0001, 0.0, float(corpus.n_words), 1, 0, 0,
+            hot, hot, 97,
+        )  # fmt: skip
+        return syn0, syn1 if hs else syn1neg, kept
+
+    plain, private = run(0), run(40)
+    assert plain[2] == private[2]
+    touched = np.abs(plain[1]).sum(axis=1) > 0
+    assert touched[-40:].all() if hs else touched[:40].all()  # the private rows were trained and merged
+    np.testing.assert_allclose(private[1], plain[1], atol=2e-4)
+    np.testing.assert_allclose(private[0], plain[0], atol=2e-4)
+
+
+def test_hot_rows_must_not_be_negative():
+    with pytest.raises(ValueError, match="hot_rows"):
+        Word2VecConfig(hot_rows=-1)

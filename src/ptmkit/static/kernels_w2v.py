@@ -13,6 +13,13 @@ The sigmoid is read from word2vec's table over [-MAX_EXP, MAX_EXP]; beyond it ne
 takes the saturated gradient and hierarchical softmax skips the node, both as word2vec.c does.
 Negatives come from an O(1) alias table (a binary search over the cumulative table, as gensim
 does, made Skip-gram-NS ~2x slower).
+
+Every update of hierarchical softmax writes the root of the Huffman tree and the nodes below it,
+and most negatives are a few frequent words; threads writing those rows at once stall on
+cache-line transfers (Skip-gram HS ran slower on 2 threads than on 1).  So with ``hot_nodes`` /
+``hot_words`` > 0 each chunk trains its own copy of those rows (``hot``, ``snap`` [K, D]) and
+adds its change into the shared matrix every ``sync_words`` kept words (:func:`hot_sync`):
+Hogwild with the hottest rows merged late instead of contended.
 """
 
 from __future__ import annotations
@@ -171,6 +178,76 @@ def hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab):
             row[k] = r + g32 * l1[k]
 
 
+@nb.njit(inline="always")
+def ns_update_hot(l1, target, syn1neg, hot, work, negative, alpha, exp_tab, neg_table, state):
+    """:func:`ns_update` reading and writing output rows ``< hot.shape[0]`` (the most frequent
+    words) in the thread's ``hot`` copy."""
+    dim = l1.shape[0]
+    n_hot = hot.shape[0]
+    for d in range(negative + 1):
+        if d == 0:
+            t = np.int64(target)
+            label = 1.0
+        else:
+            t, state = draw_negative(state, neg_table[0], neg_table[1])
+            if t == target:
+                continue
+            label = 0.0
+        row = hot[t] if t < n_hot else syn1neg[t]
+        f = np.float32(0.0)
+        for k in range(dim):
+            f += l1[k] * row[k]
+        if f > MAX_EXP:
+            g = (label - 1.0) * alpha
+        elif f < -MAX_EXP:
+            g = label * alpha
+        else:
+            g = (label - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha
+        g32 = np.float32(g)
+        for k in range(dim):
+            r = row[k]
+            work[k] += g32 * r
+            row[k] = r + g32 * l1[k]
+    return state
+
+
+@nb.njit(inline="always")
+def hs_update_hot(l1, target, syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab):
+    """:func:`hs_update` reading and writing inner nodes ``>= hot_base`` in the thread's ``hot`` copy."""
+    dim = l1.shape[0]
+    for j in range(lengths[target]):
+        p = points[target, j]
+        row = hot[p - hot_base] if p >= hot_base else syn1[p]
+        f = np.float32(0.0)
+        for k in range(dim):
+            f += l1[k] * row[k]
+        if f <= -MAX_EXP or f >= MAX_EXP:
+            continue
+        g32 = np.float32((1.0 - codes[target, j] - exp_tab[int((f + MAX_EXP) * _EXP_SCALE)]) * alpha)
+        for k in range(dim):
+            r = row[k]
+            work[k] += g32 * r
+            row[k] = r + g32 * l1[k]
+
+
+@nb.njit(inline="always")
+def hot_sync(syn1, hot, snap, hot_base, push):
+    """Merge the thread's private top-of-tree rows with the shared ones.
+
+    ``push``: add this thread's change since the last sync (``hot - snap``) into ``syn1``; then
+    ``hot`` and ``snap`` both take the shared rows, other threads' changes included.
+    """
+    for r in range(hot.shape[0]):
+        shared = syn1[hot_base + r]
+        own = hot[r]
+        base = snap[r]
+        for k in range(shared.shape[0]):
+            v = shared[k] + (own[k] - base[k]) if push else shared[k]
+            shared[k] = v
+            own[k] = v
+            base[k] = v
+
+
 @nb.njit(nogil=True, fastmath=True, cache=True)
 def train_w2v_chunk(
     syn0, syn1, syn1neg,
@@ -178,7 +255,7 @@ def train_w2v_chunk(
     keep_prob, neg_table, codes, points, lengths, exp_tab,
     sg, hs, negative, window, cbow_mean,
     alpha0, min_alpha, words_before, words_all,
-    seed, epoch, chunk,
+    seed, epoch, chunk, hot_nodes=0, hot_words=0, sync_words=1024,
 ):  # fmt: skip
     """Train sentences ``s0..s1-1`` (one chunk); returns the number of words kept by subsampling.
 
@@ -196,12 +273,31 @@ def train_w2v_chunk(
     buf = np.empty(longest, dtype=np.int32)
     work = np.empty(dim, dtype=np.float32)
     neu1 = np.empty(dim, dtype=np.float32)
+    # Hierarchical softmax writes the root and the nodes below it for every word, so threads
+    # sharing them stall on cache-line transfers (2 threads ran slower than 1).  With
+    # ``hot_nodes`` > 0 each thread trains its own copy of the top inner nodes (the highest
+    # indices: the last merges of the Huffman tree) and merges its change every ``sync_words``.
+    hot_nodes = min(hot_nodes, syn1.shape[0]) if hs else 0
+    hot_base = syn1.shape[0] - hot_nodes
+    hot = np.empty((hot_nodes, dim), dtype=np.float32)
+    snap = np.empty((hot_nodes, dim), dtype=np.float32)
+    hot_sync(syn1, hot, snap, hot_base, False)
+    n_hot_neg = min(hot_words, syn1neg.shape[0]) if negative > 0 else 0
+    hot_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
+    snap_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
+    hot_sync(syn1neg, hot_neg, snap_neg, 0, False)
+    since_sync = 0
     kept = 0
     for s in range(s0, s1):
+        if since_sync >= sync_words:
+            hot_sync(syn1, hot, snap, hot_base, True)
+            hot_sync(syn1neg, hot_neg, snap_neg, 0, True)
+            since_sync = 0
         progress = (words_before + sentences[s]) / words_all
         alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
         n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
         kept += n
+        since_sync += n
         for i in range(n):
             state = lcg(state)
             b = int(state % np.uint64(window))  # reduced window: effective size window - b
@@ -217,9 +313,9 @@ def train_w2v_chunk(
                         work[k] = 0.0
                     l1 = syn0[w_in]
                     if hs:
-                        hs_update(l1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                        hs_update_hot(l1, target, syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                     if negative > 0:
-                        state = ns_update(l1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                        state = ns_update_hot(l1, target, syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
                     for k in range(dim):
                         l1[k] += work[k]
             else:
@@ -242,9 +338,9 @@ def train_w2v_chunk(
                 for k in range(dim):
                     work[k] = 0.0
                 if hs:
-                    hs_update(neu1, target, syn1, codes, points, lengths, work, alpha, exp_tab)
+                    hs_update_hot(neu1, target, syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                 if negative > 0:
-                    state = ns_update(neu1, target, syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                    state = ns_update_hot(neu1, target, syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
                 # the mean's gradient goes whole to every context word (word2vec.c, gensim); a sum
                 # of inputs shares it among them (gensim's cbow_mean=0)
                 if not cbow_mean:
@@ -256,4 +352,6 @@ def train_w2v_chunk(
                     w = buf[j]
                     for k in range(dim):
                         syn0[w, k] += work[k]
+    hot_sync(syn1, hot, snap, hot_base, True)
+    hot_sync(syn1neg, hot_neg, snap_neg, 0, True)
     return kept
