@@ -335,6 +335,8 @@ def test_thread_private_hot_rows_train_the_same_rows(model, loss):
     np.testing.assert_allclose(private[0], plain[0], atol=2e-4)
 
 
-def test_hot_rows_must_not_be_negative():
+def test_hot_rows_and_sync_words_are_validated():
     with pytest.raises(ValueError, match="hot_rows"):
         Word2VecConfig(hot_rows=-1)
+    with pytest.raises(ValueError, match="sync_words"):
+        Word2VecConfig(sync_words=0)
