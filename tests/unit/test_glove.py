@@ -207,3 +207,19 @@ def test_fit_rejects_empty_matrix():
     cooc = count_cooccurrence(ids, np.array([0, 1, 2]), 2, window=2)
     with pytest.raises(PtmError, match="empty"):
         fit_cooccurrence(cooc, GloVeConfig(dim=2, epochs=1), progress=False)
+
+
+def test_output_picks_the_sum_or_the_word_vectors(tmp_path):
+    ids = np.array([0, 1, 2, 0, 2, 1, 0, 1], dtype=np.int32)
+    cooc = count_cooccurrence(ids, np.array([0, 4, 8]), 3, window=2)
+    model, _ = fit_cooccurrence(cooc, GloVeConfig(dim=4, epochs=2, threads=1), progress=False)
+    np.testing.assert_array_equal(model.vectors("sum"), (model.W + model.Wc).astype(np.float32))
+    np.testing.assert_array_equal(model.vectors("word"), model.W.astype(np.float32))
+    path = tmp_path / "c.txt"
+    path.write_text("a b c a\nc b a b\n" * 5)
+    cfg = GloVeConfig(dim=4, window=2, min_count=1, epochs=2, threads=1)
+    summed, _ = train_glove(str(path), cfg, progress=False)
+    word, _ = train_glove(str(path), GloVeConfig(**{**cfg.__dict__, "output": "word"}), progress=False)
+    assert summed.words == word.words and not np.allclose(summed.vectors, word.vectors)
+    with pytest.raises(ValueError, match="output"):
+        GloVeConfig(output="context")
