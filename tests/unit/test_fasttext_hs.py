@@ -99,3 +99,47 @@ def test_hs_config_checks():
         FastTextConfig(loss="softmax")
     with pytest.raises(ValueError, match="negative"):
         FastTextConfig(loss="ns", negative=0)
+
+
+@pytest.mark.parametrize("sg", [True, False])
+@pytest.mark.parametrize("hs", [True, False])
+def test_thread_private_hot_rows_train_the_same_rows(sg, hs):
+    """fastText's ``hot_rows``: the private copies of the top Huffman nodes / frequent words' output
+    rows, merged every ``sync_words``, train what the shared rows would (up to float32 rounding at
+    the merges); a wrong row mapping or a lost merge would show as a large difference."""
+    from gensim.test.utils import datapath
+
+    from ptmkit.static.sampling import keep_probabilities
+    from ptmkit.static.vocab import load_corpus
+
+    with open(datapath("lee_background.cor"), encoding="utf-8") as f:
+        vocab, corpus = load_corpus([line.lower().split() for line in f], 5)
+    v, dim, bucket = len(vocab), 16, 500
+    ptr, idx = subwords(list(vocab.words), 3, 4, bucket, v, True)
+    tree = build_huffman(vocab.counts)
+
+    def run(hot: int):
+        emb = np.random.default_rng(0).uniform(-1 / dim, 1 / dim, (v + bucket, dim)).astype(np.float32)
+        syn1 = np.zeros((v - 1 if hs else 1, dim), np.float32)
+        syn1neg = np.zeros((1 if hs else v, dim), np.float32)
+        kept = train_ft_chunk(
+            emb, syn1neg, syn1, ptr, idx, corpus.ids, corpus.sentences, 0, corpus.n_sentences,
+            keep_probabilities(vocab.counts, 1e-3), negative_table(vocab.counts, 0.75),
+            tree.codes, tree.points, tree.lengths, exp_table(), sg, hs, 5, 5,
+            0.025, 0.0001, 0.0, float(corpus.n_words), 1, 0, 0, hot, hot, 97,
+        )  # fmt: skip
+        return emb, syn1 if hs else syn1neg, kept
+
+    plain, private = run(0), run(40)
+    assert plain[2] == private[2]
+    touched = np.abs(plain[1]).sum(axis=1) > 0
+    assert touched[-40:].all() if hs else touched[:40].all()  # the private rows were trained and merged
+    np.testing.assert_allclose(private[1], plain[1], atol=2e-4)
+    np.testing.assert_allclose(private[0], plain[0], atol=2e-4)
+
+
+def test_hot_rows_and_sync_words_are_validated():
+    with pytest.raises(ValueError, match="hot_rows"):
+        FastTextConfig(hot_rows=-1)
+    with pytest.raises(ValueError, match="sync_words"):
+        FastTextConfig(sync_words=0)

@@ -39,6 +39,20 @@ def check_at_least_one(cfg: object, names: tuple[str, ...]) -> None:
             raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
 
 
+def check_hot_rows(cfg: object) -> None:
+    """``hot_rows`` >= 0 and ``sync_words`` None or >= 1 (ValueError otherwise)."""
+    if cfg.hot_rows < 0:
+        raise ValueError(f"hot_rows must be >= 0 (0 = plain Hogwild), got {cfg.hot_rows}")
+    if cfg.sync_words is not None and cfg.sync_words < 1:
+        raise ValueError(f"sync_words must be >= 1 (or None: 64 for hs, 1024 for ns), got {cfg.sync_words}")
+
+
+def sync_interval(sync_words: int | None, hs: bool) -> int:
+    """Words between merges of the thread-private hot rows: ``sync_words``, or by default 64 for
+    hierarchical softmax (every update writes the root) and 1024 for negative sampling."""
+    return sync_words or (64 if hs else 1024)
+
+
 class AlphaSchedule:
     """The word2vec family's learning rate: linear from ``start_alpha`` to ``end_alpha``.
 

@@ -25,9 +25,9 @@ import numpy as np
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
-from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
+from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
 from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
-from ptmkit.static.hogwild import run_epochs
+from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import build_huffman
 from ptmkit.static.kernels_w2v import exp_table
 from ptmkit.static.output import check_out_dir, save_run
@@ -44,6 +44,8 @@ class FastTextConfig(AlphaSchedule):
 
     loss: "ns" (negative sampling) | "hs" (hierarchical softmax).
     min_n, max_n: character n-gram lengths (max_n < min_n disables subwords); bucket: hash rows.
+    hot_rows, sync_words: thread-private copies of the hottest output rows, merged every
+    ``sync_words`` words (None: 64 for hs, 1024 for ns); see :class:`Word2VecConfig`.
     """
 
     model: str = "skipgram"
@@ -67,12 +69,15 @@ class FastTextConfig(AlphaSchedule):
     chunk_words: int = 10_000
     max_sentence_len: int = 10_000
     cache: bool = True
+    hot_rows: int = 128
+    sync_words: int | None = None
 
     def __post_init__(self) -> None:
         check_architecture(self.model)
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
         check_at_least_one(self, ("dim", "window", "epochs", "min_count", "min_n", "chunk_words"))
+        check_hot_rows(self)
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.bucket < 0:
@@ -215,11 +220,13 @@ def train_fasttext_ids(vocab: Vocab, corpus: IdCorpus, cfg: FastTextConfig, prog
     table = negative_table(vocab.counts, cfg.ns_exponent)
     keep = keep_probabilities(vocab.counts, cfg.sample)
     tab = exp_table()
+    hot = cfg.hot_rows if n_threads(cfg.workers) > 1 else 0
+    sync = sync_interval(cfg.sync_words, hs)
     stats = run_epochs(
         lambda epoch, chunk, s0, s1, a0, a1, before, total: train_ft_chunk(
             emb, syn1neg, syn1, ptr, idx, corpus.ids, corpus.sentences, s0, s1,
             keep, table, codes, points, lengths, tab, cfg.model == "skipgram", hs, cfg.negative, cfg.window,
-            a0, a1, before, total, cfg.seed, epoch, chunk,
+            a0, a1, before, total, cfg.seed, epoch, chunk, hot, hot, sync,
         ),  # fmt: skip
         corpus, cfg, progress, desc=f"fastText {cfg.model}-{cfg.loss}",
     )

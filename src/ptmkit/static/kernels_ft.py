@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_w2v import hs_update, lcg, ns_update, seed_state, subsample
+from ptmkit.static.kernels_w2v import hot_sync, hs_update_hot, lcg, ns_update_hot, seed_state, subsample
 
 _FNV_OFFSET = np.uint64(2166136261)
 _FNV_PRIME = np.uint64(16777619)
@@ -126,12 +126,14 @@ def train_ft_chunk(
     keep_prob, neg_table, codes, points, lengths, exp_tab,
     sg, hs, negative, window,
     alpha0, min_alpha, words_before, words_all,
-    seed, epoch, chunk,
+    seed, epoch, chunk, hot_nodes=0, hot_words=0, sync_words=1024,
 ):  # fmt: skip
     """Train sentences ``s0..s1-1``; arguments and result as :func:`kernels_w2v.train_w2v_chunk`.
 
     ``hs``: hierarchical softmax on ``syn1`` with the tree ``codes``/``points``/``lengths``; else
-    ``negative`` samples on ``syn1neg``.
+    ``negative`` samples on ``syn1neg``.  ``hot_nodes`` / ``hot_words``: thread-private copies of
+    the top inner nodes / the most frequent words' output rows, merged every ``sync_words`` kept
+    words, as in :func:`kernels_w2v.train_w2v_chunk`.
     """
     dim = emb.shape[1]
     state = seed_state(seed, epoch, chunk)
@@ -141,12 +143,27 @@ def train_ft_chunk(
     buf = np.empty(longest, dtype=np.int32)
     work = np.empty(dim, dtype=np.float32)
     hidden = np.empty(dim, dtype=np.float32)
+    hot_nodes = min(hot_nodes, syn1.shape[0]) if hs else 0
+    hot_base = syn1.shape[0] - hot_nodes
+    hot = np.empty((hot_nodes, dim), dtype=np.float32)
+    snap = np.empty((hot_nodes, dim), dtype=np.float32)
+    hot_sync(syn1, hot, snap, hot_base, False)
+    n_hot_neg = 0 if hs else min(hot_words, syn1neg.shape[0])
+    hot_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
+    snap_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
+    hot_sync(syn1neg, hot_neg, snap_neg, 0, False)
+    since_sync = 0
     kept = 0
     for s in range(s0, s1):
+        if since_sync >= sync_words:
+            hot_sync(syn1, hot, snap, hot_base, True)
+            hot_sync(syn1neg, hot_neg, snap_neg, 0, True)
+            since_sync = 0
         progress = (words_before + sentences[s]) / words_all
         alpha = max(min_alpha, alpha0 - (alpha0 - min_alpha) * progress)
         n, state = subsample(ids, sentences[s], sentences[s + 1], keep_prob, buf, state)
         kept += n
+        since_sync += n
         for i in range(n):
             state = lcg(state)
             b = int(state % np.uint64(window))
@@ -165,9 +182,9 @@ def train_ft_chunk(
                     if j == i:
                         continue
                     if hs:
-                        hs_update(hidden, buf[j], syn1, codes, points, lengths, work, alpha, exp_tab)
+                        hs_update_hot(hidden, buf[j], syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                     else:
-                        state = ns_update(hidden, buf[j], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                        state = ns_update_hot(hidden, buf[j], syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
                 _apply_rows(emb, sub_ptr, sub_idx, w, work)
             else:
                 rows = 0
@@ -180,10 +197,12 @@ def train_ft_chunk(
                 for k in range(dim):
                     hidden[k] *= inv
                 if hs:
-                    hs_update(hidden, buf[i], syn1, codes, points, lengths, work, alpha, exp_tab)
+                    hs_update_hot(hidden, buf[i], syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                 else:
-                    state = ns_update(hidden, buf[i], syn1neg, work, negative, alpha, exp_tab, neg_table, state)
+                    state = ns_update_hot(hidden, buf[i], syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
                 for j in range(start, end):
                     if j != i:
                         _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
+    hot_sync(syn1, hot, snap, hot_base, True)
+    hot_sync(syn1neg, hot_neg, snap_neg, 0, True)
     return kept

@@ -37,7 +37,7 @@ import numpy as np
 
 from ptmkit.config import to_dict
 from ptmkit.registry import register
-from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one
+from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
@@ -112,10 +112,7 @@ class Word2VecConfig(AlphaSchedule):
         if self.loss not in ("ns", "hs"):
             raise ValueError(f"loss must be 'ns' or 'hs', got {self.loss!r}")
         check_at_least_one(self, ("dim", "window", "epochs", "min_count", "chunk_words", "max_sentence_len", "cbow_batch"))
-        if self.sync_words is not None and self.sync_words < 1:
-            raise ValueError(f"sync_words must be >= 1 (or None: 64 for hs, 1024 for ns), got {self.sync_words}")
-        if self.hot_rows < 0:
-            raise ValueError(f"hot_rows must be >= 0 (0 = plain Hogwild), got {self.hot_rows}")
+        check_hot_rows(self)
         if self.loss == "ns" and self.negative < 1:
             raise ValueError("negative sampling needs negative >= 1")
         if self.sample < 0:
@@ -215,7 +212,7 @@ def train_on_ids(
         )
         return syn0, stats
     hot = cfg.hot_rows if n_threads(cfg.workers) > 1 else 0
-    sync = cfg.sync_words or (64 if hs else 1024)
+    sync = sync_interval(cfg.sync_words, hs)
     stats = run_epochs(
         lambda epoch, chunk, s0, s1, alpha0, alpha1, before, total: train_w2v_chunk(
             syn0, syn1, syn1neg, corpus.ids, corpus.sentences, s0, s1,
