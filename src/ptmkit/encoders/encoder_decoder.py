@@ -41,7 +41,8 @@ defaults to BART's behaviour:
 With ``norm="pre"`` the last entry of each half's hidden states is the stack's output after the
 final norm (the layer's raw output is not listed), as HF T5 reports them.
 
-Attention is ``torch.nn.functional.scaled_dot_product_attention``; padding masks go through
+Attention is :func:`ptmkit.nn.attention.attend` (SDPA; with dropout on CPU, the product written
+out around :mod:`ptmkit.nn.dropout`'s fast mask); padding masks go through
 :func:`ptmkit.nn.masks.build_attention_mask`, which never leaves a query row with nothing to
 attend to (no NaN from fully padded rows).
 
@@ -86,7 +87,8 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
-from ptmkit.nn.attention import MultiHeadSelfAttention
+from ptmkit.nn.attention import MultiHeadSelfAttention, attend
+from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.nn.positions import RelativePositionBias
@@ -249,8 +251,7 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
         dropout = self.attention_dropout if self.training else 0.0
         if position_bias is not None:  # [1, h, T, t0 + T], already holding the causal pattern
             mask, is_causal = position_bias, False
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
-                                           scale=self.scale)
+        y = attend(q, k, v, mask, is_causal, dropout, self.scale)
         return self.out(_merge(y)), (k, v)
 
 
@@ -280,11 +281,11 @@ class CrossAttention(nn.Module):
         attend) or ``None`` -> ``[B, T, H]``."""
         q = _heads(self.q(y), self.num_heads)
         dropout = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=mask, dropout_p=dropout, scale=self.scale)
+        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale)
         return self.out(_merge(out))
 
 
-def _ffn(ffn: FeedForward, x: torch.Tensor, act_dropout: nn.Dropout) -> torch.Tensor:
+def _ffn(ffn: FeedForward, x: torch.Tensor, act_dropout: Dropout) -> torch.Tensor:
     """BART's FFN: ``fc2(dropout(act(fc1(x))))`` with the FFN's own parameters (T5 v1.1:
     ``fc2(dropout(act(fc1(x)) * fc1_linear(x)))``)."""
     return ffn.fc2(act_dropout(ffn.inner(x)))
@@ -313,8 +314,8 @@ class EncoderLayer(nn.Module):
         self.attn_norm = make_norm(cfg)
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.gated_ffn)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.act_dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = Dropout(cfg.dropout)
+        self.act_dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         if not self.pre:  # BART: the original expressions, unchanged
@@ -338,8 +339,8 @@ class DecoderLayer(nn.Module):
         self.cross_attn_norm = make_norm(cfg)
         self.ffn = FeedForward(H, cfg.intermediate_size, cfg.activation, cfg.bias, cfg.gated_ffn)
         self.ffn_norm = make_norm(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.act_dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = Dropout(cfg.dropout)
+        self.act_dropout = Dropout(cfg.activation_dropout)
 
     def forward(
         self,
@@ -386,7 +387,7 @@ class _Stack(nn.Module):
         self.relative_bias = (None if absolute else
                               RelativePositionBias(cfg.num_heads, cfg.relative_buckets, cfg.relative_max_distance))
         self.embedding_norm = make_norm(cfg) if cfg.embedding_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(layer(cfg) for _ in range(n))
         self.final_norm = make_norm(cfg) if cfg.norm == "pre" else None
 

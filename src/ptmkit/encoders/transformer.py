@@ -41,6 +41,7 @@ from torch import nn
 from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention
+from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
@@ -137,7 +138,7 @@ class Embeddings(nn.Module):
         self.position_embeddings = nn.Embedding(cfg.max_position, E) if cfg.positions == "absolute" else None
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
         self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None
 
     def forward(
@@ -178,7 +179,7 @@ class TransformerLayer(nn.Module):
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         if self.pre_norm:

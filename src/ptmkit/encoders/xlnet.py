@@ -46,6 +46,7 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
+from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.registry import register
 
@@ -144,7 +145,7 @@ class RelativeAttention(nn.Module):
         self.r_r_bias = nn.Parameter(torch.zeros(n, d))  # v: position bias
         self.r_s_bias = nn.Parameter(torch.zeros(n, d))  # segment bias
         self.seg_embed = nn.Parameter(torch.zeros(2, n, d))  # [same, different]
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def heads(self, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return linear(x).unflatten(-1, (self.num_heads, self.head_dim))  # [..., L, n, d]
@@ -194,7 +195,7 @@ class XLNetLayer(nn.Module):
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
         inner = self.dropout(self.ffn.act(self.ffn.fc1(x)))
@@ -241,7 +242,7 @@ class XLNetEncoder(Encoder):
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
         self.mask_emb = nn.Parameter(torch.zeros(config.hidden_size))
         self.layers = nn.ModuleList(XLNetLayer(config) for _ in range(config.num_layers))
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.reset_parameters()
 
     @torch.no_grad()

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ptmkit.nn.dropout import dropout
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+           dropout_p: float, scale: float | None) -> torch.Tensor:
+    """softmax(scale · q kᵀ + mask) v with dropout on the probabilities.
+
+    q ``[B, heads, T, d]``, k and v ``[B, heads, S, d]``; mask broadcastable to
+    ``[B, heads, T, S]`` (bool, True = may attend, or additive float) -> ``[B, heads, T, d]``.
+    SDPA's fused kernels take no dropout on CPU, and its fallback draws the mask with the slow
+    ``bernoulli_``; so with dropout on CPU the product is written out here and the probabilities
+    go through :func:`ptmkit.nn.dropout.dropout` (the same memory as SDPA's fallback, a third of
+    its time).  A row whose keys are all masked attends uniformly here, where SDPA returns zeros;
+    such rows are padding that no loss reads.
+    """
+    if dropout_p == 0.0 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=is_causal and mask is None, scale=scale)
+    s = (q * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)
+    if mask is None and is_causal:
+        T, S = q.shape[-2], k.shape[-2]
+        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # top-left aligned, as SDPA's
+    if mask is not None:
+        s = s.masked_fill(~mask, torch.finfo(s.dtype).min) if mask.dtype == torch.bool else s + mask
+    return dropout(torch.softmax(s, dim=-1), dropout_p) @ v
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -34,15 +62,7 @@ class MultiHeadSelfAttention(nn.Module):
         B, T, H = x.shape
         # [B, T, 3, heads, d] -> [3, B, heads, T, d]
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.attention_dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
-            scale=self.scale,
-        )
+        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale)
         return self.out(y.transpose(1, 2).reshape(B, T, H))
 
     def forward_cached(
@@ -64,8 +84,5 @@ class MultiHeadSelfAttention(nn.Module):
                 is_causal = True
             else:  # query i (position t0 + i) sees keys j <= t0 + i
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.attention_dropout if self.training else 0.0, is_causal=is_causal,
-            scale=self.scale,
-        )
+        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale)
         return self.out(y.transpose(1, 2).reshape(B, T, H)), (k, v)
