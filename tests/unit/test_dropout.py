@@ -107,3 +107,37 @@ def test_attention_dropout_rescales_probabilities():
     v = torch.eye(4).view(1, 1, 4, 4)
     out = attend(q, k, v, None, False, 0.5, None)  # row i = dropped probabilities of query i
     assert set(out.unique().tolist()) <= {0.0, 0.5}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_apply_mask_equals_mask_times_scale(dtype):
+    from ptmkit.nn.dropout import apply_mask
+
+    p, seed = 0.1, 99
+    x = torch.randn(37, 129).to(dtype)
+    x[0, :3] = torch.tensor([float("inf"), float("-inf"), 6.0e4])
+    got = apply_mask(x, p, seed)
+    keep = keep_mask(x.shape, p, seed)
+    # as F.dropout: x · mask · scale in the dtype (bf16 / fp16: in fp32, rounded once to the nearest
+    # even), so a dropped inf is NaN
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    ref = (x.to(acc) * (keep.to(acc) * torch.tensor(1 / (1 - p), dtype=acc))).to(dtype)
+    assert got.dtype == dtype
+    assert torch.allclose(got, ref, rtol=0, atol=0, equal_nan=True)  # bit-equal, NaN where NaN
+
+
+def test_bf16_nan_stays_nan():
+    from ptmkit.nn.dropout import apply_mask
+
+    x = torch.full((1000,), float("nan"), dtype=torch.bfloat16)
+    y = apply_mask(x, 0.5, 3)
+    kept = keep_mask(x.shape, 0.5, 3)
+    assert torch.isnan(y).all()  # kept or dropped (NaN · 0), as F.dropout
+
+
+def test_non_contiguous_input():
+    x = torch.randn(64, 32, dtype=torch.float64).t()  # [32, 64], strides (1, 32)
+    torch.manual_seed(1)
+    y = dropout(x, 0.3)
+    kept = y != 0
+    assert torch.allclose(y[kept], x[kept] / 0.7)

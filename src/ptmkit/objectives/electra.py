@@ -265,10 +265,11 @@ class ELECTRA(MaskedLM):
             g = self.generator(backbone.embed(ids, token_types), attention_mask)  # [B, T, H_g]
             word_embeddings = backbone.output_embeddings()
             logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
-            mlm_loss = F.cross_entropy(logits.float(), target)
+            logits32 = logits.float()  # loss and accuracy in fp32 (argmax over bf16 is slow on CPU)
+            mlm_loss = F.cross_entropy(logits32, target)
             corrupted, replaced = self.corrupt(ids, rows, positions, target, logits)
             metrics["mlm_loss"] = mlm_loss.detach()
-            metrics["mlm_acc"] = (logits.detach().argmax(-1) == target).float().mean()
+            metrics["mlm_acc"] = (logits32.detach().argmax(-1) == target).float().mean()
             metrics["temperature"] = torch.tensor(self.temperature)
         else:
             mlm_loss = None

@@ -360,7 +360,8 @@ class MaskedLM(Objective):
         rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
         target = labels[rows, slots]
         logits = self.mlm_head(h[rows, batch["mlm_positions"][rows, slots]], decoder_weight)  # [N, V]
-        loss = F.cross_entropy(logits.float(), target)
+        logits = logits.float()  # the loss and the accuracy in fp32 (argmax over bf16 is 4x slower on CPU)
+        loss = F.cross_entropy(logits, target)
         metrics = {"mlm_loss": loss.detach(), "mlm_acc": (logits.detach().argmax(-1) == target).float().mean()}
         return loss, metrics, int(target.numel())
 
@@ -370,7 +371,8 @@ class MaskedLM(Objective):
         pooler): returns its loss and adds ``<name>_loss`` / ``<name>_acc`` to ``metrics``."""
         pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
         logits = head(pooled)  # [B, 2]
-        loss = F.cross_entropy(logits.float(), labels)
+        logits = logits.float()
+        loss = F.cross_entropy(logits, labels)
         metrics[f"{name}_loss"] = loss.detach()
         metrics[f"{name}_acc"] = (logits.detach().argmax(-1) == labels).float().mean()
         return loss

@@ -143,8 +143,9 @@ class SpanBERT(MaskedLM):
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
         target, mlm_logits, sbo_logits = self.heads(out.last_hidden_state, batch, backbone.output_embeddings())
-        mlm_loss = F.cross_entropy(mlm_logits.float(), target)
-        sbo_loss = F.cross_entropy(sbo_logits.float(), target)
+        mlm_logits, sbo_logits = mlm_logits.float(), sbo_logits.float()  # argmax over bf16 is slow on CPU
+        mlm_loss = F.cross_entropy(mlm_logits, target)
+        sbo_loss = F.cross_entropy(sbo_logits, target)
         with torch.no_grad():
             metrics = {
                 "mlm_loss": mlm_loss.detach(),
