@@ -85,3 +85,16 @@ def test_bf16_cpu_runs_matmuls_in_bf16_and_returns_fp32_loss() -> None:
         h.remove()
     assert seen and set(seen) == {torch.bfloat16}
     assert out.loss.dtype == torch.float32
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path) -> None:
+    from ptmkit.train.trainer import cpu_has_native_bf16
+
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512bw avx512_vnni\n")
+    assert cpu_has_native_bf16(str(f)) is False
+    f.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16(str(f)) is True
+    f.write_text("flags\t\t: fpu amx_tile amx_bf16\n")
+    assert cpu_has_native_bf16(str(f)) is True
+    assert cpu_has_native_bf16(str(tmp_path / "missing")) is None

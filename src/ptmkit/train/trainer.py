@@ -57,6 +57,20 @@ log = logging.getLogger(__name__)
 __all__ = ["LOSS_PLOT", "METRICS_FILE", "Callback", "Trainer", "TrainerCallback", "plot_losses", "read_metrics"]
 
 
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """True if the CPU flags list AVX512-BF16 or AMX-BF16, False if they list neither, None when
+    the flags cannot be read (not Linux).  Without them oneDNN emulates bf16 products in fp32:
+    measured 0.38x fp32's speed for an MLM step, against 1.73x on a CPU with AVX512-BF16."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 class TrainerCallback:
     """A callback with hooks and state, for what a run decides as it goes (fine-tuning's dev-based
     model selection, gradual unfreezing).
@@ -227,6 +241,12 @@ class Trainer:
         self.stopped_early = False
         if cfg.precision == "bf16" and self.device.type not in ("cuda", "cpu"):
             log.warning("train.precision=bf16 is supported on CUDA and CPU; training in fp32 on %s", self.device)
+        if cfg.precision == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
+            log.warning(
+                "train.precision=bf16 on a CPU without native bf16 instructions (no avx512_bf16 or amx_bf16 "
+                "in /proc/cpuinfo): bf16 matrix products are emulated and a step is about 2.5x slower than "
+                "in fp32; set train.precision=fp32 unless you need bf16 numerics"
+            )
 
     # -- helpers ----------------------------------------------------------------------------
     @property
