@@ -45,8 +45,9 @@ Workloads (fp32, CPU, ``torch.set_num_threads(2)`` by default):
   instructions (AVX512-BF16 or AMX); elsewhere it may be slower than fp32.
 
 Both sides get identical batches (same tokens, same masked positions), the same dropout (0.1),
-the same optimizer (AdamW) and SDPA attention.  One training step = zero_grad + forward +
-backward + optimizer step; tokens/s counts input tokens (batch x seq_len).
+the same optimizer (torch's fused AdamW, as both trainers use it) and SDPA attention.  One
+training step = zero_grad + forward + backward + optimizer step; tokens/s counts input tokens
+(batch x seq_len).
 
 Speed: all four models live in this process and are timed in interleaved rounds (each round
 runs every model for ``--steps`` steps, in rotating order), so drifts in machine load hit all
@@ -430,7 +431,8 @@ class Runner:
         self.framework = framework
         self.bf16 = workload.endswith("_bf16")
         self.model = build_model(framework, workload).train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        # fused, as both trainers run it (ptmkit on CPU/CUDA; HF Trainer's default optim with torch >= 2.8)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
         self.batches = [b[framework] for b in batches]
         self.i = 0
 
