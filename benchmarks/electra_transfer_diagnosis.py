@@ -9,7 +9,10 @@ encoder of the first run's architecture, and reports per encoder, on MR sentence
 * ``cos``: the mean cosine between mean-pooled states of different sentences (1 = every
   sentence maps to the same direction: nothing for a classifier to separate) and between
   token states of different sentences, top layer;
-* ``rms``: the RMS of the top-layer states and of the backbone's weight matrices.
+* ``rms``: the RMS of the top-layer states and of the backbone's weight matrices;
+* ``emb``: the word embeddings (shared by ELECTRA's generator and discriminator): their RMS and
+  the mean cosine between the embeddings of different pieces among ids 5–2004 (after the special
+  tokens: the alphabet and the first WordPiece merges, the most frequent pieces).
 
     python benchmarks/electra_transfer_diagnosis.py runs/compare-electra --out runs/electra-transfer
 
@@ -71,6 +74,12 @@ def weight_rms(encoder: torch.nn.Module) -> float:
     return float(torch.sqrt(sum((w ** 2).sum() for w in ws) / sum(w.numel() for w in ws)))
 
 
+def embedding_stats(encoder: torch.nn.Module, rng: np.random.Generator) -> tuple[float, float]:
+    """(RMS, mean cosine between different pieces) of the word embeddings of ids 5..2004."""
+    w = encoder.embeddings.word_embeddings.weight.detach().float().numpy()[5:2005]
+    return float(np.sqrt((w ** 2).mean())), mean_cosine(w, rng)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("compare_dir", type=Path)
@@ -104,13 +113,16 @@ def main() -> None:
             "state_rms": float(np.sqrt((test_x ** 2).mean())),
             "weight_rms": weight_rms(enc),
         }
+        rows[name]["emb_rms"], rows[name]["cos_embeddings"] = embedding_stats(enc, rng)
         print(name, rows[name], flush=True)
 
-    lines = ["| encoder | probe acc. (500) | probe acc. (all) | cos(sentences) | cos(tokens) | state RMS | weight RMS |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| encoder | probe acc. (500) | probe acc. (all) | cos(sentences) | cos(tokens) | state RMS | "
+             "weight RMS | embedding RMS | cos(embeddings) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['probe_500']:.3f} | {r['probe_all']:.3f} | {r['cos_sentences']:.3f} | "
-                     f"{r['cos_tokens']:.3f} | {r['state_rms']:.3f} | {r['weight_rms']:.4f} |")
+                     f"{r['cos_tokens']:.3f} | {r['state_rms']:.3f} | {r['weight_rms']:.4f} | "
+                     f"{r['emb_rms']:.4f} | {r['cos_embeddings']:.3f} |")
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
