@@ -19,8 +19,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     ``[B, heads, T, S]`` (bool, True = may attend, or additive float) -> ``[B, heads, T, d]``.
     SDPA's fused kernels take no dropout on CPU, and its fallback draws the mask with the slow
     ``bernoulli_``; so with dropout on CPU the product is written out here and the probabilities
-    go through :func:`ptmkit.nn.dropout.dropout` (the same memory as SDPA's fallback, a third of
-    its time).  A row whose keys are all masked attends uniformly here, where SDPA returns zeros;
+    go through :func:`ptmkit.nn.dropout.dropout` (the same memory as SDPA's fallback, less time:
+    the hashed mask instead of ``bernoulli_``).  A row whose keys are all masked attends uniformly here, where SDPA returns zeros;
     such rows are padding that no loss reads.
     """
     if dropout_p == 0.0 or q.device.type != "cpu":

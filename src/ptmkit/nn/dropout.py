@@ -122,13 +122,17 @@ class _HashDropout(torch.autograd.Function):
         return apply_mask(grad, ctx.p, ctx.seed), None
 
 
+def _check(p: float) -> None:
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+
+
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     """``F.dropout(x, p, training)`` with the fast CPU mask: zero each element with probability
     ``p`` and scale the rest by ``1 / (1 - p)``.  Same shape and dtype as ``x``."""
     if not training or p == 0.0:
         return x
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    _check(p)
     if x.device.type != "cpu" or not x.is_floating_point():
         return F.dropout(x, p, training=True)
     return _HashDropout.apply(x, p)
@@ -140,8 +144,7 @@ class Dropout(nn.Module):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        _check(p)
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ from ptmkit.encoders.transformer import TransformerConfig, TransformerLayer
 from ptmkit.nn.activations import get_activation
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.objectives.base import StepOutput, TokenizerLike
-from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, MLMHead
+from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, MLMHead, cross_entropy_and_accuracy
 from ptmkit.registry import register
 from ptmkit.train.binary_metrics import precision_recall, roc_auc
 
@@ -265,11 +265,9 @@ class ELECTRA(MaskedLM):
             g = self.generator(backbone.embed(ids, token_types), attention_mask)  # [B, T, H_g]
             word_embeddings = backbone.output_embeddings()
             logits = self.mlm_head(g[rows, positions], word_embeddings)  # [N, V]
-            logits32 = logits.float()  # loss and accuracy in fp32 (argmax over bf16 is slow on CPU)
-            mlm_loss = F.cross_entropy(logits32, target)
+            mlm_loss, metrics["mlm_acc"] = cross_entropy_and_accuracy(logits, target)
             corrupted, replaced = self.corrupt(ids, rows, positions, target, logits)
             metrics["mlm_loss"] = mlm_loss.detach()
-            metrics["mlm_acc"] = (logits32.detach().argmax(-1) == target).float().mean()
             metrics["temperature"] = torch.tensor(self.temperature)
         else:
             mlm_loss = None

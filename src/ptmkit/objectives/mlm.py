@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 OUTPUT_BIAS = ("zeros", "unigram")
 
 
+def cross_entropy_and_accuracy(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy of ``logits [N, C]`` against ``target [N]`` and the (detached) top-1
+    accuracy, both from the fp32 logits (under bf16 autocast the logits arrive in bf16; the loss
+    wants fp32 anyway, and argmax over bf16 is 4x slower on a CPU)."""
+    logits = logits.float()
+    return F.cross_entropy(logits, target), (logits.detach().argmax(-1) == target).float().mean()
+
+
 @dataclass(frozen=True)
 class MLMConfig:
     mask_prob: float = 0.15
@@ -360,9 +368,8 @@ class MaskedLM(Objective):
         rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
         target = labels[rows, slots]
         logits = self.mlm_head(h[rows, batch["mlm_positions"][rows, slots]], decoder_weight)  # [N, V]
-        logits = logits.float()  # the loss and the accuracy in fp32 (argmax over bf16 is 4x slower on CPU)
-        loss = F.cross_entropy(logits, target)
-        metrics = {"mlm_loss": loss.detach(), "mlm_acc": (logits.detach().argmax(-1) == target).float().mean()}
+        loss, acc = cross_entropy_and_accuracy(logits, target)
+        metrics = {"mlm_loss": loss.detach(), "mlm_acc": acc}
         return loss, metrics, int(target.numel())
 
     @staticmethod
@@ -371,8 +378,6 @@ class MaskedLM(Objective):
         pooler): returns its loss and adds ``<name>_loss`` / ``<name>_acc`` to ``metrics``."""
         pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
         logits = head(pooled)  # [B, 2]
-        logits = logits.float()
-        loss = F.cross_entropy(logits, labels)
+        loss, metrics[f"{name}_acc"] = cross_entropy_and_accuracy(logits, labels)
         metrics[f"{name}_loss"] = loss.detach()
-        metrics[f"{name}_acc"] = (logits.detach().argmax(-1) == labels).float().mean()
         return loss

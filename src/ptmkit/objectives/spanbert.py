@@ -36,7 +36,7 @@ from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
 from ptmkit.objectives.base import StepOutput, TokenizerLike
 from ptmkit.objectives.masking import Masked
-from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig
+from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, cross_entropy_and_accuracy
 from ptmkit.registry import register
 
 
@@ -143,16 +143,9 @@ class SpanBERT(MaskedLM):
         attention_mask = batch.get("attention_mask")
         out = backbone(batch["input_ids"], attention_mask=attention_mask, token_type_ids=batch.get("token_type_ids"))
         target, mlm_logits, sbo_logits = self.heads(out.last_hidden_state, batch, backbone.output_embeddings())
-        mlm_logits, sbo_logits = mlm_logits.float(), sbo_logits.float()  # argmax over bf16 is slow on CPU
-        mlm_loss = F.cross_entropy(mlm_logits, target)
-        sbo_loss = F.cross_entropy(sbo_logits, target)
-        with torch.no_grad():
-            metrics = {
-                "mlm_loss": mlm_loss.detach(),
-                "mlm_acc": (mlm_logits.argmax(-1) == target).float().mean(),
-                "sbo_loss": sbo_loss.detach(),
-                "sbo_acc": (sbo_logits.argmax(-1) == target).float().mean(),
-            }
+        mlm_loss, mlm_acc = cross_entropy_and_accuracy(mlm_logits, target)
+        sbo_loss, sbo_acc = cross_entropy_and_accuracy(sbo_logits, target)
+        metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc, "sbo_loss": sbo_loss.detach(), "sbo_acc": sbo_acc}
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return StepOutput(loss=mlm_loss + self.cfg.sbo_weight * sbo_loss, metrics=metrics,
                           n_tokens=n_tokens, n_predictions=int(target.numel()))
