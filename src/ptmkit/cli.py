@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    succeeded = False
     try:
         rc = args.func(args)
+        succeeded = True
     except PtmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -95,7 +97,18 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
+    finally:
+        _end_process_group(succeeded)
     return int(rc or 0)
+
+
+def _end_process_group(succeeded: bool) -> None:
+    """Under ``torchrun``, every rank tears the process group down together before it exits
+    (see :func:`ptmkit.train.distributed.cleanup`); a command that never touched torch skips this."""
+    if "torch.distributed" in sys.modules:
+        from ptmkit.train import distributed
+
+        distributed.cleanup(succeeded)
 
 
 if __name__ == "__main__":

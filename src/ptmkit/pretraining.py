@@ -342,12 +342,15 @@ def pretrain(
     # A run directory created by a failing command is removed again, unless it got a checkpoint
     # (a killed run keeps what --resume needs).
     has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
+    succeeded = False
     try:
         with outputs.undo_if_failed(run_dir, keep=has_checkpoint, enabled=info.is_main):
-            return _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info, source)
+            result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info, source)
+        succeeded = True
+        return result
     finally:
         if started:
-            dist.cleanup()
+            dist.cleanup(succeeded)
 
 
 def _static_model(preset_or_config: str | Path | dict[str, Any]) -> str | None:

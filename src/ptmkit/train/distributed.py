@@ -7,6 +7,7 @@ no-op for a single process, so the same code runs both ways.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +74,9 @@ def init_distributed(device: str = "auto") -> DistInfo:
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         dist.init_process_group(backend=backend)
+        # A script that never calls cleanup() still destroys the group before the interpreter
+        # finalises (gloo's worker threads otherwise abort the process at exit).
+        atexit.register(cleanup, False)
     return DistInfo(dist.get_rank(), dist.get_world_size(), info.local_rank)
 
 
@@ -135,6 +139,22 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
-def cleanup() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def cleanup(succeeded: bool = True) -> None:
+    """Tear the process group down.
+
+    After a run that succeeded on every rank, the ranks first meet at a barrier and drop the
+    collective work objects still referenced (DDP's reducer), so no rank tears down gloo's worker
+    threads while a peer is still inside a collective or finishing its own writes (rank 0 plots
+    after the last step): an unsynchronised teardown aborted a rank at exit now and then
+    ("terminate called without an active exception").  After a failure, ranks may be stuck in a
+    collective, so there is no barrier then (it would hang).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if succeeded:
+        import gc
+
+        gc.collect()
+        if dist.get_world_size() > 1:
+            dist.barrier()
+    dist.destroy_process_group()
