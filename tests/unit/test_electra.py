@@ -110,6 +110,37 @@ def test_discriminator_loss_does_not_reach_the_generator() -> None:
     assert not torch.allclose(grads[1.0][emb], grads[50.0][emb])  # the discriminator does feel λ
 
 
+def electra_grads(c, **kw) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    m = model(**kw)
+    m.eval()  # no dropout: every call is the same function
+    batch = m.objective.collate(c, m.objective.example_spans(c, 48)[:8], np.random.default_rng(0))
+    torch.manual_seed(1)  # the same generator samples
+    m(batch).loss.backward()
+    return {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+
+def test_embedding_rtd_weight_scales_only_the_embeddings_share() -> None:
+    """λ = 50 with embedding_rtd_weight = 1/50 gives the shared embeddings exactly λ = 1's gradient
+    while the discriminator's layers keep λ = 50's; at 0 the embeddings learn from the MLM alone."""
+    c = corpus()
+    paper = electra_grads(c, disc_weight=50.0)
+    l1 = electra_grads(c, disc_weight=1.0)
+    scaled = electra_grads(c, disc_weight=50.0, embedding_rtd_weight=0.02)
+    emb, layer = "backbone.embeddings.word_embeddings.weight", "backbone.layers.0.attn.out.weight"
+    torch.testing.assert_close(scaled[emb], l1[emb], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(scaled[layer], paper[layer])
+    assert not torch.allclose(paper[emb], l1[emb], rtol=1e-2)
+    mlm_only = electra_grads(c, disc_weight=50.0, embedding_rtd_weight=0.0)
+    mlm_only_l1 = electra_grads(c, disc_weight=1.0, embedding_rtd_weight=0.0)
+    torch.testing.assert_close(mlm_only[emb], mlm_only_l1[emb])  # no λ in the embeddings at all
+    torch.testing.assert_close(mlm_only[layer], paper[layer])
+    with pytest.raises(PtmError, match="embedding_rtd_weight"):
+        ELECTRAConfig(embedding_rtd_weight=1.5)
+    with pytest.raises(PtmError, match="uniform"):
+        ELECTRAConfig(embedding_rtd_weight=0, generator="uniform")
+
+
 def test_learns_to_detect_replacements() -> None:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

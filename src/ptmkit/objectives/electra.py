@@ -32,6 +32,12 @@ objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
   learn token frequencies through its hidden states, not one vector).
 * The discriminator head is dense + activation + a linear map to one logit per token; its
   binary cross-entropy is averaged over all real (non-padding) tokens.
+* ``embedding_rtd_weight`` scales the detection loss's gradient where it enters the shared
+  embedding layer (the discriminator's embedding output): 1 (the paper) leaves it at λ, ``1/λ``
+  gives the embeddings the detection loss at weight 1 while the discriminator's layers keep λ, 0
+  lets the embeddings learn from the generator's MLM alone.  The paper ties the embeddings
+  because MLM's dense softmax updates every row (Clark et al. 2020, §3.2); at small budgets λ = 50
+  lets the sparse detection signal dominate them instead (README, ELECTRA).
 
 Metrics (over the real tokens of the batch): ``rtd_auc`` (ROC AUC of the logits against the
 replaced labels, :func:`ptmkit.train.binary_metrics.roc_auc`: 0.5 for a detector that only knows
@@ -47,6 +53,8 @@ export`` writes it with its head as HF's ``ElectraForPreTraining``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -79,9 +87,10 @@ class ELECTRAConfig(MLMConfig):
     temperature_decay_steps: int = 0  # > 0: temperature falls linearly to 1 over these optimizer steps
     generator: str = "transformer"  # transformer | uniform (replacements drawn uniformly: no generator)
     generator_output_bias: bool = True  # the generator's [V] output bias (zero-initialised, trainable)
+    embedding_rtd_weight: float = 1.0  # share of λ·L_RTD's gradient that reaches the shared embeddings
 
     def __post_init__(self) -> None:
-        for name in ("generator_size", "disc_weight", "temperature"):
+        for name in ("generator_size", "disc_weight", "temperature", "embedding_rtd_weight"):
             value = getattr(self, name)
             if isinstance(value, (str, int)) and not isinstance(value, bool):
                 object.__setattr__(self, name, float(value))
@@ -107,6 +116,14 @@ class ELECTRAConfig(MLMConfig):
                            "objective.generator_output_bias=false removes; set one of them back")
         if self.generator not in GENERATORS:
             raise PtmError(f"objective.generator must be one of {', '.join(GENERATORS)}, got {self.generator!r}")
+        if not isinstance(self.embedding_rtd_weight, float) or not 0.0 <= self.embedding_rtd_weight <= 1.0:
+            raise PtmError(
+                f"objective.embedding_rtd_weight must be a number in [0, 1] (1: the paper; 0: the shared "
+                f"embeddings learn from the generator alone), got {self.embedding_rtd_weight!r}"
+            )
+        if self.embedding_rtd_weight == 0.0 and self.generator == "uniform":
+            raise PtmError("objective.embedding_rtd_weight=0 with objective.generator=uniform leaves the "
+                           "embeddings without any gradient; freeze them explicitly instead")
 
 
 def sampling_temperature(cfg: ELECTRAConfig, step: int) -> float:
@@ -164,6 +181,40 @@ class DiscriminatorHead(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.out(self.act(self.dense(h))).squeeze(-1)
+
+
+class _ScaleGradient(torch.autograd.Function):
+    """Identity forward; the incoming gradient times ``scale`` backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.scale, None
+
+
+@contextmanager
+def embedding_gradient_scaled(backbone: Encoder, scale: float) -> Iterator[None]:
+    """Within the block, the gradient that flows from ``backbone``'s layers into its embedding
+    layer's output ``[B, T, H]`` is multiplied by ``scale`` (0: the embeddings get none of it).
+    The forward pass is unchanged."""
+    if scale == 1.0:
+        yield
+        return
+    embeddings = getattr(backbone, "embeddings", None)
+    if not isinstance(embeddings, nn.Module):
+        raise PtmError(f"objective.embedding_rtd_weight needs an encoder with an embedding layer; "
+                       f"{type(backbone).__name__} has none")
+    hook = embeddings.register_forward_hook(
+        lambda _module, _inputs, out: out.detach() if scale == 0.0 else _ScaleGradient.apply(out, scale)
+    )
+    try:
+        yield
+    finally:
+        hook.remove()
 
 
 def gumbel_sample(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -274,7 +325,8 @@ class ELECTRA(MaskedLM):
             corrupted, replaced = self.replace_with(ids, rows, positions, target, self.uniform_samples(len(target), ids.device))
 
         # Discriminator: was each token replaced?
-        out = backbone(corrupted, attention_mask=attention_mask, token_type_ids=token_types)
+        with embedding_gradient_scaled(backbone, self.cfg.embedding_rtd_weight):
+            out = backbone(corrupted, attention_mask=attention_mask, token_type_ids=token_types)
         scores = self.rtd_head(out.last_hidden_state).float()  # [B, T]
         real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced, dtype=torch.bool)
         rtd_loss = F.binary_cross_entropy_with_logits(scores[real], replaced[real])
