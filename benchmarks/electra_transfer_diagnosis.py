@@ -10,6 +10,12 @@ encoder of the first run's architecture, and reports per encoder, on MR sentence
   sentence maps to the same direction: nothing for a classifier to separate) and between
   token states of different sentences, top layer;
 * ``rms``: the RMS of the top-layer states and of the backbone's weight matrices;
+* ``drift``: how far pre-training moved the backbone's weight matrices (embeddings excluded) from
+  their initial values, ‖W − W₀‖ / ‖W₀‖ over all of them, W₀ rebuilt from the run's seed (the
+  pre-training seeds the generator the same way before it builds the model);
+* ``adam``: from the final checkpoint's optimizer state, the median of √v̂ (Adam's bias-corrected
+  second moment: the typical gradient size) over the backbone's layer matrices, and the share of
+  their entries below 10⁻⁵ (where Adam's ε = 10⁻⁶ starts to damp the step);
 * ``emb``: the word embeddings (shared by ELECTRA's generator and discriminator): their RMS and
   the mean cosine between the embeddings of different pieces among ids 5–2004 (after the special
   tokens: the alphabet and the first WordPiece merges, the most frequent pieces).
@@ -30,7 +36,10 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 import ptmkit
-from ptmkit.build import build_encoder
+from ptmkit.build import build_encoder, build_model
+from ptmkit.train import checkpoint as ckpt
+from ptmkit.train.optim import param_groups
+from ptmkit.train.trainer import seed_everything
 
 torch.set_num_threads(2)
 
@@ -74,6 +83,37 @@ def weight_rms(encoder: torch.nn.Module) -> float:
     return float(torch.sqrt(sum((w ** 2).sum() for w in ws) / sum(w.numel() for w in ws)))
 
 
+def drift(encoder: torch.nn.Module, config: dict, tokenizer) -> float:
+    """‖W − W₀‖ / ‖W₀‖ over the non-embedding weight matrices, W₀ the run's initial weights."""
+    seed_everything(int(config["train"]["seed"]))
+    init = dict(build_encoder(config["model"], tokenizer).named_parameters())
+    num = den = 0.0
+    for name, w in encoder.named_parameters():
+        if w.ndim == 2 and "embeddings" not in name:
+            w0 = init[name].detach().float()
+            num += float(((w.detach().float() - w0) ** 2).sum())
+            den += float((w0 ** 2).sum())
+    return (num / den) ** 0.5
+
+
+def adam_second_moment(run: Path, config: dict, tokenizer) -> tuple[float, float]:
+    """(median √v̂, share of entries with √v̂ < 1e-5) over the backbone's layer weight matrices."""
+    state = ckpt.load_trainer_state(ckpt.latest_checkpoint(run))["optimizer"]
+    train = config["train"]
+    model = build_model(config, tokenizer)
+    # the optimizer's parameter order: its groups' order, as the trainer built them
+    groups = param_groups(model, float(train["weight_decay"]), float(train["lr"]), float(train.get("layer_decay", 1.0)))
+    names = [n for g in groups for n in g["names"]]
+    beta2 = float(train["betas"][1])
+    sizes = []
+    for i, name in enumerate(names):
+        if name.startswith("backbone.layers.") and name.endswith(".weight") and "norm" not in name:
+            st = state["state"][i]
+            sizes.append((st["exp_avg_sq"] / (1 - beta2 ** float(st["step"]))).sqrt().flatten())
+    v = torch.cat(sizes)
+    return float(v.median()), float((v < 1e-5).float().mean())
+
+
 def embedding_stats(encoder: torch.nn.Module, rng: np.random.Generator) -> tuple[float, float]:
     """(RMS, mean cosine between different pieces) of the word embeddings of ids 5..2004."""
     w = encoder.embeddings.word_embeddings.weight.detach().float().numpy()[5:2005]
@@ -94,9 +134,13 @@ def main() -> None:
     first = ptmkit.load_pretrained(runs[0], heads=False)
     torch.manual_seed(0)
     encoders = {"random init": (build_encoder(first.config["model"], first.tokenizer).eval(), first.tokenizer)}
+    drifts = {"random init": 0.0}
+    adam = {"random init": (float("nan"), float("nan"))}
     for run in runs:
         p = ptmkit.load_pretrained(run, heads=False)
         encoders[run.name] = (p.backbone, p.tokenizer)
+        drifts[run.name] = drift(p.backbone, p.config, p.tokenizer)
+        adam[run.name] = adam_second_moment(run, p.config, p.tokenizer)
 
     rng = np.random.default_rng(0)
     rows = {}
@@ -112,16 +156,20 @@ def main() -> None:
             "cos_tokens": mean_cosine(test_tok, rng),
             "state_rms": float(np.sqrt((test_x ** 2).mean())),
             "weight_rms": weight_rms(enc),
+            "drift": drifts[name],
+            "adam_sqrt_v_median": adam[name][0],
+            "adam_share_below_1e-5": adam[name][1],
         }
         rows[name]["emb_rms"], rows[name]["cos_embeddings"] = embedding_stats(enc, rng)
         print(name, rows[name], flush=True)
 
     lines = ["| encoder | probe acc. (500) | probe acc. (all) | cos(sentences) | cos(tokens) | state RMS | "
-             "weight RMS | embedding RMS | cos(embeddings) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "weight RMS | drift from init | Adam √v̂ median | share < 1e-5 | embedding RMS | cos(embeddings) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['probe_500']:.3f} | {r['probe_all']:.3f} | {r['cos_sentences']:.3f} | "
-                     f"{r['cos_tokens']:.3f} | {r['state_rms']:.3f} | {r['weight_rms']:.4f} | "
+                     f"{r['cos_tokens']:.3f} | {r['state_rms']:.3f} | {r['weight_rms']:.4f} | {r['drift']:.3f} | "
+                     f"{r['adam_sqrt_v_median']:.2e} | {r['adam_share_below_1e-5']:.2f} | "
                      f"{r['emb_rms']:.4f} | {r['cos_embeddings']:.3f} |")
     print("\n".join(lines))
     if args.out:
