@@ -25,6 +25,7 @@ JSON object: ``<model>_speedup`` (vs gensim), ``<model>_speedup_c`` (vs the C to
 
     python benchmarks/bench_static.py [--corpus PATH|RECIPE[+RECIPE...]] [--max-words N] [--seeds N (3)] [--no-c]
         [--models sg_ns,cbow_ns,sg_hs,sg_ns_shared,cbow_ns_shared,sg_hs_shared,fasttext,glove] [--epochs 5] [--workers 2] [--lowercase]
+        [--ptmkit-set hot_rows=32 sync_words=16]
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
         w2v = spec["kind"] == "word2vec"
         if w2v:
             cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], kernel=spec.get("kernel", "exact"), alpha=alpha,
-                                 workers=hp["workers"], seed=seed, cache=False, **common)  # fmt: skip
+                                 workers=hp["workers"], seed=seed, cache=False, **common, **hp.get("ptmkit_set", {}))  # fmt: skip
         else:
             cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], seed=seed, cache=False, **common)
         vocab, ids = load_corpus(corpus, cfg.min_count, cache=False)
@@ -268,6 +269,14 @@ def fmt_row(name: str, impl: str, a: dict) -> str:
             f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f} {a['peak_rss_mb']:7.0f}")  # fmt: skip
 
 
+def parse_setting(kv: str) -> tuple[str, int]:
+    key, _, value = kv.partition("=")
+    try:
+        return key, int(value)
+    except ValueError:
+        raise SystemExit(f"--ptmkit-set takes KEY=INT, got {kv!r}") from None
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _, _, impl, name, corpus, hp, seed, out = sys.argv
@@ -286,9 +295,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--bucket", type=int, default=2_000_000)
     ap.add_argument("--no-c", action="store_true", help="skip the original C tools (word2vec.c, fastText C++)")
+    ap.add_argument("--ptmkit-set", nargs="+", default=[], metavar="KEY=INT",
+                    help="integer settings of ptmkit's Word2VecConfig for the word2vec rows (e.g. hot_rows=32 sync_words=16)")
     args = ap.parse_args()
     hp = dict(dim=args.dim, window=5, epochs=args.epochs, min_count=5, sample=1e-3, workers=args.workers,
-              bucket=args.bucket, glove_epochs=args.glove_epochs)  # fmt: skip
+              bucket=args.bucket, glove_epochs=args.glove_epochs,
+              ptmkit_set=dict(parse_setting(kv) for kv in args.ptmkit_set))  # fmt: skip
     names = [m for m in args.models.split(",") if m]
     bad = [m for m in names if m not in MODELS and m != GLOVE]
     if bad:
