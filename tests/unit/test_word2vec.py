@@ -340,3 +340,25 @@ def test_hot_rows_and_sync_words_are_validated():
         Word2VecConfig(hot_rows=-1)
     with pytest.raises(ValueError, match="sync_words"):
         Word2VecConfig(sync_words=0)
+
+
+def test_a_score_of_exactly_max_exp_reads_inside_the_sigmoid_table():
+    """Negative sampling skips scores strictly beyond ±MAX_EXP, so f == MAX_EXP looks up entry
+    EXP_TABLE_SIZE: the table has it (as word2vec.c's), holding sigmoid(MAX_EXP).  The table is
+    handed over as the head of a NaN-filled buffer, so a read past its end would show as NaN."""
+    from ptmkit.static.kernels_w2v import EXP_TABLE_SIZE, MAX_EXP, exp_table, ns_update
+
+    tab = exp_table()
+    assert tab.shape == (EXP_TABLE_SIZE + 1,)
+    assert tab[-1] == np.float32(1.0 / (1.0 + np.exp(-MAX_EXP)))
+    guarded = np.full(tab.shape[0] + 8, np.nan, dtype=np.float32)
+    guarded[: tab.shape[0]] = tab
+    dim, alpha = 4, 0.025
+    l1 = np.array([MAX_EXP, 0.0, 0.0, 0.0], dtype=np.float32)
+    syn1neg = np.zeros((3, dim), dtype=np.float32)
+    syn1neg[1, 0] = 1.0  # l1 · syn1neg[1] == MAX_EXP exactly
+    work = np.zeros(dim, dtype=np.float32)
+    ns_update(l1, 1, syn1neg, work, 0, alpha, guarded[: tab.shape[0]], negative_table(np.array([5, 3, 2]), 0.75), np.uint64(1))
+    g = (1.0 - tab[-1]) * alpha  # label 1, sigmoid(MAX_EXP)
+    np.testing.assert_allclose(work, [g, 0.0, 0.0, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(syn1neg[1], [1.0 + g * MAX_EXP, 0.0, 0.0, 0.0], rtol=1e-6)

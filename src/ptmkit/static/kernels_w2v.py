@@ -38,8 +38,13 @@ _MASK24 = np.uint64(0xFFFFFF)
 
 
 def exp_table() -> np.ndarray:
-    """float32 [EXP_TABLE_SIZE]: sigmoid(x) for x on a uniform grid over [-MAX_EXP, MAX_EXP)."""
-    x = (np.arange(EXP_TABLE_SIZE, dtype=np.float64) / EXP_TABLE_SIZE * 2.0 - 1.0) * MAX_EXP
+    """float32 [EXP_TABLE_SIZE + 1]: sigmoid(x) for x on a uniform grid over [-MAX_EXP, MAX_EXP].
+
+    The last entry serves a score of exactly ``MAX_EXP``, which negative sampling looks up (it
+    only skips scores strictly beyond the range) at index ``EXP_TABLE_SIZE``; word2vec.c allocates
+    the same extra entry.  Without it that lookup read past the table: a few times per run on a
+    large corpus, and now and then the value read there turned the vectors into NaN."""
+    x = (np.arange(EXP_TABLE_SIZE + 1, dtype=np.float64) / EXP_TABLE_SIZE * 2.0 - 1.0) * MAX_EXP
     return (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
 
 
