@@ -8,7 +8,7 @@ import pytest
 from ptmkit.static.fasttext import FastTextConfig, subwords, train_fasttext
 from ptmkit.static.huffman import build_huffman
 from ptmkit.static.kernels_ft import train_ft_chunk
-from ptmkit.static.kernels_w2v import MAX_EXP, exp_table
+from ptmkit.static.kernels_w2v import _EXP_SCALE, MAX_EXP, exp_table
 from ptmkit.static.sampling import negative_table
 
 WORDS = ["the", "cat", "sat", "mat", "on"]
@@ -24,7 +24,7 @@ def _reference(emb, syn1, ptr, idx, sentence, tree, sg, alpha, tab):
     """
     emb, syn1 = emb.astype(np.float64), syn1.astype(np.float64)
     rows = [idx[ptr[w] : ptr[w + 1]] for w in range(len(ptr) - 1)]
-    scale = tab.shape[0] / MAX_EXP / 2.0
+    scale = _EXP_SCALE
 
     def hs(h, target, grad):
         for j in range(tree.lengths[target]):
