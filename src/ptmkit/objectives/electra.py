@@ -36,8 +36,9 @@ objective of the BERT family at small sizes (the paper's ELECTRA-Small result).
   embedding layer (the discriminator's embedding output): 1 (the paper) leaves it at λ, ``1/λ``
   gives the embeddings the detection loss at weight 1 while the discriminator's layers keep λ, 0
   lets the embeddings learn from the generator's MLM alone.  The paper ties the embeddings
-  because MLM's dense softmax updates every row (Clark et al. 2020, §3.2); at small budgets λ = 50
-  lets the sparse detection signal dominate them instead (README, ELECTRA).
+  because MLM's dense softmax updates every row (Clark et al. 2020, §3.2); the switch measures
+  whether the detection loss's share of their gradient matters (at the README's CPU budget it did
+  not for fine-tuning: README, ELECTRA).
 
 Metrics (over the real tokens of the batch): ``rtd_auc`` (ROC AUC of the logits against the
 replaced labels, :func:`ptmkit.train.binary_metrics.roc_auc`: 0.5 for a detector that only knows
