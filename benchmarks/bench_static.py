@@ -17,8 +17,10 @@ words/s = corpus words × epochs / training seconds (vocabulary building exclude
 over seeds), words per CPU-second (process CPU time of all threads, which a loaded machine
 distorts less than wall time), analogy accuracy (questions-words, restrict_vocab 30000, 3CosAdd) and Spearman ρ on
 WordSim-353 and SimLex-999 (mean ± sd over seeds), all computed by the same evaluator
-(``WordVectors``, which matches gensim's).  GloVe (ptmkit only; gensim has none) reports the
-words/s of co-occurrence counting and of training next to its scores.  The last line printed is one
+(``WordVectors``, which matches gensim's).  GloVe (gensim has none) reports the words/s of
+co-occurrence counting and of training next to its scores, against glove-python where it is
+installed (``pip install -e .[bench]`` or ``pip install bicleaner-ai-glove``; keys ``glove_speedup``, ``glove_count_speedup``,
+``glove_analogy_delta``, ...; its model differs from the paper's, see ``train_glove_python``).  The last line printed is one
 JSON object: ``<model>_speedup`` (vs gensim), ``<model>_speedup_c`` (vs the C tool), ``<model>_cpu_speedup(_c)``,
 ``<model>_analogy_delta(_c)`` (points), ``<model>_ws353_delta(_c)``, ``<model>_simlex_delta(_c)``,
 ``<model>_mem_ratio`` (peak RSS, ptmkit ÷ gensim) and the raw figures of every run.
@@ -134,7 +136,7 @@ def worker(impl: str, name: str, corpus: Path, hp: dict, seed: int, out: Path) -
     if impl == "c":
         out.write_text(json.dumps(train_with_c_tool(name, corpus, hp, seed, out.parent)))
         return
-    if name == GLOVE:
+    if name == GLOVE and impl == "ptmkit":
         from ptmkit.static.glove import GloVeConfig, train_glove
 
         cfg = GloVeConfig(dim=hp["dim"], min_count=hp["min_count"], epochs=hp["glove_epochs"], threads=hp["workers"], seed=seed)
@@ -145,7 +147,9 @@ def worker(impl: str, name: str, corpus: Path, hp: dict, seed: int, out: Path) -
         words = int(stats.get("tokens", 0))
         result = {"impl": impl, "model": name, "seed": seed, "seconds": seconds, "words": words * cfg.epochs,
                   "words_per_second": stats["train_words_per_s"], "count_words_per_second": stats.get("count_words_per_s"),
-                  "train_seconds": stats["train_seconds"], "nnz": stats.get("nnz"), **evaluate(wv)}  # fmt: skip
+                  "train_seconds": stats["train_seconds"], "nnz": stats.get("pairs"), **evaluate(wv)}  # fmt: skip
+    elif name == GLOVE:
+        result = train_glove_python(corpus, hp, seed)
     else:
         result = train_w2v(impl, name, corpus, hp, seed)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -208,6 +212,54 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
     return {"impl": impl, "model": name, "seed": seed, "seconds": seconds, "words": words,
             "words_per_second": words / seconds, "cpu_seconds": cpu, "words_per_cpu_second": words / cpu,
             **evaluate(wv)}  # fmt: skip
+
+
+def train_glove_python(corpus: Path, hp: dict, seed: int) -> dict:
+    """GloVe by glove-python (``pip install bicleaner-ai-glove``, a maintained build of Kula's
+    ``glove_python``) on the same co-occurrences as ptmkit's: the same vocabulary (min_count, words
+    below it removed before windowing), window 10 with 1/d weights, and ptmkit's x_max, alpha,
+    learning rate, dimension, epochs and threads.  Its model differs from the paper's by design: one
+    vector matrix for words and contexts, trained on the upper triangle of X, with plain AdaGrad
+    (raw squared gradients); its ``word_vectors`` are scored."""
+    from collections import Counter
+
+    import numpy as np
+    from glove import Corpus, Glove
+
+    from ptmkit.static.glove import GloVeConfig
+    from ptmkit.static.vectors import WordVectors
+
+    defaults = GloVeConfig()
+    with open(corpus, encoding="utf-8") as f:
+        sentences = [line.split() for line in f]
+    counts = Counter(w for s in sentences for w in s)
+    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= hp["min_count"]]
+    index = {w: i for i, w in enumerate(words)}
+    sentences = [kept for s in sentences if len(kept := [w for w in s if w in index]) > 0]
+    tokens = sum(len(s) for s in sentences)
+    t0 = time.perf_counter()
+    co = Corpus(index)
+    co.fit(sentences, window=defaults.window)
+    count_seconds = time.perf_counter() - t0
+    model = Glove(no_components=hp["dim"], learning_rate=defaults.lr, alpha=defaults.alpha, max_count=defaults.x_max,
+                  random_state=seed)
+    t1, c1 = time.perf_counter(), time.process_time()
+    model.fit(co.matrix, epochs=hp["glove_epochs"], no_threads=hp["workers"])
+    seconds, cpu = time.perf_counter() - t1, time.process_time() - c1
+    wv = WordVectors(words, model.word_vectors.astype(np.float32))
+    return {"impl": "glove-python", "model": GLOVE, "seed": seed, "seconds": seconds, "words": tokens * hp["glove_epochs"],
+            "words_per_second": tokens * hp["glove_epochs"] / seconds, "count_words_per_second": tokens / count_seconds,
+            "words_per_cpu_second": tokens * hp["glove_epochs"] / cpu, "train_seconds": seconds, "nnz": int(co.matrix.nnz),
+            **evaluate(wv)}  # fmt: skip
+
+
+def glove_python_available() -> bool:
+    try:
+        import glove  # noqa: F401
+    except ImportError:
+        print("# GloVe: glove-python is not installed (pip install bicleaner-ai-glove): ptmkit only", file=sys.stderr)
+        return False
+    return True
 
 
 def c_model(name: str) -> str:
@@ -316,7 +368,10 @@ def main() -> None:
         print(f"corpus {summary['corpus']} ({n:,} words), seeds {args.seeds}, {hp}")
         print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s} {'peak MB':>7s}")
         for name in names:
-            impls = ("ptmkit",) if name == GLOVE else ("ptmkit", "gensim")
+            if name == GLOVE:
+                impls = ("ptmkit", "glove-python") if glove_python_available() else ("ptmkit",)
+            else:
+                impls = ("ptmkit", "gensim")
             if name != GLOVE and not args.no_c and c_tools.available(c_model(name)):
                 impls = (*impls, "c")
             runs: dict[str, list[dict]] = {i: [] for i in impls}
@@ -338,6 +393,14 @@ def main() -> None:
                 summary["glove_count_words_per_s"] = round(p.get("count_words_per_second", 0.0))
                 for key in ("analogy", "ws353", "simlex"):
                     summary[f"glove_{key}"] = round(p[key], 4)
+                if "glove-python" in aggs:
+                    r = aggs["glove-python"]
+                    summary["glove_speedup"] = round(p["words_per_second"] / r["words_per_second"], 3)
+                    summary["glove_count_speedup"] = round(p["count_words_per_second"] / r["count_words_per_second"], 3)
+                    summary["glove_analogy_delta"] = round(p["analogy"] - r["analogy"], 2)
+                    summary["glove_ws353_delta"] = round(p["ws353"] - r["ws353"], 4)
+                    summary["glove_simlex_delta"] = round(p["simlex"] - r["simlex"], 4)
+                    summary["glove_mem_ratio"] = round(p["peak_rss_mb"] / r["peak_rss_mb"], 3)
                 continue
             g = aggs["gensim"]
             summary[f"{name}_speedup"] = round(p["words_per_second"] / g["words_per_second"], 3)
