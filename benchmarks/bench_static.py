@@ -221,22 +221,21 @@ def train_glove_python(corpus: Path, hp: dict, seed: int) -> dict:
     learning rate, dimension, epochs and threads.  Its model differs from the paper's by design: one
     vector matrix for words and contexts, trained on the upper triangle of X, with plain AdaGrad
     (raw squared gradients); its ``word_vectors`` are scored."""
-    from collections import Counter
-
     import numpy as np
     from glove import Corpus, Glove
 
     from ptmkit.static.glove import GloVeConfig
     from ptmkit.static.vectors import WordVectors
+    from ptmkit.static.vocab import load_corpus
 
     defaults = GloVeConfig()
-    with open(corpus, encoding="utf-8") as f:
-        sentences = [line.split() for line in f]
-    counts = Counter(w for s in sentences for w in s)
-    words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= hp["min_count"]]
+    vocab, ids = load_corpus(corpus, hp["min_count"], cache=False)  # ptmkit's vocabulary, OOV words dropped
+    words = list(vocab.words)
     index = {w: i for i, w in enumerate(words)}
-    sentences = [kept for s in sentences if len(kept := [w for w in s if w in index]) > 0]
-    tokens = sum(len(s) for s in sentences)
+    table = np.array(words, dtype=object)
+    bounds = ids.sentences
+    sentences = [table[ids.ids[a:b]].tolist() for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    tokens = ids.n_words
     t0 = time.perf_counter()
     co = Corpus(index)
     co.fit(sentences, window=defaults.window)
@@ -321,6 +320,13 @@ def fmt_row(name: str, impl: str, a: dict) -> str:
             f" {a['ws353']:6.3f}±{a['ws353_sd']:<6.3f} {a['simlex']:6.3f}±{a['simlex_sd']:<6.3f} {a['peak_rss_mb']:7.0f}")  # fmt: skip
 
 
+def score_deltas(summary: dict, prefix: str, p: dict, q: dict, suffix: str = "") -> None:
+    """``<prefix>_{analogy,ws353,simlex}_delta<suffix>``: ptmkit's scores ``p`` minus a peer's ``q``."""
+    summary[f"{prefix}_analogy_delta{suffix}"] = round(p["analogy"] - q["analogy"], 2)
+    summary[f"{prefix}_ws353_delta{suffix}"] = round(p["ws353"] - q["ws353"], 4)
+    summary[f"{prefix}_simlex_delta{suffix}"] = round(p["simlex"] - q["simlex"], 4)
+
+
 def parse_setting(kv: str) -> tuple[str, int]:
     key, _, value = kv.partition("=")
     try:
@@ -397,9 +403,7 @@ def main() -> None:
                     r = aggs["glove-python"]
                     summary["glove_speedup"] = round(p["words_per_second"] / r["words_per_second"], 3)
                     summary["glove_count_speedup"] = round(p["count_words_per_second"] / r["count_words_per_second"], 3)
-                    summary["glove_analogy_delta"] = round(p["analogy"] - r["analogy"], 2)
-                    summary["glove_ws353_delta"] = round(p["ws353"] - r["ws353"], 4)
-                    summary["glove_simlex_delta"] = round(p["simlex"] - r["simlex"], 4)
+                    score_deltas(summary, GLOVE, p, r)
                     summary["glove_mem_ratio"] = round(p["peak_rss_mb"] / r["peak_rss_mb"], 3)
                 continue
             g = aggs["gensim"]
@@ -409,17 +413,13 @@ def main() -> None:
             summary[f"{name}_speedup_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
             # words per CPU-second of the whole process (all its threads): robust to a loaded machine
             summary[f"{name}_cpu_speedup"] = round(p["words_per_cpu_second"] / g["words_per_cpu_second"], 3)
-            summary[f"{name}_analogy_delta"] = round(p["analogy"] - g["analogy"], 2)
-            summary[f"{name}_ws353_delta"] = round(p["ws353"] - g["ws353"], 4)
-            summary[f"{name}_simlex_delta"] = round(p["simlex"] - g["simlex"], 4)
+            score_deltas(summary, name, p, g)
             summary[f"{name}_mem_ratio"] = round(p["peak_rss_mb"] / g["peak_rss_mb"], 3)
             if "c" in aggs:
                 c = aggs["c"]
                 summary[f"{name}_speedup_c"] = round(p["words_per_second"] / c["words_per_second"], 3)
                 summary[f"{name}_cpu_speedup_c"] = round(p["words_per_cpu_second"] / c["words_per_cpu_second"], 3)
-                summary[f"{name}_analogy_delta_c"] = round(p["analogy"] - c["analogy"], 2)
-                summary[f"{name}_ws353_delta_c"] = round(p["ws353"] - c["ws353"], 4)
-                summary[f"{name}_simlex_delta_c"] = round(p["simlex"] - c["simlex"], 4)
+                score_deltas(summary, name, p, c, "_c")
     print(json.dumps(summary))
 
 
