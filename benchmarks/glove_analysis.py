@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 
 import bench_static  # noqa: E402
 from ptmkit.static.cooccurrence import count_cooccurrence  # noqa: E402
-from ptmkit.static.glove import GloVeConfig, GloVeModel, weighting  # noqa: E402
+from ptmkit.static.glove import GloVeConfig, GloVeModel, block_size_for, epoch_block_order, shuffled_entries  # noqa: E402
 from ptmkit.static.vectors import WordVectors  # noqa: E402
 from ptmkit.static.vocab import load_corpus  # noqa: E402
 
@@ -94,16 +94,14 @@ def main() -> None:
                                               weighting=kind, progress=False)  # fmt: skip
             print(f"  counted window {cfg.window} ({kind}): {counted[key].nnz:,} pairs in {time.perf_counter() - t0:.0f} s", flush=True)
         cooc = counted[key]
-        rec = cooc.records
-        I, J = np.ascontiguousarray(rec["i"]), np.ascontiguousarray(rec["j"])
-        x = np.asarray(rec["x"], dtype=np.float64)
-        logX, fX = np.log(x).astype(np.float32), weighting(x, cfg.x_max, cfg.alpha).astype(np.float32)
+        I, J, logX, fX = shuffled_entries(cooc, cfg.x_max, cfg.alpha, cfg.seed)
+        block_size = block_size_for(cooc.nnz, numba.get_num_threads())
         model = GloVeModel(cooc.vocab_size, cfg.dim, cfg.seed)
         t0, done = time.perf_counter(), 0
         for stop in checkpoints:
             while done < stop:
-                order = np.random.default_rng((cfg.seed, done)).permutation(cooc.nnz)
-                loss = model.epoch(I, J, logX, fX, order, cfg.lr, numba.get_num_threads(), cfg.grad_clip)
+                blocks = epoch_block_order(cooc.nnz, cfg.seed, done, block_size)
+                loss = model.epoch(I, J, logX, fX, blocks, cfg.lr, numba.get_num_threads(), cfg.grad_clip, block_size)
                 done += 1
             row = {"setting": name, "epochs": stop, "loss": round(loss, 5), "seconds": round(time.perf_counter() - t0, 1),
                    "sum": score(model.vectors(), words), "w_only": score(model.W.astype(np.float32), words),
