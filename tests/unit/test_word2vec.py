@@ -342,6 +342,27 @@ def test_hot_rows_and_sync_words_are_validated():
         Word2VecConfig(sync_words=0)
 
 
+def test_negatives_leave_the_ring_in_the_order_they_were_drawn():
+    """The ring only delays the negatives' stream by NEG_RING draws (so their rows can be
+    prefetched): out come the pre-drawn words, then the stream's next draws, in order."""
+    from ptmkit.static.kernels_w2v import NEG_RING, draw_negative, negative_ring, next_negative
+
+    table = negative_table(np.array([50, 30, 20, 10, 5, 1]), 0.75)
+    syn1neg = np.zeros((6, 4), dtype=np.float32)
+    ring, state = negative_ring(np.uint64(7), 5, table)
+    expected, s = list(ring), state
+    for _ in range(2 * NEG_RING):
+        t, s = draw_negative(s, table[0], table[1])
+        expected.append(t)
+    got, pos = [], 0
+    for _ in range(3 * NEG_RING):
+        t, pos, state = next_negative(ring, pos, state, table[0], table[1], syn1neg, 0)
+        got.append(t)
+    assert got == expected[: 3 * NEG_RING]
+    assert not syn1neg.any()  # prefetching the rows leaves them as they are
+    assert len(set(got)) > 3
+
+
 def test_a_score_of_exactly_max_exp_reads_inside_the_sigmoid_table():
     """Negative sampling skips scores strictly beyond ±MAX_EXP, so f == MAX_EXP looks up entry
     EXP_TABLE_SIZE: the table has it (as word2vec.c's), holding sigmoid(MAX_EXP).  The table is
@@ -358,7 +379,9 @@ def test_a_score_of_exactly_max_exp_reads_inside_the_sigmoid_table():
     syn1neg = np.zeros((3, dim), dtype=np.float32)
     syn1neg[1, 0] = 1.0  # l1 · syn1neg[1] == MAX_EXP exactly
     work = np.zeros(dim, dtype=np.float32)
-    ns_update(l1, 1, syn1neg, work, 0, alpha, guarded[: tab.shape[0]], negative_table(np.array([5, 3, 2]), 0.75), np.uint64(1))
+    no_hot, ring = np.empty((0, dim), dtype=np.float32), np.zeros(1, dtype=np.int64)
+    ns_update(l1, 1, syn1neg, no_hot, work, 0, alpha, guarded[: tab.shape[0]], ring, 0, np.uint64(1),
+              negative_table(np.array([5, 3, 2]), 0.75))  # fmt: skip
     g = (1.0 - tab[-1]) * alpha  # label 1, sigmoid(MAX_EXP)
     np.testing.assert_allclose(work, [g, 0.0, 0.0, 0.0], rtol=1e-6)
     np.testing.assert_allclose(syn1neg[1], [1.0 + g * MAX_EXP, 0.0, 0.0, 0.0], rtol=1e-6)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_w2v import hot_sync, hs_update_hot, lcg, ns_update_hot, seed_state, subsample
+from ptmkit.static.kernels_w2v import hot_sync, hs_update_hot, lcg, negative_ring, ns_update, seed_state, subsample
+from ptmkit.static.prefetch import prefetch_row
 
 _FNV_OFFSET = np.uint64(2166136261)
 _FNV_PRIME = np.uint64(16777619)
@@ -119,6 +120,13 @@ def _apply_rows(emb, ptr, idx, w, work):
             emb[row, k] += work[k]
 
 
+@nb.njit(inline="always")
+def _prefetch_rows(base, ptr, idx, w, row_bytes):
+    """Prefetch the rows of word ``w``'s subwords (random buckets of a large matrix)."""
+    for r in range(ptr[w], ptr[w + 1]):
+        prefetch_row(base, idx[r], row_bytes)
+
+
 @nb.njit(nogil=True, fastmath=True, cache=True)
 def train_ft_chunk(
     emb, syn1neg, syn1, sub_ptr, sub_idx,
@@ -152,6 +160,9 @@ def train_ft_chunk(
     hot_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
     snap_neg = np.empty((n_hot_neg, dim), dtype=np.float32)
     hot_sync(syn1neg, hot_neg, snap_neg, 0, False)
+    ring, neg_state = negative_ring(state, 0 if hs else negative, neg_table)
+    pos = 0
+    p_emb, row_bytes = emb.ctypes.data, dim * 4
     since_sync = 0
     kept = 0
     for s in range(s0, s1):
@@ -169,6 +180,11 @@ def train_ft_chunk(
             b = int(state % np.uint64(window))
             start = max(0, i - window + b)
             end = min(n, i + window + 1 - b)
+            # the subword rows needed next: the next centre word's (Skip-gram), or those of the
+            # word entering the window (CBOW)
+            ahead = i + 1 if sg else i + window + 1
+            if ahead < n:
+                _prefetch_rows(p_emb, sub_ptr, sub_idx, buf[ahead], row_bytes)
             for k in range(dim):
                 hidden[k] = 0.0
                 work[k] = 0.0
@@ -184,7 +200,8 @@ def train_ft_chunk(
                     if hs:
                         hs_update_hot(hidden, buf[j], syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                     else:
-                        state = ns_update_hot(hidden, buf[j], syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
+                        pos, neg_state = ns_update(hidden, buf[j], syn1neg, hot_neg, work, negative, alpha, exp_tab,
+                                                        ring, pos, neg_state, neg_table)
                 _apply_rows(emb, sub_ptr, sub_idx, w, work)
             else:
                 rows = 0
@@ -199,7 +216,8 @@ def train_ft_chunk(
                 if hs:
                     hs_update_hot(hidden, buf[i], syn1, hot, hot_base, codes, points, lengths, work, alpha, exp_tab)
                 else:
-                    state = ns_update_hot(hidden, buf[i], syn1neg, hot_neg, work, negative, alpha, exp_tab, neg_table, state)
+                    pos, neg_state = ns_update(hidden, buf[i], syn1neg, hot_neg, work, negative, alpha, exp_tab,
+                                                    ring, pos, neg_state, neg_table)
                 for j in range(start, end):
                     if j != i:
                         _apply_rows(emb, sub_ptr, sub_idx, buf[j], work)
