@@ -307,7 +307,7 @@ def train_w2v_chunk(
     ring, neg_state = negative_ring(state, negative, neg_table)
     pos = 0
     row_bytes = dim * 4
-    p_syn0, p_syn1neg = syn0.ctypes.data, syn1neg.ctypes.data
+    p_syn0, p_syn1, p_syn1neg = syn0.ctypes.data, syn1.ctypes.data, syn1neg.ctypes.data
     since_sync = 0
     kept = 0
     for s in range(s0, s1):
@@ -330,6 +330,11 @@ def train_w2v_chunk(
                 prefetch_row(p_syn0, buf[i + window + 1], row_bytes)
             if negative > 0 and i + 1 < n and buf[i + 1] >= n_hot_neg:  # the next centre word's output row
                 prefetch_row(p_syn1neg, buf[i + 1], row_bytes)
+            if hs and i + 1 < n:  # the shared inner nodes on the next centre word's Huffman path
+                nxt = buf[i + 1]
+                for q in range(lengths[nxt]):
+                    if points[nxt, q] < hot_base:
+                        prefetch_row(p_syn1, points[nxt, q], row_bytes)
             if sg:
                 for j in range(start, end):
                     if j == i:
