@@ -162,7 +162,7 @@ def train_ft_chunk(
     hot_sync(syn1neg, hot_neg, snap_neg, 0, False)
     ring, neg_state = negative_ring(state, 0 if hs else negative, neg_table)
     pos = 0
-    p_emb, row_bytes = emb.ctypes.data, dim * 4
+    p_emb, row_bytes = emb.ctypes.data, dim * emb.itemsize
     since_sync = 0
     kept = 0
     for s in range(s0, s1):

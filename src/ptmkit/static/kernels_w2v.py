@@ -184,7 +184,7 @@ def next_negative(ring, pos, neg_state, accept, alias, syn1neg, n_hot):
     fresh, neg_state = draw_negative(neg_state, accept, alias)
     ring[pos] = fresh
     if fresh >= n_hot:
-        prefetch_row(syn1neg.ctypes.data, fresh, syn1neg.shape[1] * 4)
+        prefetch_row(syn1neg.ctypes.data, fresh, syn1neg.shape[1] * syn1neg.itemsize)
     pos += 1
     if pos == ring.shape[0]:
         pos = 0
@@ -306,7 +306,7 @@ def train_w2v_chunk(
     hot_sync(syn1neg, hot_neg, snap_neg, 0, False)
     ring, neg_state = negative_ring(state, negative, neg_table)
     pos = 0
-    row_bytes = dim * 4
+    row_bytes = dim * syn0.itemsize
     p_syn0, p_syn1, p_syn1neg = syn0.ctypes.data, syn1.ctypes.data, syn1neg.ctypes.data
     since_sync = 0
     kept = 0
