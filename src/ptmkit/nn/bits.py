@@ -1,0 +1,116 @@
+"""Scalar helpers for numba kernels over float32 and bfloat16 data.
+
+numba has no scalar bit cast, and its ``math.exp`` is a call into libm that keeps a loop from
+vectorising (without Intel's SVML, which is not a dependency).  These are the pieces the CPU
+kernels in :mod:`ptmkit.nn` share:
+
+* ``f32_from_bits`` / ``f32_bits``: reinterpret an int32 as a float32 and back (an LLVM
+  ``bitcast``, no instruction);
+* ``bf16_to_f32`` / ``f32_to_bf16``: bfloat16 is the top half of a float32, so widening is a
+  shift and narrowing rounds to the nearest even (NaN stays a quiet NaN), as PyTorch rounds;
+* ``exp_f32``: ``exp(x)`` for ``x <= 0`` from a Cody-Waite range reduction and Cephes' degree-6
+  polynomial (relative error about 2e-7, as ``expf``), branch-free so loops over it vectorise.
+
+Arrays of bfloat16 reach numba as ``uint16`` views (``t.view(torch.int16).numpy().view(np.uint16)``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic, overload
+
+
+@intrinsic
+def f32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the low 32 bits of the integer ``bits``."""
+    if not isinstance(bits, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        low = context.cast(builder, args[0], signature.args[0], types.int32)
+        return builder.bitcast(low, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def f32_bits(typingctx, value):
+    """The bit pattern of the float32 ``value`` as an int32."""
+    if value != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@numba.njit(inline="always")
+def bf16_to_f32(u):
+    """A bfloat16 bit pattern (uint16) as float32: exact."""
+    return f32_from_bits(np.int32(u) << np.int32(16))
+
+
+@numba.njit(inline="always")
+def f32_to_bf16(x):
+    """float32 -> bfloat16 bit pattern (uint16), rounded to the nearest even; NaN -> quiet NaN."""
+    b = f32_bits(x)
+    rounded = (b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16)
+    nan = (b & np.int32(0x7FFFFFFF)) > np.int32(0x7F800000)
+    return np.uint16(((b >> np.int32(16)) | np.int32(0x40)) if nan else rounded)
+
+
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)  # ln 2 split so that k * _LN2_HI is exact for |k| < 2^9
+_LN2_LO = np.float32(-2.12194440e-4)
+_EXP_MIN = np.float32(-87.0)  # below this exp underflows the normal range: clamp (error < 2e-38)
+
+
+@numba.njit(inline="always")
+def exp_f32(x):
+    """``exp(x)`` for float32 ``x <= 0`` (larger ``x`` overflows the exponent field; the callers
+    subtract a row maximum first).  NaN gives NaN; -inf gives about 1.6e-38, not 0."""
+    x = x if x > _EXP_MIN or x != x else _EXP_MIN
+    k = np.float32(np.floor(x * _LOG2E + np.float32(0.5)))
+    r = x - k * _LN2_HI
+    r = r - k * _LN2_LO
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    return p * f32_from_bits((np.int32(k) + np.int32(127)) << np.int32(23))
+
+
+def widen(v):
+    """float32 value of an element of a float32 array or of a bf16 (uint16) array (numba only)."""
+    raise NotImplementedError("widen is for numba kernels")
+
+
+def narrow(x, like):
+    """float32 ``x`` as an element for an array of ``like``'s dtype: float32, or bf16 (uint16)."""
+    raise NotImplementedError("narrow is for numba kernels")
+
+
+@overload(widen, inline="always")
+def _widen(v):
+    if v == types.uint16:
+        return lambda v: bf16_to_f32(v)
+    if v == types.float32:
+        return lambda v: v
+    return None
+
+
+@overload(narrow, inline="always")
+def _narrow(x, like):
+    if like == types.uint16:
+        return lambda x, like: f32_to_bf16(x)
+    if like == types.float32:
+        return lambda x, like: np.float32(x)
+    return None
+

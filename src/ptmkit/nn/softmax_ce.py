@@ -1,0 +1,184 @@
+"""Softmax cross-entropy and top-1 accuracy of a logit matrix in one CPU kernel.
+
+``softmax_cross_entropy(logits [N, C], target [N])`` returns
+``(F.cross_entropy(logits.float(), target), (logits.argmax(-1) == target).float().mean())``:
+the mean over the rows whose target is not -100 (NaN when none is, as PyTorch's) and the
+accuracy over all rows.  The loss is differentiable in ``logits``; its gradient has the
+logits' dtype.
+
+Why a kernel: a masked LM's head ends in ``[N, V]`` logits (608 x 8000 for a batch of 32 x 128
+at 15 %).  Under bf16 autocast PyTorch casts them to float32, runs log-softmax, the NLL, its
+backward into a zeroed matrix, the log-softmax backward and a cast back: eight passes over the
+matrix and three copies of it, about 16 ms a step on two cores, where the matrix products
+that produce the logits take 20 ms.  Here a forward pass reads the logits twice (row maximum,
+then the sum of exponentials, in float32 whatever the input dtype) and keeps only each row's
+log-sum-exp; the backward pass reads them once more and writes ``softmax - onehot``, scaled,
+straight in the logits' dtype.  On that matrix, forward and backward: bf16 10.1 ms on one core
+against 12.6 ms for PyTorch's route on two, float32 7.7 against 10.5 ms.
+
+The kernel runs on the calling thread only.  Split over two threads it took 4 ms alone but no
+less inside a training step: it runs right after a matrix product, when PyTorch's OpenMP
+workers still spin-wait on the other cores (and numba's own ``parallel=True`` adds a second
+OpenMP runtime whose threads spin in turn: a causal LM's loss, eight such calls a step, went
+from 43 to 137 ms with it).
+
+Other devices, dtypes and small matrices (below ``MIN_KERNEL_ELEMENTS``) take PyTorch's path.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ptmkit.nn.bits import exp_f32, narrow, widen
+
+IGNORE = -100
+MIN_KERNEL_ELEMENTS = 1 << 15  # below this the kernel's call overhead outweighs its passes
+# The row reductions are separate functions (not inlined by numba) so that their own fastmath
+# flags apply: the maximum may ignore NaN (so it vectorises); the sum of exponentials may only
+# reorder, so a NaN or an inf - inf in the row still reaches the log-sum-exp.
+_LANES = 16
+_SUM_FLAGS = {"reassoc", "contract", "nsz", "arcp"}
+
+
+@numba.njit(fastmath=True, cache=True)
+def _row_max(row):
+    """The maximum of one row in float32 (NaNs may be skipped: the sum below catches them).
+    Sixteen running maxima, one per lane of a vector register (1.6x one running maximum)."""
+    lanes = np.full(_LANES, -np.inf, dtype=np.float32)
+    body = row.size // _LANES * _LANES
+    for j in range(0, body, _LANES):
+        for k in range(_LANES):
+            v = widen(row[j + k])
+            lanes[k] = v if v > lanes[k] else lanes[k]
+    m = lanes.max()
+    for j in range(body, row.size):
+        v = widen(row[j])
+        m = v if v > m else m
+    return m
+
+
+@numba.njit(fastmath=_SUM_FLAGS, cache=True)
+def _row_sum_exp(row, m):
+    """sum_j exp(row[j] - m) in float32; NaN if the row holds a NaN (or m is inf)."""
+    s = np.float32(0.0)
+    for j in range(row.size):
+        s += exp_f32(widen(row[j]) - m)
+    return s
+
+
+@numba.njit(nogil=True, cache=True)
+def _forward(x, target, lse, nll, correct):
+    """Per row n of ``x [N, C]`` (float32, or bf16 as uint16): its log-sum-exp, the NLL of
+    ``target[n]`` (0 for an ignored row) and whether the first maximum is the target."""
+    for n in range(x.shape[0]):
+        row = x[n]
+        m = _row_max(row)
+        l = m + np.float32(np.log(_row_sum_exp(row, m)))
+        lse[n] = l
+        t = target[n]
+        nll[n] = l - widen(row[t]) if t != IGNORE else np.float32(0.0)
+        am = 0  # the first index of the maximum, as torch.argmax
+        while am < row.size - 1 and widen(row[am]) != m:
+            am += 1
+        correct[n] = t != IGNORE and am == t and l == l
+
+
+@numba.njit(nogil=True, cache=True)
+def _backward(x, target, lse, out, scale):
+    """out[n] = (softmax(x[n]) - onehot(target[n])) * scale in x's dtype (float32 arithmetic,
+    one rounding); zero for an ignored row."""
+    for n in range(x.shape[0]):
+        row, o, l, t = x[n], out[n], lse[n], target[n]
+        c = np.float32(scale) if t != IGNORE else np.float32(0.0)
+        for j in range(row.size):  # the one-hot as a select, not a store after the loop
+            o[j] = narrow(exp_f32(widen(row[j]) - l) * c - (c if j == t else np.float32(0.0)), row[j])
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as numpy (bf16 as its uint16 bit patterns)."""
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def kernel_applies(logits: torch.Tensor) -> bool:
+    """Whether :func:`row_statistics` / :func:`softmax_minus_onehot_` take ``logits``: a
+    contiguous 2-D CPU tensor of float32 or bfloat16, large enough to be worth the call."""
+    return (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
+            and logits.dim() == 2 and logits.is_contiguous() and logits.shape[1] > 0
+            and logits.numel() >= MIN_KERNEL_ELEMENTS)
+
+
+def row_statistics(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(lse, nll, correct)`` of each row of ``logits [N, C]`` (see :func:`kernel_applies`):
+    log-sum-exp and negative log-likelihood of ``target [N]`` (int64, 0 where -100), float32;
+    whether the row's first maximum is its target, bool.  Targets must be in range or -100."""
+    N = logits.shape[0]
+    lse = torch.empty(N, dtype=torch.float32)
+    nll = torch.empty(N, dtype=torch.float32)
+    correct = torch.empty(N, dtype=torch.bool)
+    _forward(_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
+    return lse, nll, correct
+
+
+def softmax_minus_onehot_(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: float,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
+    """``(softmax(logits) - onehot(target)) * scale`` row by row, from the rows' ``lse``, in the
+    logits' dtype; zero rows where the target is -100.  Written to ``out`` or a new tensor.
+    ``out`` may be ``logits`` itself, but in place the loop does not vectorise: about 7x slower."""
+    out = torch.empty_like(logits) if out is None else out
+    _backward(_numpy(logits), target.numpy(), lse.numpy(), _numpy(out), float(scale))
+    return out
+
+
+class _SoftmaxCrossEntropy(torch.autograd.Function):
+    """Forward keeps only each row's log-sum-exp; backward recomputes the softmax from it."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lse, nll, correct = row_statistics(logits, target)
+        valid = int((target != IGNORE).sum())
+        ctx.save_for_backward(logits, target, lse)
+        ctx.valid = valid
+        loss = nll.sum() / valid if valid else torch.tensor(float("nan"))
+        accuracy = correct.float().mean()
+        ctx.mark_non_differentiable(accuracy)
+        return loss, accuracy
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_accuracy: torch.Tensor | None) -> tuple[torch.Tensor, None]:
+        logits, target, lse = ctx.saved_tensors
+        scale = float(grad_loss) / ctx.valid if ctx.valid else 0.0
+        return softmax_minus_onehot_(logits, target, lse, scale), None
+
+
+def check_targets(target: torch.Tensor, classes: int) -> torch.Tensor:
+    """``target`` as contiguous int64, every entry a class index or -100 (else IndexError)."""
+    target = target.to(torch.int64).contiguous()
+    bad = (target != IGNORE) & ((target < 0) | (target >= classes))
+    if bool(bad.any()):
+        raise IndexError(f"target {int(target[bad][0])} is out of bounds for {classes} classes")
+    return target
+
+
+def _torch_path(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = logits.float()
+    return F.cross_entropy(logits, target, ignore_index=IGNORE), (logits.detach().argmax(-1) == target).float().mean()
+
+
+def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, accuracy)`` of ``logits [N, C]`` (float32 or bfloat16) against ``target [N]``
+    (class indices, -100 = ignored): the mean cross-entropy over the non-ignored rows, float32,
+    differentiable in ``logits``; and the detached top-1 accuracy over all rows, float32."""
+    if logits.dim() != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"softmax_cross_entropy expects logits [N, C] and target [N], got "
+                         f"{tuple(logits.shape)} and {tuple(target.shape)}")
+    logits = logits.contiguous()
+    if not kernel_applies(logits):
+        return _torch_path(logits, target)
+    return _SoftmaxCrossEntropy.apply(logits, check_targets(target, logits.shape[1]))
+
+
+__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "check_targets", "kernel_applies", "row_statistics",
+           "softmax_cross_entropy", "softmax_minus_onehot_"]
