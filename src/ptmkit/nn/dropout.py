@@ -4,7 +4,7 @@ On CPU, ``torch.nn.functional.dropout`` draws its mask with ``bernoulli_``, abou
 elements/s on two cores: a fifth of a small Transformer's training step (the attention
 probabilities alone are ``[B, heads, T, T]``).  Here the mask comes from ``splitmix64`` of a
 counter: each 64-bit output decides four elements, 16 bits each compared with ``p · 2^16``, in a
-vectorised numba loop (3-4 G elements/s on one core), with
+vectorised numba loop (3.5-5 G elements/s on one core), with
 one seed per call drawn from PyTorch's default generator, so ``torch.manual_seed`` and a
 checkpoint's saved RNG state still make a run repeat exactly.  The mask is never stored: the
 forward pass writes ``y = x · mask / (1 - p)`` in one pass and the backward pass recomputes the
