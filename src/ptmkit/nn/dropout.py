@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ptmkit.nn.bits import bf16_to_f32, f32_bits
+from ptmkit.nn.bits import bf16_to_f32, round_to_bf16
 
 _SEED_HIGH = 2**62  # seeds in [0, 2^62): exact in int64, no overflow when adding the counter
 _THRESHOLD_BITS = 16  # each 64-bit hash decides four elements, 16 bits each: p is exact to 1.5e-5
@@ -80,11 +80,9 @@ def _apply(x: np.ndarray, out: np.ndarray, seed: int, threshold: int, scale: flo
 
 @numba.njit(cache=True, inline="always")
 def _scaled_bf16(u: np.uint16, factor: np.float32) -> np.uint16:
-    """bf16 ``u`` times ``factor`` (0 or 1 / (1 - p)) in fp32, rounded to the nearest even bf16.
-    No NaN guard is needed: a product of a widened bf16 is a quiet NaN whose low 16 bits are
-    zero, which the rounding increment cannot carry into the exponent."""
-    b = f32_bits(bf16_to_f32(u) * factor)
-    return np.uint16((b + np.int32(0x7FFF) + ((b >> np.int32(16)) & np.int32(1))) >> np.int32(16))
+    """bf16 ``u`` times ``factor`` (0 or 1 / (1 - p)) in fp32, rounded to the nearest even bf16
+    (a NaN stays NaN without the guard: see :func:`ptmkit.nn.bits.round_to_bf16`)."""
+    return round_to_bf16(bf16_to_f32(u) * factor)
 
 
 @numba.njit(cache=True)

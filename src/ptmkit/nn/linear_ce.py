@@ -68,18 +68,18 @@ class _Tiles:
 
     def __init__(self, x, w, b, acc: torch.dtype, chunk_rows: int, vocab_slice: int):
         self.x, self.w, self.b, self.acc = x, w, b, acc
-        self._half: torch.Tensor | None = None  # nll's buffer in the matmul dtype
         self.rows = max(1, chunk_rows)
         V = w.shape[0]
         step = max(1, vocab_slice)
         self.spans = [(lo, min(lo + step, V)) for lo in range(0, V, step)]
 
-    def _logits(self, xc: torch.Tensor, lo: int, hi: int, buf: torch.Tensor) -> torch.Tensor:
-        """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, written into ``buf``."""
+    def _logits(self, xc: torch.Tensor, lo: int, hi: int, buf: torch.Tensor, half: torch.Tensor | None) -> torch.Tensor:
+        """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, written into ``buf``
+        (through ``half``, a buffer in the matmul dtype, when that dtype differs)."""
         out = buf[: xc.shape[0], : hi - lo]
         w = self.w[lo:hi].T
         if out.dtype != self.x.dtype:  # half-precision matmul, float32 softmax
-            z = self._half[: xc.shape[0], : hi - lo]
+            z = half[: xc.shape[0], : hi - lo]
             if self.b is None:
                 torch.mm(xc, w, out=z)
             else:
@@ -109,7 +109,6 @@ class _Tiles:
         # dtype: one buffer for all chunks, as ``buf`` (a fresh 8-17 MB tensor per chunk page-faults
         # on every step, which made a bf16 causal LM's log-softmax 60 % slower than in fp32)
         half = torch.empty(buf.shape, dtype=x.dtype, device=x.device) if x.dtype != self.acc else None
-        self._half = half  # also where _logits puts the half-precision logits before widening them
         out = []
         for r in range(0, N, self.rows):
             xc, tc = x[r : r + self.rows], target[r : r + self.rows]
@@ -118,13 +117,13 @@ class _Tiles:
             if one_pass:
                 # the whole vocabulary at once: one fused log-softmax (logsumexp + sub + exp made
                 # five passes over the tile; the fused form gave +5 % tokens/s to a CPU causal LM)
-                z = self._logits(xc, *self.spans[0], buf)
+                z = self._logits(xc, *self.spans[0], buf, half)
                 logp = torch.log_softmax(z, 1, out=z)  # in place: no new [n, V] tensor per chunk
                 out.append(-logp.gather(1, tc[:, None]).squeeze(1))
             else:
                 part = torch.empty(n, len(self.spans), dtype=self.acc, device=x.device)
                 for i, (lo, hi) in enumerate(self.spans):
-                    torch.logsumexp(self._logits(xc, lo, hi, buf), 1, out=part[:, i])
+                    torch.logsumexp(self._logits(xc, lo, hi, buf, half), 1, out=part[:, i])
                 lse = torch.logsumexp(part, 1)
                 out.append(lse - self._target_logits(xc, tc))
             if grads is None:
@@ -134,7 +133,7 @@ class _Tiles:
             # pass 2: d nll_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
             for lo, hi in self.spans:
                 # one slice: softmax = exp(pass 1's log-softmax), in place; else recompute the logits
-                p = logp.exp_() if one_pass else self._logits(xc, lo, hi, buf).sub_(lse[:, None]).exp_()
+                p = logp.exp_() if one_pass else self._logits(xc, lo, hi, buf, half).sub_(lse[:, None]).exp_()
                 pm = p if half is None else half[:n, : hi - lo].copy_(p)
                 if pm.dtype == gx.dtype:
                     gxc.addmm_(pm, w[lo:hi])

@@ -102,34 +102,11 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
 
 
-def kernel_applies(logits: torch.Tensor) -> bool:
-    """Whether :func:`row_statistics` / :func:`softmax_minus_onehot_` take ``logits``: a
-    contiguous 2-D CPU tensor of float32 or bfloat16, large enough to be worth the call."""
+def _kernel_applies(logits: torch.Tensor) -> bool:
+    """A contiguous 2-D CPU tensor of float32 or bfloat16, large enough to be worth the call."""
     return (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
             and logits.dim() == 2 and logits.is_contiguous() and logits.shape[1] > 0
             and logits.numel() >= MIN_KERNEL_ELEMENTS)
-
-
-def row_statistics(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(lse, nll, correct)`` of each row of ``logits [N, C]`` (see :func:`kernel_applies`):
-    log-sum-exp and negative log-likelihood of ``target [N]`` (int64, 0 where -100), float32;
-    whether the row's first maximum is its target, bool.  Targets must be in range or -100."""
-    N = logits.shape[0]
-    lse = torch.empty(N, dtype=torch.float32)
-    nll = torch.empty(N, dtype=torch.float32)
-    correct = torch.empty(N, dtype=torch.bool)
-    _forward(_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
-    return lse, nll, correct
-
-
-def softmax_minus_onehot_(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor, scale: float,
-                          out: torch.Tensor | None = None) -> torch.Tensor:
-    """``(softmax(logits) - onehot(target)) * scale`` row by row, from the rows' ``lse``, in the
-    logits' dtype; zero rows where the target is -100.  Written to ``out`` or a new tensor.
-    ``out`` may be ``logits`` itself, but in place the loop does not vectorise: about 7x slower."""
-    out = torch.empty_like(logits) if out is None else out
-    _backward(_numpy(logits), target.numpy(), lse.numpy(), _numpy(out), float(scale))
-    return out
 
 
 class _SoftmaxCrossEntropy(torch.autograd.Function):
@@ -137,7 +114,11 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lse, nll, correct = row_statistics(logits, target)
+        N = logits.shape[0]
+        lse = torch.empty(N, dtype=torch.float32)
+        nll = torch.empty(N, dtype=torch.float32)
+        correct = torch.empty(N, dtype=torch.bool)
+        _forward(_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
         valid = int((target != IGNORE).sum())
         ctx.save_for_backward(logits, target, lse)
         ctx.valid = valid
@@ -150,11 +131,15 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, _grad_accuracy: torch.Tensor | None) -> tuple[torch.Tensor, None]:
         logits, target, lse = ctx.saved_tensors
         scale = float(grad_loss) / ctx.valid if ctx.valid else 0.0
-        return softmax_minus_onehot_(logits, target, lse, scale), None
+        # a separate output: written in place over the logits the loop would not vectorise (7x slower)
+        out = torch.empty_like(logits)
+        _backward(_numpy(logits), target.numpy(), lse.numpy(), _numpy(out), scale)
+        return out, None
 
 
-def check_targets(target: torch.Tensor, classes: int) -> torch.Tensor:
-    """``target`` as contiguous int64, every entry a class index or -100 (else IndexError)."""
+def _check_targets(target: torch.Tensor, classes: int) -> torch.Tensor:
+    """``target`` as contiguous int64, every entry a class index or -100 (else IndexError): the
+    kernel indexes rows with it unchecked."""
     target = target.to(torch.int64).contiguous()
     bad = (target != IGNORE) & ((target < 0) | (target >= classes))
     if bool(bad.any()):
@@ -175,10 +160,9 @@ def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[t
         raise ValueError(f"softmax_cross_entropy expects logits [N, C] and target [N], got "
                          f"{tuple(logits.shape)} and {tuple(target.shape)}")
     logits = logits.contiguous()
-    if not kernel_applies(logits):
+    if not _kernel_applies(logits):
         return _torch_path(logits, target)
-    return _SoftmaxCrossEntropy.apply(logits, check_targets(target, logits.shape[1]))
+    return _SoftmaxCrossEntropy.apply(logits, _check_targets(target, logits.shape[1]))
 
 
-__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "check_targets", "kernel_applies", "row_statistics",
-           "softmax_cross_entropy", "softmax_minus_onehot_"]
+__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "softmax_cross_entropy"]
