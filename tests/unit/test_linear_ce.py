@@ -85,3 +85,26 @@ def test_default_tiles_take_the_whole_vocabulary_or_the_given_slice():
     assert default_tiles(8000) == (TILE_LOGITS // 8000, 8000)  # one pass: no recomputed matmul
     assert default_tiles(17_715, 256) == (TILE_LOGITS // 256, 256)  # NNLM: a batch of 512 is one chunk
     assert default_tiles(100, 256) == (TILE_LOGITS // 100, 100)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_bf16_whole_vocabulary_path_matches_float64_on_the_same_operands(bias):
+    """Half precision with one slice: the probabilities are formed in place in bf16 (one
+    rounding) and the products accumulated in float32, chunk by chunk."""
+    h, w, b, t = inputs(bias=bias, ignored=True, dtype=torch.float32)
+    hb, wb = h.detach().bfloat16(), w.detach().bfloat16()
+    bb = b.detach().bfloat16() if bias else None
+    x, v = hb.clone().requires_grad_(), wb.clone().requires_grad_()
+    c = bb.clone().requires_grad_() if bias else None
+    loss = linear_cross_entropy(x, v, c, t, chunk_rows=5)  # several chunks, whole vocabulary
+    loss.backward()
+    x64, v64 = hb.double().requires_grad_(), wb.double().requires_grad_()
+    c64 = bb.double().requires_grad_() if bias else None
+    z64 = F.linear(x64, v64, c64)
+    z64 = z64 + (z64.bfloat16().double() - z64).detach()  # the product's output is rounded to bf16
+    ref = F.cross_entropy(z64, t, ignore_index=-100)
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-5 * ref.item()
+    for got, want in [(x.grad, x64.grad), (v.grad, v64.grad)] + ([(c.grad, c64.grad)] if bias else []):
+        # bf16 probabilities (2^-9 relative each) and a bf16 result: about 2^-7 of the largest entry
+        assert (got.double() - want).abs().max() <= 2 ** -7 * want.abs().max()

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ptmkit.nn.bits import bf16_to_f32, exp_f32, f32_to_bf16
-from ptmkit.nn.softmax_ce import IGNORE, softmax_cross_entropy
+from ptmkit.nn.softmax_ce import IGNORE, softmax_cross_entropy, softmax_nll_
 
 
 def _case(dtype, N=96, C=700, seed=0):
@@ -129,3 +129,33 @@ def test_exp_and_bf16_helpers():
 
     got = torch.from_numpy(narrow_all(f.numpy()).view(np.int16)).view(torch.bfloat16)
     assert torch.equal(got, f.bfloat16())  # round to nearest even, as PyTorch
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_nll_in_place_matches_float64(dtype):
+    logits, target = _case(dtype, seed=3)
+    target[[3, 50]] = 0  # no ignored rows here
+    logits[5, 11] = float("nan")
+    z = logits.clone()
+    nll = softmax_nll_(z, target)
+    ref_logp = torch.log_softmax(logits.double(), 1)
+    ref_nll = -ref_logp.gather(1, target[:, None]).squeeze(1)
+    ok = torch.arange(len(target)) != 5
+    assert nll.dtype == torch.float32 and torch.isnan(nll[5]) and torch.isnan(z[5]).all()
+    assert torch.all((nll[ok].double() - ref_nll[ok]).abs() <= 1e-5 * ref_nll[ok].abs() + 1e-6)
+    p = ref_logp[ok].exp()
+    # bf16: one rounding; float32: exp of (z - lse) with lse good to an ulp of |lse| ~ 20: 5e-6 relative
+    tol = 2 ** -8 * p + 1e-12 if dtype == torch.bfloat16 else 5e-6 * p + 1e-12
+    assert z.dtype == dtype and torch.all((z[ok].double() - p).abs() <= tol)
+    strided = logits.T.contiguous().T  # not contiguous: PyTorch's path, the same answer
+    nll_t = softmax_nll_(strided, target)
+    assert torch.allclose(nll_t[ok], nll[ok], rtol=1e-5)
+    assert torch.allclose(strided[ok].float(), z[ok].float(), rtol=2 ** -7, atol=1e-9)
+
+
+def test_softmax_nll_rejects_bad_and_ignored_targets():
+    z = torch.randn(4, 9)
+    with pytest.raises(IndexError, match="out of bounds"):
+        softmax_nll_(z, torch.tensor([0, 1, 9, 2]))
+    with pytest.raises(IndexError, match="ignored"):
+        softmax_nll_(z, torch.tensor([0, 1, IGNORE, 2]))

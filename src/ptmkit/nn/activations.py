@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ptmkit.errors import PtmError, suggest
+from ptmkit.nn.pointwise import gelu_tanh
 
 
 def _gelu(x: torch.Tensor) -> torch.Tensor:
@@ -15,7 +16,7 @@ def _gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    return F.gelu(x, approximate="tanh")  # GPT-2's "gelu_new"
+    return gelu_tanh(x)  # GPT-2's "gelu_new"; F.gelu(x, approximate="tanh") off the CPU kernels' path
 
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

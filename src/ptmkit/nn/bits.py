@@ -107,6 +107,12 @@ def narrow(x, like):
     raise NotImplementedError("narrow is for numba kernels")
 
 
+def narrow_unguarded(x, like):
+    """:func:`narrow` through :func:`round_to_bf16`: for results of float32 arithmetic on
+    widened bf16 or PyTorch values, whose NaNs keep the low 16 bits zero (numba only)."""
+    raise NotImplementedError("narrow_unguarded is for numba kernels")
+
+
 @overload(widen, inline="always")
 def _widen(v):
     if v == types.uint16:
@@ -120,6 +126,15 @@ def _widen(v):
 def _narrow(x, like):
     if like == types.uint16:
         return lambda x, like: f32_to_bf16(x)
+    if like == types.float32:
+        return lambda x, like: np.float32(x)
+    return None
+
+
+@overload(narrow_unguarded, inline="always")
+def _narrow_unguarded(x, like):
+    if like == types.uint16:
+        return lambda x, like: round_to_bf16(x)
     if like == types.float32:
         return lambda x, like: np.float32(x)
     return None

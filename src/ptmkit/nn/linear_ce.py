@@ -37,6 +37,9 @@ from __future__ import annotations
 
 import torch
 
+from ptmkit.nn.pointwise import add_into, exp_into
+from ptmkit.nn.softmax_ce import softmax_nll_
+
 IGNORE = -100
 
 TILE_LOGITS = 1 << 22  # about 4M logits (16 MB in fp32) per tile: large matmuls, bounded memory
@@ -73,21 +76,20 @@ class _Tiles:
         step = max(1, vocab_slice)
         self.spans = [(lo, min(lo + step, V)) for lo in range(0, V, step)]
 
+    def _product(self, xc: torch.Tensor, lo: int, hi: int, out: torch.Tensor) -> torch.Tensor:
+        """Logits of rows ``xc`` for words ``lo:hi`` in the matmul dtype, written into ``out``."""
+        z = out[: xc.shape[0], : hi - lo]
+        w = self.w[lo:hi].T
+        if self.b is None:
+            return torch.mm(xc, w, out=z)
+        return torch.addmm(self.b[lo:hi], xc, w, out=z)
+
     def _logits(self, xc: torch.Tensor, lo: int, hi: int, buf: torch.Tensor, half: torch.Tensor | None) -> torch.Tensor:
         """Logits of rows ``xc`` for words ``lo:hi`` in the accumulation dtype, written into ``buf``
         (through ``half``, a buffer in the matmul dtype, when that dtype differs)."""
-        out = buf[: xc.shape[0], : hi - lo]
-        w = self.w[lo:hi].T
-        if out.dtype != self.x.dtype:  # half-precision matmul, float32 softmax
-            z = half[: xc.shape[0], : hi - lo]
-            if self.b is None:
-                torch.mm(xc, w, out=z)
-            else:
-                torch.addmm(self.b[lo:hi], xc, w, out=z)
-            return out.copy_(z)
-        if self.b is None:
-            return torch.mm(xc, w, out=out)
-        return torch.addmm(self.b[lo:hi], xc, w, out=out)
+        if half is not None:  # half-precision matmul, float32 softmax
+            return buf[: xc.shape[0], : hi - lo].copy_(self._product(xc, lo, hi, half))
+        return self._product(xc, lo, hi, buf)
 
     def _target_logits(self, xc: torch.Tensor, tc: torch.Tensor) -> torch.Tensor:
         """x_i w_{t_i} + b_{t_i}: [c], without the [c, V] matrix."""
@@ -104,17 +106,29 @@ class _Tiles:
         N = x.shape[0]
         one_pass = len(self.spans) == 1
         width = self.spans[0][1] - self.spans[0][0] if self.spans else 0
-        buf = torch.empty(min(self.rows, N), width, dtype=self.acc, device=x.device)
+        tile = (min(self.rows, N), width)
         # the logits and then the probabilities in the matmul dtype, when it is not the accumulation
-        # dtype: one buffer for all chunks, as ``buf`` (a fresh 8-17 MB tensor per chunk page-faults
-        # on every step, which made a bf16 causal LM's log-softmax 60 % slower than in fp32)
-        half = torch.empty(buf.shape, dtype=x.dtype, device=x.device) if x.dtype != self.acc else None
+        # dtype: one buffer for all chunks (a fresh 8-17 MB tensor per chunk page-faults on every
+        # step, which made a bf16 causal LM's log-softmax 60 % slower than in fp32)
+        half = torch.empty(tile, dtype=x.dtype, device=x.device) if x.dtype != self.acc else None
+        # half precision, whole vocabulary, CPU: softmax_nll_ turns the half-precision logits into
+        # probabilities in place (float32 arithmetic, no float32 copy of the tile)
+        in_place = one_pass and half is not None and x.device.type == "cpu"
+        buf = None if in_place else torch.empty(tile, dtype=self.acc, device=x.device)
+        if grads is not None and half is not None:
+            # the half-precision products' outputs, reused by every chunk: a fresh [V, K] tensor a
+            # chunk page-faults, and add_into accumulates them without a float32 copy
+            gx_half = torch.empty(min(self.rows, N), x.shape[1], dtype=x.dtype, device=x.device)
+            gw_half = torch.empty(width, x.shape[1], dtype=x.dtype, device=x.device)
         out = []
         for r in range(0, N, self.rows):
             xc, tc = x[r : r + self.rows], target[r : r + self.rows]
             n = xc.shape[0]
             # pass 1: log-sum-exp of each slice, then of the whole vocabulary
-            if one_pass:
+            if in_place:
+                p = self._product(xc, *self.spans[0], half)
+                out.append(softmax_nll_(p, tc))
+            elif one_pass:
                 # the whole vocabulary at once: one fused log-softmax (logsumexp + sub + exp made
                 # five passes over the tile; the fused form gave +5 % tokens/s to a CPU causal LM)
                 z = self._logits(xc, *self.spans[0], buf, half)
@@ -132,17 +146,19 @@ class _Tiles:
             gxc = gx[r : r + n]
             # pass 2: d nll_i / d z_iv = p_iv - [v = t_i]; the softmax part slice by slice ...
             for lo, hi in self.spans:
-                # one slice: softmax = exp(pass 1's log-softmax), in place; else recompute the logits
-                p = logp.exp_() if one_pass else self._logits(xc, lo, hi, buf, half).sub_(lse[:, None]).exp_()
-                pm = p if half is None else half[:n, : hi - lo].copy_(p)
-                if pm.dtype == gx.dtype:
-                    gxc.addmm_(pm, w[lo:hi])
-                    gw[lo:hi].addmm_(pm.T, xc)
+                # in place: pass 1 left the probabilities in ``half``; one slice: softmax = exp(pass
+                # 1's log-softmax), written straight in the matmul dtype; else recompute the logits
+                if not in_place:
+                    logp = logp if one_pass else self._logits(xc, lo, hi, buf, half).sub_(lse[:, None])
+                    p = exp_into(logp, logp if half is None else half[:n, : hi - lo])
+                if half is None:
+                    gxc.addmm_(p, w[lo:hi])
+                    gw[lo:hi].addmm_(p.T, xc)
                 else:
-                    gxc.add_(pm @ w[lo:hi])
-                    gw[lo:hi].add_(pm.T @ xc)
-                if gb is not None:
-                    gb[lo:hi] += p.sum(0)
+                    add_into(gxc, torch.mm(p, w[lo:hi], out=gx_half[:n]))
+                    add_into(gw[lo:hi], torch.mm(p.T, xc, out=gw_half[: hi - lo]))
+                if gb is not None:  # the probabilities as the products saw them
+                    gb[lo:hi] += p.sum(0, dtype=self.acc)
             # ... then the one-hot part, by gather / scatter-add instead of a [n, V] matrix
             gxc.sub_(w[tc].to(self.acc))
             gw.index_add_(0, tc, xc.to(self.acc), alpha=-1.0)

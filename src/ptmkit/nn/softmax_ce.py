@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ptmkit.nn.bits import exp_f32, narrow, widen
+from ptmkit.nn.bits import exp_f32, narrow_unguarded, widen
 
 IGNORE = -100
 MIN_KERNEL_ELEMENTS = 1 << 15  # below this the kernel's call overhead outweighs its passes
@@ -94,7 +94,26 @@ def _backward(x, target, lse, out, scale):
         row, o, l, t = x[n], out[n], lse[n], target[n]
         c = np.float32(scale) if t != IGNORE else np.float32(0.0)
         for j in range(row.size):  # the one-hot as a select, not a store after the loop
-            o[j] = narrow(exp_f32(widen(row[j]) - l) * c - (c if j == t else np.float32(0.0)), row[j])
+            o[j] = narrow_unguarded(exp_f32(widen(row[j]) - l) * c - (c if j == t else np.float32(0.0)), row[j])
+
+
+@numba.njit(fastmath={"contract"}, error_model="numpy", cache=True)
+def _row_softmax_(row, l):
+    """row[j] = exp(row[j] - l) in place, rounded to row's dtype.  A loop over one array: with
+    a second argument aliasing it, LLVM's overlap check would keep the loop scalar."""
+    for j in range(row.size):
+        row[j] = narrow_unguarded(exp_f32(widen(row[j]) - l), row[j])
+
+
+@numba.njit(nogil=True, cache=True)
+def _softmax_nll_rows(x, m, target, nll):
+    """Per row n of ``x [N, C]`` given its maximum ``m[n]``: the NLL of ``target[n]`` into
+    ``nll[n]``, then the row's softmax over the row (two passes; the row stays in cache)."""
+    for n in range(x.shape[0]):
+        row = x[n]
+        l = m[n] + np.float32(np.log(_row_sum_exp(row, m[n])))
+        nll[n] = l - widen(row[target[n]])
+        _row_softmax_(row, l)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
@@ -147,6 +166,29 @@ def _check_targets(target: torch.Tensor, classes: int) -> torch.Tensor:
     return target
 
 
+def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Overwrite ``logits [N, C]`` with ``softmax(logits)`` and return the NLL of ``target [N]``
+    (float32, [N]); every target must be a class index (IndexError otherwise).  The kernel for
+    contiguous CPU float32 / bf16 (the softmax rounded once to the logits' dtype; a [524, 8000]
+    bf16 tile: 3.7 ms against 4.7 for a float32 log-softmax, its exponential and the casts),
+    PyTorch elsewhere."""
+    if logits.dim() != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"softmax_nll_ expects logits [N, C] and target [N], got "
+                         f"{tuple(logits.shape)} and {tuple(target.shape)}")
+    target = _check_targets(target, logits.shape[1])
+    if bool((target == IGNORE).any()):
+        raise IndexError("softmax_nll_ takes no ignored (-100) targets")
+    if not (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
+            and logits.is_contiguous() and logits.shape[1] > 0):
+        logp = torch.log_softmax(logits.float(), 1)
+        logits.copy_(logp.exp())
+        return -logp.gather(1, target[:, None]).squeeze(1)
+    nll = torch.empty(logits.shape[0], dtype=torch.float32)
+    row_max = logits.amax(1).float()  # PyTorch's reduction: vectorised and on both cores
+    _softmax_nll_rows(_numpy(logits), _numpy(row_max), target.numpy(), nll.numpy())
+    return nll
+
+
 def _torch_path(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float()
     return F.cross_entropy(logits, target, ignore_index=IGNORE), (logits.detach().argmax(-1) == target).float().mean()
@@ -165,4 +207,4 @@ def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[t
     return _SoftmaxCrossEntropy.apply(logits, _check_targets(target, logits.shape[1]))
 
 
-__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "softmax_cross_entropy"]
+__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "softmax_cross_entropy", "softmax_nll_"]
