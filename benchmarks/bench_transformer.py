@@ -51,7 +51,10 @@ training step = zero_grad + forward + backward + optimizer step; tokens/s counts
 
 Speed: all four models live in this process and are timed in interleaved rounds (each round
 runs every model for ``--steps`` steps, in rotating order), so drifts in machine load hit all
-of them alike; the reported figure is the median over rounds.
+of them alike; the reported figure is the median over rounds.  The process first calls
+:func:`ptmkit.train.heap.keep_freed_memory`, as ptmkit's Trainer does on CPU: freed tensors stay in
+glibc's heap instead of being faulted in again every step.  It is process-wide, so the HF models
+run with it too.
 
 Memory: each (framework, workload) runs in a fresh process with glibc's mmap threshold fixed at
 64 KiB (``MALLOC_MMAP_THRESHOLD_``), so every tensor buffer is its own mapping, unmapped when
@@ -504,6 +507,10 @@ def measure_memory(args: argparse.Namespace) -> dict:
 
 def measure_speed(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
+
+    from ptmkit.train.heap import keep_freed_memory
+
+    keep_freed_memory()  # as the Trainer on CPU (see the module docstring); both frameworks get it
 
     runners = {}
     for workload in args.workloads:

@@ -47,6 +47,7 @@ from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
+from ptmkit.train.heap import keep_freed_memory
 from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
 from ptmkit.train.metrics_log import LOSS_PLOT, METRICS_FILE, append_metrics, plot_losses, read_metrics, truncate_metrics
 from ptmkit.train.progress import progress
@@ -209,6 +210,8 @@ class Trainer:
         self.device = dist.resolve_device(cfg.device, self.dist)
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults for each step's activations (ptmkit.train.heap)
         if cfg.batch_size % (self.dist.world_size * cfg.grad_accum):
             raise PtmError(
                 f"train.batch_size={cfg.batch_size} must be divisible by world_size x grad_accum = "
