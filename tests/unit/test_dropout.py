@@ -79,7 +79,7 @@ def _reference(q, k, v, mask, scale):
     return torch.softmax(s, -1) @ v.double()
 
 
-@pytest.mark.parametrize("kind", ["none", "bool", "additive", "causal", "causal-rect"])
+@pytest.mark.parametrize("kind", ["none", "bool", "additive", "causal", "causal-rect", "bool-2d", "additive-2d"])
 def test_written_out_attention_matches_sdpa(kind):
     torch.manual_seed(0)
     B, h, T, S, d = 2, 3, 5, 5 if kind != "causal-rect" else 8, 4
@@ -90,6 +90,11 @@ def test_written_out_attention_matches_sdpa(kind):
         mask[0, ..., 3:] = False
     elif kind == "additive":
         mask = torch.randn(1, h, T, S)
+    elif kind == "bool-2d":  # one [T, S] mask for all: added inside the batched product
+        mask = torch.rand(T, S) < 0.7
+        mask[:, 0] = True
+    elif kind == "additive-2d":
+        mask = torch.randn(T, S)
     elif kind.startswith("causal"):
         causal = True
     # dropout 1e-9 takes the written-out path and drops nothing (p · 2^24 rounds to 0)
@@ -99,6 +104,17 @@ def test_written_out_attention_matches_sdpa(kind):
     assert torch.allclose(got.double(), ref, atol=1e-5)
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     assert torch.allclose(got, sdpa, atol=1e-5)
+
+
+def test_written_out_causal_attention_under_bf16_autocast():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()  # as the projections hand them over
+        got = attend(qb, kb, vb, None, True, 1e-9, None)
+    assert got.dtype == torch.bfloat16
+    ref = F.scaled_dot_product_attention(qb.float(), kb.float(), vb.float(), is_causal=True)
+    assert torch.allclose(got.float(), ref, atol=3e-2)
 
 
 def test_attention_dropout_rescales_probabilities():
