@@ -4,10 +4,10 @@ PyTorch's CPU tensors come from ``malloc``.  With glibc's defaults much of a tra
 freed activation memory goes back to the system (the top of the heap is trimmed once more than
 twice the mapping threshold is free), and the next step takes it again page by page: a causal LM
 step of ``benchmarks/bench_transformer.py`` (batch 32 x 128, vocabulary 8,000, bf16) touched
-about 20,000 fresh pages, 80 MB, each a page fault and a zeroed page, and a single-threaded
+20,000-29,000 fresh pages, 80-115 MB, each a page fault and a zeroed page, and a single-threaded
 kernel writing a fresh 16 MB output spent more time faulting than computing.  Raising the
 mapping threshold to glibc's maximum (32 MiB on 64-bit) and switching the trimming off keeps
-those pages for the next step, as a caching allocator would: 0.4k faults a step instead of 20k;
+those pages for the next step, as a caching allocator would: about 200 faults a step;
 8 % shorter bf16 steps and 4 % shorter float32 ones there (four alternating process pairs).  The
 cost: the process holds on to its peak heap, which a training run reaches every step anyway.
 
