@@ -30,7 +30,11 @@ shared 2-core CPU, best of 5-7):
   of about 4M logits (:func:`default_tiles`).
 
 Precision: half-precision inputs (or an active autocast) run the matmuls in that precision and
-accumulate the softmax, the loss and the gradients in float32.
+accumulate the softmax, the loss and the gradients in float32.  The probabilities enter the
+gradient products in the matmul dtype; on a CPU with one slice they are formed there in place
+(:func:`ptmkit.nn.softmax_ce.softmax_nll_`: float32 arithmetic, no float32 copy of the tile), and
+the products' half-precision outputs are added into the float32 gradients by
+:func:`ptmkit.nn.pointwise.add_into`.
 """
 
 from __future__ import annotations

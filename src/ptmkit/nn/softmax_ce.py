@@ -23,6 +23,10 @@ OpenMP runtime whose threads spin in turn: a causal LM's loss, eight such calls 
 from 43 to 137 ms with it).
 
 Other devices, dtypes and small matrices (below ``MIN_KERNEL_ELEMENTS``) take PyTorch's path.
+
+``softmax_nll_(logits, target)`` is the same row pass for :mod:`ptmkit.nn.linear_ce`'s bf16
+tiles: it returns the NLL and leaves the softmax in place of the logits, in their dtype, for the
+gradient products that follow.
 """
 
 from __future__ import annotations
