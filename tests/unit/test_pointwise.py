@@ -4,10 +4,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ptmkit.nn import bits
 from ptmkit.nn.activations import get_activation
+from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.pointwise import MIN_KERNEL_ELEMENTS, add_into, exp_into, gelu_tanh
+from ptmkit.nn.softmax_ce import softmax_cross_entropy
 
 DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _kernels_on(monkeypatch):
+    """The kernels' path whatever this machine's thread count."""
+    monkeypatch.setattr(bits, "KERNEL_MAX_THREADS", 1 << 20)
 
 
 def _ulp_tol(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -103,3 +112,21 @@ def test_gelu_tanh_is_first_order_only_and_the_activation_uses_it():
         gx.sum().backward()
     assert get_activation("gelu_tanh") is not F.gelu
     assert torch.equal(get_activation("gelu_tanh")(x.detach()), gelu_tanh(x.detach()))
+
+
+def test_many_threads_take_pytorch_path_with_the_same_results(monkeypatch):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(MIN_KERNEL_ELEMENTS, generator=g).bfloat16().requires_grad_()
+    logits = torch.randn(64, 700, generator=g)
+    target = torch.randint(0, 700, (64,), generator=g)
+    h, w = torch.randn(40, 16, generator=g), torch.randn(300, 16, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        kernel = (gelu_tanh(x), softmax_cross_entropy(logits, target)[0], linear_cross_entropy(h, w, None, target[:40] % 300))
+    monkeypatch.setattr(bits, "KERNEL_MAX_THREADS", 0)  # as if PyTorch ran on more threads than pay off
+    assert not bits.kernels_win()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch_path = (gelu_tanh(x), softmax_cross_entropy(logits, target)[0], linear_cross_entropy(h, w, None, target[:40] % 300))
+    assert "GeluTanh" in type(kernel[0].grad_fn).__name__ and "GeluTanh" not in type(torch_path[0].grad_fn).__name__
+    assert torch.allclose(kernel[0].float(), torch_path[0].float(), rtol=2 ** -7, atol=1e-6)
+    assert torch.allclose(kernel[1], torch_path[1], rtol=1e-5)
+    assert torch.allclose(kernel[2], torch_path[2], rtol=1e-3)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from ptmkit.nn.bits import kernels_win
 from ptmkit.nn.pointwise import add_into, exp_into
 from ptmkit.nn.softmax_ce import softmax_nll_
 
@@ -117,7 +118,7 @@ class _Tiles:
         half = torch.empty(tile, dtype=x.dtype, device=x.device) if x.dtype != self.acc else None
         # half precision, whole vocabulary, CPU: softmax_nll_ turns the half-precision logits into
         # probabilities in place (float32 arithmetic, no float32 copy of the tile)
-        in_place = one_pass and half is not None and x.device.type == "cpu"
+        in_place = one_pass and half is not None and x.device.type == "cpu" and kernels_win()
         buf = None if in_place else torch.empty(tile, dtype=self.acc, device=x.device)
         if grads is not None and half is not None:
             # the half-precision products' outputs, reused by every chunk: a fresh [V, K] tensor a

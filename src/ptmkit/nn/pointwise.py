@@ -15,8 +15,8 @@
   vectorised exponential it takes about 2.3 and 2.9 ms on one.
 
 The kernels run on the calling thread (see :mod:`ptmkit.nn.softmax_ce` for why not on numba's
-threads); tensors that are not contiguous CPU float32 / bfloat16 take PyTorch's path, with the
-same result up to rounding.
+threads); tensors that are not contiguous CPU float32 / bfloat16, and PyTorch running on more
+than ``bits.KERNEL_MAX_THREADS`` threads, take PyTorch's path, with the same result up to rounding.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ptmkit.nn.bits import exp_f32, narrow_unguarded, widen
+from ptmkit.nn.bits import exp_f32, kernels_win, narrow_unguarded, widen
 
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 MIN_KERNEL_ELEMENTS = 1 << 14  # below this PyTorch's path: the call overhead outweighs the kernel
@@ -46,7 +46,9 @@ def _numpy_flat(t: torch.Tensor) -> np.ndarray:
 
 
 def _kernel_applies(*tensors: torch.Tensor) -> bool:
-    return all(t.device.type == "cpu" and t.dtype in _KERNEL_DTYPES and t.is_contiguous() for t in tensors)
+    """Contiguous CPU float32 / bf16 tensors, and few enough threads for one kernel thread to win."""
+    layout = all(t.device.type == "cpu" and t.dtype in _KERNEL_DTYPES and t.is_contiguous() for t in tensors)
+    return layout and kernels_win()
 
 
 @numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"contract"})

@@ -22,7 +22,8 @@ workers still spin-wait on the other cores (and numba's own ``parallel=True`` ad
 OpenMP runtime whose threads spin in turn: a causal LM's loss, eight such calls a step, went
 from 43 to 137 ms with it).
 
-Other devices, dtypes and small matrices (below ``MIN_KERNEL_ELEMENTS``) take PyTorch's path.
+Other devices, dtypes, small matrices (below ``MIN_KERNEL_ELEMENTS``) and PyTorch on more than
+``bits.KERNEL_MAX_THREADS`` threads take PyTorch's path.
 
 ``softmax_nll_(logits, target)`` is the same row pass for :mod:`ptmkit.nn.linear_ce`'s bf16
 tiles: it returns the NLL and leaves the softmax in place of the logits, in their dtype, for the
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ptmkit.nn.bits import exp_f32, narrow_unguarded, widen
+from ptmkit.nn.bits import exp_f32, kernels_win, narrow_unguarded, widen
 
 IGNORE = -100
 MIN_KERNEL_ELEMENTS = 1 << 15  # below this the kernel's call overhead outweighs its passes
@@ -129,7 +130,7 @@ def _kernel_applies(logits: torch.Tensor) -> bool:
     """A contiguous 2-D CPU tensor of float32 or bfloat16, large enough to be worth the call."""
     return (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
             and logits.dim() == 2 and logits.is_contiguous() and logits.shape[1] > 0
-            and logits.numel() >= MIN_KERNEL_ELEMENTS)
+            and logits.numel() >= MIN_KERNEL_ELEMENTS and kernels_win())
 
 
 class _SoftmaxCrossEntropy(torch.autograd.Function):
@@ -183,7 +184,7 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     if bool((target == IGNORE).any()):
         raise IndexError("softmax_nll_ takes no ignored (-100) targets")
     if not (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
-            and logits.is_contiguous() and logits.shape[1] > 0):
+            and logits.is_contiguous() and logits.shape[1] > 0 and kernels_win()):
         logp = torch.log_softmax(logits.float(), 1)
         logits.copy_(logp.exp())
         return -logp.gather(1, target[:, None]).squeeze(1)
