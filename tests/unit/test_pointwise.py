@@ -42,14 +42,15 @@ def test_exp_into_matches_float64_and_may_write_in_place(dtype):
 
 
 def test_exp_into_keeps_nan_and_takes_pytorch_path_for_other_layouts():
-    x = torch.log_softmax(torch.randn(64, 300), 1)
+    x = torch.log_softmax(torch.randn(64, 300, generator=torch.Generator().manual_seed(4)), 1)
     x[5, 7] = float("nan")
     out = torch.empty(64, 300, dtype=torch.bfloat16)
     exp_into(x, out)
     assert torch.isnan(out[5, 7]) and torch.isfinite(out).sum() == out.numel() - 1
     strided = torch.empty(300, 64, dtype=torch.bfloat16).T  # not contiguous: PyTorch's exp
     exp_into(x, strided)
-    assert torch.allclose(strided.float(), out.float(), rtol=2 ** -8, atol=0, equal_nan=True)
+    # the two exps differ by an ulp of float32, which can flip a bf16 rounding: one bf16 ulp (2^-7)
+    assert torch.allclose(strided.float(), out.float(), rtol=2 ** -7, atol=0, equal_nan=True)
     with pytest.raises(ValueError, match="does not match"):
         exp_into(x, torch.empty(3, 3))
 

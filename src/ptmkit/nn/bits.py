@@ -14,7 +14,7 @@ kernels in :mod:`ptmkit.nn` share:
 * :func:`kernels_win`: whether the (single-threaded) kernels beat PyTorch's multi-threaded
   element-wise code at the current ``torch.get_num_threads()``.
 
-Arrays of bfloat16 reach numba as ``uint16`` views (``t.view(torch.int16).numpy().view(np.uint16)``).
+Arrays of bfloat16 reach numba as ``uint16`` views (:func:`as_numpy`).
 """
 
 from __future__ import annotations
@@ -138,20 +138,23 @@ def _widen(v):
     return None
 
 
-@overload(narrow, inline="always")
-def _narrow(x, like):
-    if like == types.uint16:
-        return lambda x, like: f32_to_bf16(x)
-    if like == types.float32:
-        return lambda x, like: np.float32(x)
-    return None
+def _narrowing(to_bf16):
+    """The overload of a narrowing whose bf16 rounding is ``to_bf16``."""
+
+    def impl(x, like):
+        if like == types.uint16:
+            return lambda x, like: to_bf16(x)
+        if like == types.float32:
+            return lambda x, like: np.float32(x)
+        return None
+
+    return impl
 
 
-@overload(narrow_unguarded, inline="always")
-def _narrow_unguarded(x, like):
-    if like == types.uint16:
-        return lambda x, like: round_to_bf16(x)
-    if like == types.float32:
-        return lambda x, like: np.float32(x)
-    return None
+overload(narrow, inline="always")(_narrowing(f32_to_bf16))
+overload(narrow_unguarded, inline="always")(_narrowing(round_to_bf16))
 
+
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as numpy, same shape (bf16 as its uint16 bit patterns)."""
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ptmkit.nn.bits import bf16_to_f32, round_to_bf16
+from ptmkit.nn.bits import as_numpy, bf16_to_f32, round_to_bf16
 
 _SEED_HIGH = 2**62  # seeds in [0, 2^62): exact in int64, no overflow when adding the counter
 _THRESHOLD_BITS = 16  # each 64-bit hash decides four elements, 16 bits each: p is exact to 1.5e-5
@@ -126,8 +126,7 @@ def apply_mask(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
     x = x.contiguous()
     out = torch.empty_like(x)
     if x.dtype == torch.bfloat16:
-        _apply_bf16(x.view(torch.int16).numpy().view(np.uint16).reshape(-1),
-                    out.view(torch.int16).numpy().view(np.uint16).reshape(-1), seed, _threshold(p), scale)
+        _apply_bf16(as_numpy(x).reshape(-1), as_numpy(out).reshape(-1), seed, _threshold(p), scale)
     else:
         _apply(x.numpy().reshape(-1), out.numpy().reshape(-1), seed, _threshold(p), scale)
     return out

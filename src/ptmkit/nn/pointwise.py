@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from ptmkit.nn.bits import exp_f32, kernels_win, narrow_unguarded, widen
+from ptmkit.nn.bits import as_numpy, exp_f32, kernels_win, narrow_unguarded, widen
 
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 MIN_KERNEL_ELEMENTS = 1 << 14  # below this PyTorch's path: the call overhead outweighs the kernel
@@ -41,8 +41,7 @@ _SIGMOID_FLUSH = np.float32(-80.0)  # sigmoid(v) < 2e-35 below: 0
 
 def _numpy_flat(t: torch.Tensor) -> np.ndarray:
     """A contiguous CPU tensor's memory as a flat numpy array (bf16 as uint16 bit patterns)."""
-    flat = t.view(-1)
-    return flat.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else flat.numpy()
+    return as_numpy(t.view(-1))
 
 
 def _kernel_applies(*tensors: torch.Tensor) -> bool:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ptmkit.nn.bits import exp_f32, kernels_win, narrow_unguarded, widen
+from ptmkit.nn.bits import as_numpy, exp_f32, kernels_win, narrow_unguarded, widen
 
 IGNORE = -100
 MIN_KERNEL_ELEMENTS = 1 << 15  # below this the kernel's call overhead outweighs its passes
@@ -121,11 +121,6 @@ def _softmax_nll_rows(x, m, target, nll):
         _row_softmax_(row, l)
 
 
-def _numpy(t: torch.Tensor) -> np.ndarray:
-    """A CPU tensor's memory as numpy (bf16 as its uint16 bit patterns)."""
-    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
-
-
 def _kernel_applies(logits: torch.Tensor) -> bool:
     """A contiguous 2-D CPU tensor of float32 or bfloat16, large enough to be worth the call."""
     return (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
@@ -142,7 +137,7 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         lse = torch.empty(N, dtype=torch.float32)
         nll = torch.empty(N, dtype=torch.float32)
         correct = torch.empty(N, dtype=torch.bool)
-        _forward(_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
+        _forward(as_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
         valid = int((target != IGNORE).sum())
         ctx.save_for_backward(logits, target, lse)
         ctx.valid = valid
@@ -157,7 +152,7 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         scale = float(grad_loss) / ctx.valid if ctx.valid else 0.0
         # a separate output: written in place over the logits the loop would not vectorise (7x slower)
         out = torch.empty_like(logits)
-        _backward(_numpy(logits), target.numpy(), lse.numpy(), _numpy(out), scale)
+        _backward(as_numpy(logits), target.numpy(), lse.numpy(), as_numpy(out), scale)
         return out, None
 
 
@@ -190,7 +185,7 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return -logp.gather(1, target[:, None]).squeeze(1)
     nll = torch.empty(logits.shape[0], dtype=torch.float32)
     row_max = logits.amax(1).float()  # PyTorch's reduction: vectorised and on both cores
-    _softmax_nll_rows(_numpy(logits), _numpy(row_max), target.numpy(), nll.numpy())
+    _softmax_nll_rows(as_numpy(logits), as_numpy(row_max), target.numpy(), nll.numpy())
     return nll
 
 
