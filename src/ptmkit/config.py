@@ -4,12 +4,15 @@ Each component defines its own ``@dataclass(frozen=True)`` config in its own fil
 :func:`from_dict` builds one from a plain dict (a preset section or ``config.json``)
 and rejects unknown keys by naming the nearest valid one.  :func:`apply_overrides`
 merges CLI overrides such as ``model.hidden_size=256 train.lr=3e-4`` into a nested
-dict, parsing values as YAML scalars.
+dict, parsing values as YAML scalars.  No config holds a NaN or an infinity: :func:`from_dict`
+refuses one in any float field, naming the key (:func:`check_finite` checks a config built
+directly).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any, TypeVar
 
@@ -46,11 +49,44 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "") -> T:
             value = from_dict(hint, value, where=f"{prefix}{key}")
         elif isinstance(value, list) and typing.get_origin(hint) is tuple:
             value = tuple(value)
+        _refuse_nonfinite(f"{prefix}{key}", value)  # before the class's own checks, which NaN slips through
         kwargs[key] = value
     try:
-        return cls(**kwargs)
+        cfg = cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise PtmError(f"invalid {cls.__name__} config{(' ' + where) if where else ''}: {exc}") from exc
+    check_finite(cfg, where)  # a value the class converted itself ("1.5" -> 1.5, "nan" -> nan)
+    return cfg
+
+
+def _is_nonfinite(value: Any) -> bool:
+    """A float (or a tuple / list holding one) that is NaN or infinite; ints and bools never are."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (tuple, list)):
+        return any(_is_nonfinite(v) for v in value)
+    return False
+
+
+def _refuse_nonfinite(key: str, value: Any) -> None:
+    if _is_nonfinite(value):
+        what = "is not a finite number" if isinstance(value, float) else "holds a number that is not finite"
+        raise PtmError(
+            f"{key}={value!r} {what}; every hyper-parameter must be finite (a NaN or an infinity would "
+            f"train a model of NaNs or fail mid-run)"
+        )
+
+
+def check_finite(cfg: Any, where: str = "") -> None:
+    """Raise :class:`PtmError` naming the first field of the config dataclass ``cfg`` (nested
+    configs included) that holds a NaN or an infinity, alone or inside a tuple."""
+    prefix = f"{where}." if where else ""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_finite(value, f"{prefix}{f.name}")
+        else:
+            _refuse_nonfinite(f"{prefix}{f.name}", value)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 HELP = "train, test and apply fastText's supervised text classifier"
@@ -25,6 +26,17 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (``--lr nan`` would train a classifier that answers at random)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -44,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--out", "-o", required=True, metavar="DIR", help="model directory (new or empty)")
     t.add_argument("--dim", type=_positive, default=100)
     t.add_argument("--epoch", type=_positive, default=5)
-    t.add_argument("--lr", type=float, default=0.1)
+    t.add_argument("--lr", type=_positive_float, default=0.1)
     t.add_argument("--wordNgrams", dest="word_ngrams", type=_positive, default=1)
     t.add_argument("--bucket", type=int, default=2_000_000)
     t.add_argument("--minCount", dest="min_count", type=_positive, default=1)

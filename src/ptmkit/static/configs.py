@@ -1,7 +1,7 @@
 """Config pieces the static models share.
 
 - :func:`as_config`: what a model's ``train(data, cfg, ...)`` accepts as ``cfg`` (None, a dict of
-  config keys, or the config itself);
+  config keys, or the config itself; a NaN or an infinity in it is refused, naming the key);
 - the checks and the learning-rate schedule of the word2vec family (word2vec and fastText
   train the same Skip-gram / CBOW objectives with the same schedule).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from ptmkit.config import from_dict
+from ptmkit.config import check_finite, from_dict
 
 T = TypeVar("T")
 
@@ -18,11 +18,13 @@ ARCHITECTURES = ("skipgram", "cbow")
 
 
 def as_config(cls: type[T], cfg: T | dict[str, Any] | None) -> T:
-    """``cls()`` for None, ``from_dict(cls, cfg)`` for a dict (unknown keys are errors), else ``cfg``."""
+    """``cls()`` for None, ``from_dict(cls, cfg)`` for a dict (unknown keys are errors), else ``cfg``
+    (checked for NaN and infinite values, as ``from_dict`` checks a dict's)."""
     if cfg is None:
         return cls()
     if isinstance(cfg, dict):
         return from_dict(cls, cfg)
+    check_finite(cfg)
     return cfg
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.config import from_dict, to_dict
+from ptmkit.config import check_finite, from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.static.classify_data import LabelledLines, read_label_file
 from ptmkit.static.hogwild import run_epochs
@@ -250,6 +250,8 @@ def train_classifier(
         cfg = ClassifierConfig()
     elif isinstance(cfg, dict):
         cfg = from_dict(ClassifierConfig, cfg)
+    else:
+        check_finite(cfg)
     if not isinstance(data, LabelledLines):
         data = read_label_file(data)
     unlabelled = next((i for i, labs in enumerate(data.labels) if not labs), None)

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptmkit.config import to_dict
+from ptmkit.config import check_finite, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
@@ -198,6 +198,7 @@ class Trainer:
         desc: str = "train",
         progress_bar: bool = True,
     ) -> None:
+        check_finite(cfg, "train")  # a TrainConfig built directly, not through from_dict
         self.cfg = cfg
         self.desc = desc
         self.progress_bar = progress_bar
