@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from ptmkit.cli import main
 from ptmkit.config import from_dict
@@ -94,3 +95,59 @@ def test_configs_built_in_python_are_checked_too():
     with pytest.raises(PtmError, match=r"^lr=nan is not a finite number"):
         train_classifier("unread.txt", ClassifierConfig(lr=math.nan))
     assert from_dict(TrainConfig, {"lr": 3e-4, "betas": [0.9, 0.98]}, "train").betas == (0.9, 0.98)  # finite: as before
+
+
+# -- A2: a run that diverges ---------------------------------------------------------------------------
+def finite_weights(ck: Path) -> bool:
+    from safetensors.torch import load_file
+
+    return all(bool(torch.isfinite(t).all()) for t in load_file(str(ck / "model.safetensors")).values())
+
+
+def test_diverged_pretraining_fails_and_saves_nothing(corpus, tmp_path, capsys):
+    """lr=1e10 on a tiny BERT: step 1 blows the weights up, step 2's loss is NaN; the run ends on
+    that step, so its weights are not saved and the fresh run leaves nothing."""
+    out = tmp_path / "run"
+    rc, output = call(["pretrain", "bert-tiny", "--data", corpus, "-o", out, *TINY, "train.lr=1e10"], capsys)
+    assert rc == 2, output
+    assert "training diverged: 1 step up to the last, step 2, had a non-finite loss" in output
+    assert "no checkpoint had been saved yet" in output and "Traceback" not in output
+    assert not out.exists()
+
+
+def test_diverged_pretraining_keeps_the_last_finite_checkpoint(corpus, tmp_path, capsys):
+    from ptmkit.train import checkpoint as ckpt
+
+    out = tmp_path / "run"
+    rc, output = call(["pretrain", "bert-tiny", "--data", corpus, "-o", out, *TINY, "train.lr=1e10", "train.max_steps=10",
+                       "train.save_every=1", "train.nan_guard=0"], capsys)
+    assert rc == 2, output
+    assert "after step 2 the weights hold NaN or inf" in output and "checkpoint step-0000002 was not saved" in output
+    assert f"the last good checkpoint {out / 'checkpoints' / 'step-0000001'} is kept" in output
+    kept = ckpt.checkpoint_steps(out)
+    assert [s for s, _ in kept] == [1] and all(finite_weights(ck) for _, ck in kept)
+
+
+def test_diverged_finetuning_fails(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert call(["pretrain", "bert-tiny", "--data", corpus, "-o", run, *TINY], capsys)[0] == 0
+    data = tmp_path / "t.csv"
+    data.write_text("text,label\ngood movie,1\nbad film,0\ngreat fun,1\nawful plot,0\n")
+    rc, output = call(["finetune", run, "--train", data, "--dev", data, "--test", data, "-o", tmp_path / "ft",
+                       "epochs=3", "max_seq_len=32", "lr=1e10"], capsys)
+    assert rc == 2 and "training diverged" in output and "Traceback" not in output, output
+
+
+@pytest.mark.parametrize("argv", [
+    ["word2vec", *W2V, "alpha=1e30"],
+    ["word2vec", *W2V, "alpha=1e30", "device=torch"],
+    ["fasttext", *W2V, "bucket=1000", "alpha=1e30"],
+    ["glove", "dim=8", "epochs=1", "min_count=1", "lr=1e30"],
+], ids=["word2vec", "word2vec-torch", "fasttext", "glove"])
+def test_diverged_static_model_saves_nothing(argv, corpus, tmp_path, capsys):
+    out = tmp_path / "vectors"
+    rc, output = call(["pretrain", argv[0], "--data", corpus, "-o", out, *argv[1:]], capsys)
+    assert rc == 2, output
+    assert "training diverged:" in output and "hold NaN or inf (the first: " in output and "nothing was saved" in output
+    assert "lower the learning rate (" in output and "=1e+30)" in output and "Traceback" not in output
+    assert not out.exists()

@@ -30,7 +30,7 @@ from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import build_huffman
 from ptmkit.static.kernels_w2v import exp_table
-from ptmkit.static.output import check_out_dir, save_run
+from ptmkit.static.output import check_out_dir, require_finite, save_run
 from ptmkit.static.sampling import keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
@@ -189,8 +189,12 @@ def train_fasttext(
     vocab, corpus = load_corpus(data, cfg.min_count, cfg.max_vocab, cfg.lowercase, cfg.max_sentence_len, cache=cfg.cache)
     model, stats = train_fasttext_ids(vocab, corpus, cfg, progress)
     if out_dir is not None:
+        config = {"model": "fasttext", **to_dict(cfg)}
+        v = len(model.words)
+        require_finite(model.emb, lambda i: repr(model.words[i]) if i < v else f"subword bucket {i - v}",
+                       config, "input rows (words and subword buckets)")  # before model.save writes input.npy
         model.save(out_dir)
-        save_run(out_dir, model.wv, {"model": "fasttext", **to_dict(cfg)}, stats)
+        save_run(out_dir, model.wv, config, stats)
     return model
 
 

@@ -54,6 +54,8 @@ class DevSelection(TrainerCallback):
         self.history.append({"epoch": epoch, "train_loss": train_loss, **{f"dev_{k}": v for k, v in dev.items()}})
         trainer.write_record({"step": step, "split": "dev", "epoch": epoch, **dev})
         if self.better(dev[self.select]):
+            # weights holding NaN or inf are never kept: the run stops naming its last good checkpoint
+            trainer.require_finite_weights(f"epoch {epoch}'s weights were not kept as the best")
             self.best_value, self.best_epoch = dev[self.select], epoch
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             if self.out_dir is None:

@@ -23,6 +23,11 @@ A sub-module with an ``at_train_step(step)`` method is told the number of comple
 steps before every training step and evaluation (a schedule inside the model, such as ELECTRA's
 sampling temperature): a function of the step alone, so a resumed run is exact.
 
+A step whose loss or gradient is not finite is skipped (the weights stay as they were);
+``train.nan_guard`` such steps in a row stop the run with an error.  No checkpoint is written with
+a NaN or an infinity in its weights (one ``isfinite`` reduction per parameter before each save):
+the run stops with an error naming the step and the last good checkpoint, which is kept.
+
 ``train.precision=bf16`` runs the forward pass under ``torch.autocast`` in bfloat16 on CUDA and
 on CPU alike; the weights, their gradients and the optimizer state stay float32 (autocast casts
 per operation), and the loss is reduced in float32.
@@ -47,6 +52,7 @@ from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
+from ptmkit.train.finite import nonfinite_parameter
 from ptmkit.train.heap import keep_freed_memory
 from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
 from ptmkit.train.metrics_log import LOSS_PLOT, METRICS_FILE, append_metrics, plot_losses, read_metrics, truncate_metrics
@@ -54,6 +60,10 @@ from ptmkit.train.progress import progress
 from ptmkit.train.step import BatchSource, StepOutput
 
 log = logging.getLogger(__name__)
+
+# What to change when training diverges, in the keys of both configs the Trainer runs under.
+ADVICE = ("lower the learning rate, warm up longer or clip gradients (pre-training: train.lr, train.warmup_steps, "
+          "train.clip_norm; fine-tuning: lr, warmup, clip_norm)")
 
 __all__ = ["LOSS_PLOT", "METRICS_FILE", "Callback", "Trainer", "TrainerCallback", "plot_losses", "read_metrics"]
 
@@ -327,14 +337,59 @@ class Trainer:
                 self.step + 1, loss_sum / len(micro), grad_norm, self.nan_streak,
             )
             if self.nan_streak >= cfg.nan_guard:
+                bad = self._nonfinite_weight()
+                weights = f"; the weights themselves hold NaN or inf ({bad})" if bad else ""
                 raise PtmError(
                     f"training diverged: {self.nan_streak} consecutive steps had a non-finite loss or gradient "
-                    f"(at step {self.step + 1}); lower train.lr, raise train.warmup_steps or set train.clip_norm"
+                    f"(at step {self.step + 1}, train.nan_guard={cfg.nan_guard}){weights}; {self._last_good()}; {ADVICE}"
                 )
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
         self._step_lr = lr
+
+    # -- finite weights ---------------------------------------------------------------------
+    def _nonfinite_weight(self) -> str | None:
+        """The first parameter holding a NaN or an infinity (``"a parameter on another rank"`` when
+        only another rank's are), or None; every rank takes the same decision."""
+        bad = nonfinite_parameter(self.model)
+        if dist.is_distributed():
+            flag = torch.tensor([0.0 if bad is None else 1.0], device=self.device if self.device.type == "cuda" else "cpu")
+            if float(dist.all_reduce_sum(flag)) > 0 and bad is None:
+                bad = "a parameter on another rank"
+        return bad
+
+    def _last_good(self) -> str:
+        """What the run keeps: every checkpoint was checked for finite weights when it was saved."""
+        if self.run_dir is None:
+            return "no checkpoint is written (no run directory)"
+        ck = ckpt.latest_checkpoint(self.run_dir)
+        return f"the last good checkpoint {ck} is kept" if ck is not None else "no checkpoint had been saved yet"
+
+    def _require_finite_end(self, final_eval: dict[str, Any] | None) -> None:
+        """A run that ends on skipped non-finite steps, or whose final evaluation loss is not finite,
+        has weights that give NaN or inf: an error, so they are never saved as its result."""
+        if self.nan_streak:
+            raise PtmError(
+                f"training diverged: {_steps(self.nan_streak)} up to the last, step {self.step}, had a non-finite "
+                f"loss or gradient, so the final weights were not saved; {self._last_good()}; {ADVICE}"
+            )
+        loss = (final_eval or {}).get("loss")
+        if loss is not None and not math.isfinite(loss):
+            raise PtmError(
+                f"training diverged: the evaluation loss after step {self.step} is {loss}, so the final weights "
+                f"were not saved; {self._last_good()}; {ADVICE}"
+            )
+
+    def require_finite_weights(self, action: str) -> None:
+        """Raise :class:`PtmError` (on every rank) when a weight is NaN or infinite, saying that
+        ``action`` (e.g. "checkpoint step-0000004 was not saved") and which checkpoint is kept."""
+        bad = self._nonfinite_weight()
+        if bad is not None:
+            raise PtmError(
+                f"training diverged: after step {self.step} the weights hold NaN or inf ({bad}); {action}; "
+                f"{self._last_good()}; {ADVICE}"
+            )
 
     # -- logging ----------------------------------------------------------------------------
     def flush_log(self, window_start: float) -> dict[str, Any] | None:
@@ -403,9 +458,11 @@ class Trainer:
         return {"config": {"train": to_dict(self.cfg)}}
 
     def save(self) -> Path | None:
-        """Checkpoint the current step (collective under DDP; rank 0 writes)."""
+        """Checkpoint the current step (collective under DDP; rank 0 writes).  Weights holding a NaN
+        or an infinity are never written: :class:`PtmError` naming the last good checkpoint."""
         if self.run_dir is None:
             return None
+        self.require_finite_weights(f"checkpoint {ckpt.step_name(self.step)} was not saved")
         self.window.reduce(self.device)
         if not self.is_main:
             self.window = Window() if dist.is_distributed() else self.window
@@ -519,7 +576,10 @@ class Trainer:
                     if cfg.eval_every and step % cfg.eval_every == 0:
                         self.evaluate()
                     if cfg.save_every and step % cfg.save_every == 0:
-                        self.save()
+                        if self.nan_streak:  # these weights just gave a non-finite loss: keep the last good ones
+                            log.warning("step %d: checkpoint not saved after a non-finite step", step)
+                        else:
+                            self.save()
                 for cb in self.callbacks:
                     if not isinstance(cb, TrainerCallback):
                         cb(self, step)
@@ -534,6 +594,8 @@ class Trainer:
             else:  # resumed a finished run: report its final evaluation instead of repeating it
                 done = read_metrics(self.run_dir / METRICS_FILE, "eval")
                 final_eval = done[-1] if done else self.evaluate()
+            if self.step > start:
+                self._require_finite_end(final_eval)
             if self.step > start or ckpt.latest_checkpoint(self.run_dir or Path("/nonexistent")) is None:
                 self.save()
             for cb in self.stateful_callbacks:
@@ -552,6 +614,10 @@ class Trainer:
             if k not in ("step", "split"):
                 result[f"eval_{k}"] = v
         return result
+
+
+def _steps(n: int) -> str:
+    return "1 step" if n == 1 else f"{n} steps"
 
 
 def _exp(x: float) -> float:
