@@ -38,7 +38,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from ptmkit import outputs
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
+from ptmkit.identity import differences, fingerprint
 from ptmkit.evaluate import Protocol, summarize
 
 log = logging.getLogger(__name__)
@@ -256,13 +259,36 @@ def _training_seconds(run_dir: Path) -> float:
     return elapsed
 
 
+SETTINGS = "settings.json"  # what the comparison was asked for; --resume must ask for the same
+
+
+def _check_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
+    """Record the comparison's settings, or on --resume refuse other ones (other data, budget,
+    contenders, tasks or protocol would mix two comparisons in one table)."""
+    path = out / SETTINGS
+    if resume and path.is_file():
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PtmError(f"cannot resume: {path} is unreadable ({exc}); start a new comparison directory") from exc
+        diffs = differences(recorded, settings)
+        if diffs:
+            raise PtmError(
+                f"cannot resume {out}: the comparison was started with other settings ({'; '.join(diffs[:6])}"
+                f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones, or start a new output directory"
+            )
+        return
+    if resume and (out / "runs").exists():
+        raise PtmError(f"cannot resume {out}: it records no settings ({SETTINGS}); start a new output directory")
+    atomic_write_text(path, json.dumps(settings, indent=1) + "\n")
+
+
 def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir: str | Path, budget: Budget,
             tasks: Sequence[str] = ("mr",), protocol: Protocol = Protocol(modes=("finetune",)), common: Sequence[str] = (),
             points: int = 1, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     """Pre-train every contender on the same corpus at ``budget``, fine-tune each on ``tasks`` with
     ``protocol`` (finetune mode) at ``points`` checkpoints; write the table, JSON and plot (see the
     module docstring).  ``common``: overrides given to every contender before its own."""
-    from ptmkit import outputs
     from ptmkit.data.corpus import Corpus
     from ptmkit.data.tasks import load_task
     from ptmkit.evaluate import protocol_config, protocol_data
@@ -275,56 +301,63 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
         raise PtmError(f"contender labels must differ, got {labels}; name them LABEL=PRESET")
     if points < 1:
         raise PtmError(f"points must be >= 1, got {points}")
-    out = outputs.claim(out_dir, "compare", inputs=list(data), reuse=resume, overwrite=False)
-    corpus_dir = shared_corpus(contenders, data, out, common)
-    corpus = Corpus.open(corpus_dir)
+    out = Path(out_dir)
+    settings = {"contenders": [[c.label, c.preset, list(c.overrides)] for c in contenders],
+                "data": [fingerprint(p) for p in data], "budget": {"flops": budget.flops, "minutes": budget.minutes},
+                "tasks": list(tasks), "protocol": json.loads(json.dumps(protocol.__dict__, default=list)),
+                "common_overrides": list(common), "points": points}
+    with outputs.writing(out, "compare", inputs=list(data), reuse=resume, names=[*outputs.KINDS["compare"].names, SETTINGS],
+                         keep=lambda: (out / "runs").exists()):
+        _check_settings(out, settings, resume)
+        corpus_dir = shared_corpus(contenders, data, out, common)
+        corpus = Corpus.open(corpus_dir)
 
-    runs: dict[str, dict[str, Any]] = {}
-    for c in contenders:
-        cost = probe(c, corpus, common, timed_steps=3 if budget.minutes is not None else 0)
-        overrides, steps = run_overrides(c, common, cost, budget, points)
-        run_dir = out / "runs" / c.label
-        t0 = time.perf_counter()
-        checkpoints = _pretrain(c, corpus_dir, run_dir, overrides, steps, progress)
-        curve = _eval_curve(run_dir)
-        runs[c.label] = {**cost, "preset": c.preset, "overrides": list(c.overrides), "steps": steps,
-                         "steps_done": checkpoints[-1][0] if checkpoints else 0,
-                         "flops": (checkpoints[-1][0] if checkpoints else 0) * cost["flops_per_step"],
-                         "seconds": _training_seconds(run_dir) or round(time.perf_counter() - t0, 1),
-                         "eval_curve": [(s, s * cost["flops_per_step"], v) for s, v in curve],
-                         "checkpoints": [(s, str(p)) for s, p in checkpoints[-points:]]}
-        log.info("%s: %d steps, %.3g FLOPs", c.label, runs[c.label]["steps_done"], runs[c.label]["flops"])
+        runs: dict[str, dict[str, Any]] = {}
+        for c in contenders:
+            cost = probe(c, corpus, common, timed_steps=3 if budget.minutes is not None else 0)
+            overrides, steps = run_overrides(c, common, cost, budget, points)
+            run_dir = out / "runs" / c.label
+            t0 = time.perf_counter()
+            checkpoints = _pretrain(c, corpus_dir, run_dir, overrides, steps, progress)
+            curve = _eval_curve(run_dir)
+            runs[c.label] = {**cost, "preset": c.preset, "overrides": list(c.overrides), "steps": steps,
+                             "steps_done": checkpoints[-1][0] if checkpoints else 0,
+                             "flops": (checkpoints[-1][0] if checkpoints else 0) * cost["flops_per_step"],
+                             "seconds": _training_seconds(run_dir) or round(time.perf_counter() - t0, 1),
+                             "eval_curve": [(s, s * cost["flops_per_step"], v) for s, v in curve],
+                             "checkpoints": [(s, str(p)) for s, p in checkpoints[-points:]]}
+            log.info("%s: %d steps, %.3g FLOPs", c.label, runs[c.label]["steps_done"], runs[c.label]["flops"])
 
-    # every contender fine-tunes at the same length, which all of their position tables cover
-    positions = [r["max_position"] for r in runs.values() if r.get("max_position")]
-    protocol = replace(protocol, max_seq_len=min([protocol.max_seq_len, *positions]))
-    rows: list[dict[str, Any]] = []
-    for task in tasks:
-        data_t = protocol_data(load_task(task), protocol)
-        cfg = protocol_config(data_t, "finetune", protocol)
-        jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task)
-                for label, r in runs.items() for step, path in r["checkpoints"]]
-        if protocol.baseline:
-            first = runs[labels[0]]
-            jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random", out / "finetune" / "from-scratch" / task))
-        for label, step, ck, init, where in jobs:
-            results = run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
-                                progress=progress, lrs=list(protocol.lrs), resume=resume)
-            fps = runs[label]["flops_per_step"] if label in runs else 0.0
-            for r in results:
-                rows.append({"model": label, "step": step, "flops": step * fps, "task": task, "seed": r["seed"],
-                             "metric": r["select"], "test": r["test"][r["select"]], "dev": r["dev"][r["select"]],
-                             "lr": r["config"]["lr"]})
-            log.info("%s / step %d / %s done", label, step, task)
+        # every contender fine-tunes at the same length, which all of their position tables cover
+        positions = [r["max_position"] for r in runs.values() if r.get("max_position")]
+        protocol = replace(protocol, max_seq_len=min([protocol.max_seq_len, *positions]))
+        rows: list[dict[str, Any]] = []
+        for task in tasks:
+            data_t = protocol_data(load_task(task), protocol)
+            cfg = protocol_config(data_t, "finetune", protocol)
+            jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task)
+                    for label, r in runs.items() for step, path in r["checkpoints"]]
+            if protocol.baseline:
+                first = runs[labels[0]]
+                jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random", out / "finetune" / "from-scratch" / task))
+            for label, step, ck, init, where in jobs:
+                results = run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
+                                    progress=progress, lrs=list(protocol.lrs), resume=resume)
+                fps = runs[label]["flops_per_step"] if label in runs else 0.0
+                for r in results:
+                    rows.append({"model": label, "step": step, "flops": step * fps, "task": task, "seed": r["seed"],
+                                 "metric": r["select"], "test": r["test"][r["select"]], "dev": r["dev"][r["select"]],
+                                 "lr": r["config"]["lr"]})
+                log.info("%s / step %d / %s done", label, step, task)
 
-    scores = summarize(rows, keys=("model", "step", "task"))
-    result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
-              "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
-              "scores": scores}
-    (out / "results.json").write_text(json.dumps(result, indent=2, default=list) + "\n")
-    (out / "table.md").write_text(markdown(result) + "\n")
-    plot(result, out / "compare.png")
-    return result
+        scores = summarize(rows, keys=("model", "step", "task"))
+        result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
+                  "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
+                  "scores": scores}
+        (out / "results.json").write_text(json.dumps(result, indent=2, default=list) + "\n")
+        (out / "table.md").write_text(markdown(result) + "\n")
+        plot(result, out / "compare.png")
+        return result
 
 
 # -- reporting -----------------------------------------------------------------------------------------

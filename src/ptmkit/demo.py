@@ -259,91 +259,93 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
     from ptmkit.tasks.finetune import format_table, run_seeds, summarize
 
     t0 = time.perf_counter()
-    out = outputs.claim(out_dir if out_dir is not None else default_out_dir(), "demo")
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    stages = _Stages(5)
-    print(f"ptmkit demo{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
+    out = Path(out_dir if out_dir is not None else default_out_dir())
+    names = [*outputs.KINDS["demo"].names, "pretrain", "finetune", "finetune-word2vec"]
+    with outputs.writing(out, "demo", names=names, keep=lambda: True):
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        stages = _Stages(5)
+        print(f"ptmkit demo{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
 
-    stages.start("data", "data: Penn Treebank (pre-training text) and MR (movie-review polarity)")
-    ptb, mr = fetch("ptb"), fetch("mr")
-    task = load_task("mr")
-    small = task.with_train_size(cfg.train_size, seed=cfg.train_subset_seed)
-    text_files = [ptb / "train.txt"] + [mr / "unlabeled_train.txt"] * max(1, cfg.mr_text_copies)
-    if cfg.max_text_lines:
-        text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
-    n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
-    print(
-        f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
-        f"   MR: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
-        f"fine-tuning on a fixed subset of {len(small.train)} training sentences",
-        flush=True,
-    )
+        stages.start("data", "data: Penn Treebank (pre-training text) and MR (movie-review polarity)")
+        ptb, mr = fetch("ptb"), fetch("mr")
+        task = load_task("mr")
+        small = task.with_train_size(cfg.train_size, seed=cfg.train_subset_seed)
+        text_files = [ptb / "train.txt"] + [mr / "unlabeled_train.txt"] * max(1, cfg.mr_text_copies)
+        if cfg.max_text_lines:
+            text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
+        n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
+        print(
+            f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
+            f"   MR: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
+            f"fine-tuning on a fixed subset of {len(small.train)} training sentences",
+            flush=True,
+        )
 
-    stages.start("pretrain", f"pre-train {cfg.preset} with masked-LM (tokenizer trained on the same text)")
-    run_dir = pretrain(cfg.preset, text_files, out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
-    pre = load_pretrained(run_dir)
-    train_curve, eval_curve = _pretrain_curve(run_dir)
+        stages.start("pretrain", f"pre-train {cfg.preset} with masked-LM (tokenizer trained on the same text)")
+        run_dir = pretrain(cfg.preset, text_files, out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
+        pre = load_pretrained(run_dir)
+        train_curve, eval_curve = _pretrain_curve(run_dir)
 
-    stages.start("finetune", f"fine-tune on {len(small.train)} MR sentences: {len(cfg.seeds)} seeds x (pre-trained, random init)")
-    lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
-    results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds), progress=progress,
-                        lrs=lrs)
-    if cfg.word2vec_ablation and pre.config["train"].get("init_embeddings", "none") != "none":
-        print("   ablation: the pre-training's starting point (word2vec embeddings, random Transformer layers)", flush=True)
-        start = initial_model(run_dir)
-        ablation = run_seeds(start, small, out / "finetune-word2vec", cfg.finetune, ["pretrained"], list(cfg.seeds),
-                             progress=progress, lrs=lrs)
-        results += [{**r, "init": "word2vec"} for r in ablation]
+        stages.start("finetune", f"fine-tune on {len(small.train)} MR sentences: {len(cfg.seeds)} seeds x (pre-trained, random init)")
+        lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
+        results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds), progress=progress,
+                            lrs=lrs)
+        if cfg.word2vec_ablation and pre.config["train"].get("init_embeddings", "none") != "none":
+            print("   ablation: the pre-training's starting point (word2vec embeddings, random Transformer layers)", flush=True)
+            start = initial_model(run_dir)
+            ablation = run_seeds(start, small, out / "finetune-word2vec", cfg.finetune, ["pretrained"], list(cfg.seeds),
+                                 progress=progress, lrs=lrs)
+            results += [{**r, "init": "word2vec"} for r in ablation]
 
-    stages.start("report", "results on the held-out MR test split")
-    summary = summarize(results)
-    table = format_table(summary, CONDITIONS)
-    per_seed = {
-        r["seed"]: r["test"]["accuracy"] - next(q["test"]["accuracy"] for q in results if q["init"] == "random" and q["seed"] == r["seed"])
-        for r in results
-        if r["init"] == "pretrained"
-    }
-    gains = np.array(list(per_seed.values()))
-    gain = {
-        "mean": float(gains.mean()),
-        "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
-        "per_seed": {str(k): float(v) for k, v in per_seed.items()},
-        "positive_seeds": int((gains > 0).sum()),
-    }
-    print(table)
-    print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
-          f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
-    if "word2vec" in summary:
-        over = summary["pretrained"]["test_accuracy"]["mean"] - summary["word2vec"]["test_accuracy"]["mean"]
-        gain["over_word2vec_only"] = float(over)
-        print(f"masked-LM stage over its word2vec starting point: {over * 100:+.2f} points (mean test accuracy)", flush=True)
-    if gain["mean"] <= 0:
-        print("WARNING: pre-training did not improve mean test accuracy in this run; "
-              "see summary.md and the per-epoch dev history in results.json", flush=True)
+        stages.start("report", "results on the held-out MR test split")
+        summary = summarize(results)
+        table = format_table(summary, CONDITIONS)
+        per_seed = {
+            r["seed"]: r["test"]["accuracy"] - next(q["test"]["accuracy"] for q in results if q["init"] == "random" and q["seed"] == r["seed"])
+            for r in results
+            if r["init"] == "pretrained"
+        }
+        gains = np.array(list(per_seed.values()))
+        gain = {
+            "mean": float(gains.mean()),
+            "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
+            "per_seed": {str(k): float(v) for k, v in per_seed.items()},
+            "positive_seeds": int((gains > 0).sum()),
+        }
+        print(table)
+        print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
+              f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
+        if "word2vec" in summary:
+            over = summary["pretrained"]["test_accuracy"]["mean"] - summary["word2vec"]["test_accuracy"]["mean"]
+            gain["over_word2vec_only"] = float(over)
+            print(f"masked-LM stage over its word2vec starting point: {over * 100:+.2f} points (mean test accuracy)", flush=True)
+        if gain["mean"] <= 0:
+            print("WARNING: pre-training did not improve mean test accuracy in this run; "
+                  "see summary.md and the per-epoch dev history in results.json", flush=True)
 
-    stages.start("plot", "writing demo.png, results.json, summary.md")
-    plot(run_dir, summary, out / "demo.png", f"MR test accuracy, {len(small.train)} training sentences")
-    stages.stop()
-    n_params = sum(p.numel() for p in pre.backbone.parameters())
-    result = {
-        "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
-        "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines},
-        "pretrain": {
-            "run_dir": str(run_dir),
-            "n_parameters": n_params,
-            "steps": train_curve[-1]["step"] if train_curve else 0,
-            "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
-            "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
-            "time_s": stages.times.get("pretrain", 0.0),
-        },
-        "summary": summary,
-        "gain": gain,
-        "runs": results,
-        "stage_times_s": stages.times,
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-    }
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "summary.md").write_text(_summary_md(result, table))
-    print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
-    return result
+        stages.start("plot", "writing demo.png, results.json, summary.md")
+        plot(run_dir, summary, out / "demo.png", f"MR test accuracy, {len(small.train)} training sentences")
+        stages.stop()
+        n_params = sum(p.numel() for p in pre.backbone.parameters())
+        result = {
+            "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
+            "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines},
+            "pretrain": {
+                "run_dir": str(run_dir),
+                "n_parameters": n_params,
+                "steps": train_curve[-1]["step"] if train_curve else 0,
+                "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
+                "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
+                "time_s": stages.times.get("pretrain", 0.0),
+            },
+            "summary": summary,
+            "gain": gain,
+            "runs": results,
+            "stage_times_s": stages.times,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+        }
+        (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / "summary.md").write_text(_summary_md(result, table))
+        print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
+        return result

@@ -176,81 +176,83 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
 
     t0 = time.perf_counter()
     get_segmenter("jieba")  # jieba missing: stop now, with the install command, before any download
-    out = outputs.claim(out_dir if out_dir is not None else default_out_dir(), "demo")
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    stages = _Stages(6)
-    print(f"ptmkit demo, Chinese{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
+    out = Path(out_dir if out_dir is not None else default_out_dir())
+    names = [*outputs.KINDS["demo"].names, "pretrain", "finetune", "finetune-word2vec"]
+    with outputs.writing(out, "demo", names=names, keep=lambda: True):
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        stages = _Stages(6)
+        print(f"ptmkit demo, Chinese{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
 
-    stages.start("data", "data: People's Daily + chinese-poetry (pre-training text), zh-reviews (polarity)")
-    pd_dir, poetry, reviews = fetch("peoples-daily"), fetch("chinese-poetry"), fetch("zh-reviews")
-    task = load_task("zh-reviews")
-    small = task.with_train_size(cfg.train_size, seed=cfg.train_subset_seed)
-    text_files = [pd_dir / "text" / "train.txt", poetry / "text" / "train.txt"]
-    text_files += [reviews / "unlabeled_train.txt"] * max(0, cfg.review_text_copies)  # train split only
-    if cfg.max_text_lines:
-        text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
-    n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
-    print(f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
-          f"   zh-reviews: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
-          f"fine-tuning on a fixed subset of {len(small.train)}", flush=True)
+        stages.start("data", "data: People's Daily + chinese-poetry (pre-training text), zh-reviews (polarity)")
+        pd_dir, poetry, reviews = fetch("peoples-daily"), fetch("chinese-poetry"), fetch("zh-reviews")
+        task = load_task("zh-reviews")
+        small = task.with_train_size(cfg.train_size, seed=cfg.train_subset_seed)
+        text_files = [pd_dir / "text" / "train.txt", poetry / "text" / "train.txt"]
+        text_files += [reviews / "unlabeled_train.txt"] * max(0, cfg.review_text_copies)  # train split only
+        if cfg.max_text_lines:
+            text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
+        n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
+        print(f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
+              f"   zh-reviews: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
+              f"fine-tuning on a fixed subset of {len(small.train)}", flush=True)
 
-    stages.start("prepare", "character tokenizer + jieba words (People's Daily dictionary as user dictionary)")
-    tok = Tokenizer.train(text_files, "char", cfg.vocab_size, min_frequency=cfg.min_frequency)
-    user_dict = pd_dir / "dictionary.txt" if cfg.user_dict else None
-    corpus = prepare(text_files, tok, out / "corpus", workers=cfg.workers, progress=progress, segmenter="jieba",
-                     user_dict=user_dict)
-    words = int(np.count_nonzero(np.asarray(corpus.word_starts)))
-    print(f"   {corpus.n_tokens:,} characters in {words:,} jieba words ({corpus.n_tokens / max(words, 1):.2f} per word), "
-          f"vocabulary {tok.vocab_size}", flush=True)
+        stages.start("prepare", "character tokenizer + jieba words (People's Daily dictionary as user dictionary)")
+        tok = Tokenizer.train(text_files, "char", cfg.vocab_size, min_frequency=cfg.min_frequency)
+        user_dict = pd_dir / "dictionary.txt" if cfg.user_dict else None
+        corpus = prepare(text_files, tok, out / "corpus", workers=cfg.workers, progress=progress, segmenter="jieba",
+                         user_dict=user_dict)
+        words = int(np.count_nonzero(np.asarray(corpus.word_starts)))
+        print(f"   {corpus.n_tokens:,} characters in {words:,} jieba words ({corpus.n_tokens / max(words, 1):.2f} per word), "
+              f"vocabulary {tok.vocab_size}", flush=True)
 
-    stages.start("pretrain", f"pre-train {cfg.preset} with whole-word masking")
-    run_dir = pretrain(cfg.preset, out / "corpus", out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
-    pre = load_pretrained(run_dir)
-    train_curve, eval_curve = _pretrain_curve(run_dir)
+        stages.start("pretrain", f"pre-train {cfg.preset} with whole-word masking")
+        run_dir = pretrain(cfg.preset, out / "corpus", out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
+        pre = load_pretrained(run_dir)
+        train_curve, eval_curve = _pretrain_curve(run_dir)
 
-    stages.start("finetune", f"fine-tune on {len(small.train)} reviews: {len(cfg.seeds)} seeds x (pre-trained, random init)")
-    lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
-    results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds),
-                        progress=progress, lrs=lrs)
+        stages.start("finetune", f"fine-tune on {len(small.train)} reviews: {len(cfg.seeds)} seeds x (pre-trained, random init)")
+        lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
+        results = run_seeds(pre, small, out / "finetune", cfg.finetune, ["pretrained", "random"], list(cfg.seeds),
+                            progress=progress, lrs=lrs)
 
-    stages.start("report", "results on the held-out zh-reviews test split")
-    summary = summarize(results)
-    table = format_table(summary, CONDITIONS)
-    random_acc = {r["seed"]: r["test"]["accuracy"] for r in results if r["init"] == "random"}
-    per_seed = {r["seed"]: r["test"]["accuracy"] - random_acc[r["seed"]] for r in results if r["init"] == "pretrained"}
-    gains = np.array(list(per_seed.values()))
-    gain = {"mean": float(gains.mean()), "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
-            "per_seed": {str(k): float(v) for k, v in per_seed.items()}, "positive_seeds": int((gains > 0).sum())}
-    print(table)
-    print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
-          f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
+        stages.start("report", "results on the held-out zh-reviews test split")
+        summary = summarize(results)
+        table = format_table(summary, CONDITIONS)
+        random_acc = {r["seed"]: r["test"]["accuracy"] for r in results if r["init"] == "random"}
+        per_seed = {r["seed"]: r["test"]["accuracy"] - random_acc[r["seed"]] for r in results if r["init"] == "pretrained"}
+        gains = np.array(list(per_seed.values()))
+        gain = {"mean": float(gains.mean()), "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
+                "per_seed": {str(k): float(v) for k, v in per_seed.items()}, "positive_seeds": int((gains > 0).sum())}
+        print(table)
+        print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
+              f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
 
-    stages.start("plot", "writing demo.png, results.json, summary.md")
-    plot(run_dir, summary, out / "demo.png", f"zh-reviews test accuracy, {len(small.train)} training texts",
-         text_label="People's Daily + poetry + review text", task_label="zh-reviews")
-    stages.stop()
-    result = {
-        "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
-        "text_files": [str(f) for f in text_files],
-        "tokenizer": {"kind": "char", "vocab_size": tok.vocab_size, "user_dict": str(user_dict) if user_dict else None},
-        "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines,
-                  "pretrain_characters": corpus.n_tokens, "pretrain_words": words},
-        "pretrain": {
-            "run_dir": str(run_dir),
-            "n_parameters": sum(p.numel() for p in pre.backbone.parameters()),
-            "steps": train_curve[-1]["step"] if train_curve else 0,
-            "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
-            "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
-            "time_s": stages.times.get("pretrain", 0.0),
-        },
-        "summary": summary,
-        "gain": gain,
-        "runs": results,
-        "stage_times_s": stages.times,
-        "wall_time_s": round(time.perf_counter() - t0, 1),
-    }
-    (out / "results.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(_summary_md(result, table), encoding="utf-8")
-    print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
-    return result
+        stages.start("plot", "writing demo.png, results.json, summary.md")
+        plot(run_dir, summary, out / "demo.png", f"zh-reviews test accuracy, {len(small.train)} training texts",
+             text_label="People's Daily + poetry + review text", task_label="zh-reviews")
+        stages.stop()
+        result = {
+            "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
+            "text_files": [str(f) for f in text_files],
+            "tokenizer": {"kind": "char", "vocab_size": tok.vocab_size, "user_dict": str(user_dict) if user_dict else None},
+            "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines,
+                      "pretrain_characters": corpus.n_tokens, "pretrain_words": words},
+            "pretrain": {
+                "run_dir": str(run_dir),
+                "n_parameters": sum(p.numel() for p in pre.backbone.parameters()),
+                "steps": train_curve[-1]["step"] if train_curve else 0,
+                "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
+                "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
+                "time_s": stages.times.get("pretrain", 0.0),
+            },
+            "summary": summary,
+            "gain": gain,
+            "runs": results,
+            "stage_times_s": stages.times,
+            "wall_time_s": round(time.perf_counter() - t0, 1),
+        }
+        (out / "results.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (out / "summary.md").write_text(_summary_md(result, table), encoding="utf-8")
+        print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
+        return result

@@ -244,10 +244,10 @@ def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]]
 
     The scratch directory lies inside ``out`` rather than beside it so that ``out`` may be any
     directory, ``.`` included, and a parent need not be writable.  On failure the scratch
-    directory is removed, and so is every directory this call created: nothing is left behind.
+    directory is removed; ``out`` itself is left to the caller (:func:`ptmkit.outputs.staged`
+    removes the directories it created, once nothing else is in them).
     """
     out = Path(out)
-    created = first_missing(out.absolute())
     make_dirs(out)
     for stale in out.glob(STAGING_PREFIX + "*"):  # left by a killed earlier attempt
         shutil.rmtree(stale, ignore_errors=True)
@@ -264,8 +264,6 @@ def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]]
     except BaseException as exc:
         err = write_error(exc, out, "nothing was replaced", scratch=tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
         if err is not None:
             raise err from exc
         raise

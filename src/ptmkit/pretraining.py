@@ -9,6 +9,7 @@ resolved config), ``metrics.jsonl``, ``loss.png`` and ``checkpoints/``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -20,6 +21,7 @@ from ptmkit import outputs
 from ptmkit.build import build_model, resolve_config
 from ptmkit.config import apply_overrides, from_dict
 from ptmkit.errors import PtmError
+from ptmkit.identity import differences, fingerprint
 from ptmkit.pretrained import Pretrained
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
@@ -29,6 +31,7 @@ from ptmkit.train.trainer import Callback, Trainer, seed_everything
 log = logging.getLogger(__name__)
 
 RUN_CONFIG = "config.json"
+INPUTS_FILE = "inputs.json"  # fingerprints of the data the run trains on, compared on resume
 DATA_DIR, EVAL_DATA_DIR = "data", "eval_data"
 # Settings that may change when a run is resumed without changing its result step for step.
 RESUMABLE_CHANGES = {
@@ -167,11 +170,59 @@ def _open_eval_data(data: DataArg, tokenizer: Any, run_dir: Path, info: dist.Dis
     return Corpus.open(out)
 
 
+def _inputs_record(data: DataArg, eval_data: DataArg | None) -> dict[str, Any]:
+    """What the run trains on, as fingerprints (:func:`ptmkit.identity.fingerprint`): the text
+    files or prepared corpus given as ``--data`` and ``--eval-data``."""
+    return {"data": [fingerprint(p) for p in _as_paths(data)],
+            "eval_data": [fingerprint(p) for p in _as_paths(eval_data)] if eval_data is not None else None}
+
+
+def _check_same_inputs(run_dir: Path, now: dict[str, Any]) -> None:
+    """On resume, the data must be the data the run started on (by content, not by name)."""
+    path = run_dir / INPUTS_FILE
+    if not path.is_file():
+        log.info("%s records no input fingerprints (an earlier ptmkit wrote it); the data are not compared", run_dir)
+        return
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PtmError(f"cannot resume: {path} is unreadable ({exc}); start a new run directory") from exc
+    diffs = differences(recorded, now)
+    if diffs:
+        raise PtmError(
+            "cannot resume: the data differ from those the run was trained on (" + "; ".join(diffs[:4])
+            + "); resume with the same --data and --eval-data, or start a new run directory"
+        )
+
+
+def _read_run_config(stored_file: Path, latest: Path) -> dict[str, Any]:
+    """The run's config.json, or the latest checkpoint's copy when the run has none."""
+    if not stored_file.is_file():
+        return ckpt.read_config(latest)
+    try:
+        stored = json.loads(stored_file.read_text(encoding="utf-8"))
+        if not isinstance(stored, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise PtmError(
+            f"cannot resume: {stored_file} is unreadable ({exc}); the latest checkpoint keeps a copy of the run's "
+            f"config: cp {latest / ckpt.CONFIG_FILE} {stored_file}"
+        ) from exc
+    return stored
+
+
 def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
     """Raise unless ``new`` continues ``stored`` exactly (only logging/length settings may change)."""
     diffs = []
+    was, now = (stored.get("train") or {}).get("max_steps"), (new.get("train") or {}).get("max_steps")
+    if isinstance(was, int) and isinstance(now, int) and now < was:
+        diffs.append(f"train.max_steps: {was} in the run, {now} now (it may only grow on resume)")
     for section in sorted(set(stored) | set(new)):
         a, b = stored.get(section, {}), new.get(section, {})
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            if a != b:
+                diffs.append(f"{section}: {a!r} in the run, {b!r} now")
+            continue
         for key in sorted(set(a) | set(b)):
             if section == "train" and key in RESUMABLE_CHANGES:
                 continue
@@ -184,10 +235,14 @@ def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
         )
 
 
-def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo, inputs: Sequence[Any] = ()) -> None:
+def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo, inputs: Sequence[Any],
+                     stack: contextlib.ExitStack) -> None:
     """Check RUN_DIR before any slow work (:func:`ptmkit.outputs.check`: new, empty or a run of
-    ptm's; no input inside it), then create and mark it.  Nothing is removed here: with
-    --overwrite the previous run's files go once the inputs have been read (:func:`_start_over`)."""
+    ptm's; no input inside it), then open it for writing (:func:`ptmkit.outputs.writing`: the lock,
+    the manifest) for the rest of the command.  Nothing is removed here: with --overwrite the
+    previous run's files go once the inputs have been read (:func:`_start_over`); a failing
+    command removes what it created unless a checkpoint exists (a killed run keeps what
+    --resume needs)."""
     outputs.check(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
     has_checkpoints = bool(ckpt.checkpoint_steps(run_dir))
     if resume and not has_checkpoints:
@@ -203,7 +258,10 @@ def _prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, info: dist.Di
         )
     dist.barrier()  # every rank has looked before anything is written
     if info.is_main:
-        outputs.claim(run_dir, "run", inputs, overwrite=overwrite, reuse=True)
+        has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
+        names = [*outputs.KINDS["run"].names, INPUTS_FILE]
+        stack.enter_context(outputs.writing(run_dir, "run", inputs, overwrite=overwrite, reuse=True, names=names,
+                                            keep=has_checkpoint))
     dist.barrier()
 
 
@@ -339,13 +397,11 @@ def pretrain(
     dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
     started = not dist.is_distributed()
     info = dist.init_distributed(device)
-    # A run directory created by a failing command is removed again, unless it got a checkpoint
-    # (a killed run keeps what --resume needs).
-    has_checkpoint = lambda: bool(ckpt.checkpoint_steps(run_dir))  # noqa: E731
     succeeded = False
     try:
-        with outputs.undo_if_failed(run_dir, keep=has_checkpoint, enabled=info.is_main):
-            result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info, source)
+        with contextlib.ExitStack() as stack:  # holds RUN_DIR's lock and manifest (see _prepare_run_dir)
+            result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info,
+                               stack, source)
         succeeded = True
         return result
     finally:
@@ -420,14 +476,15 @@ def initial_model(run_dir: str | Path):
     return Pretrained(config, tokenizer, model.backbone, model.objective, None, model)
 
 
-def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, source=None) -> Path:
+def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, stack,
+              source=None) -> Path:
     from ptmkit.data.batches import PretrainBatches, split_spans
 
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
     inputs = _as_paths(data) + (_as_paths(eval_data) if eval_data is not None else [])
     if source is not None:
         inputs.append(source.checkpoint)
-    _prepare_run_dir(run_dir, resume, overwrite, info, inputs)
+    _prepare_run_dir(run_dir, resume, overwrite, info, inputs, stack)
     given_tokenizer = source.tokenizer if source is not None else None
     corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run_dir, info, resume, given_tokenizer)
     if source is not None:
@@ -435,11 +492,19 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
     config = resolve_config(raw, tokenizer, overrides)
     stored_file = run_dir / RUN_CONFIG
+    inputs_record = _inputs_record(data, eval_data)
     if resume and ckpt.checkpoint_steps(run_dir):
         latest = ckpt.latest_checkpoint(run_dir)
         _check_same_tokenizer(latest, tokenizer, corpus)
-        stored = json.loads(stored_file.read_text()) if stored_file.is_file() else ckpt.read_config(latest)
+        stored = _read_run_config(stored_file, latest)
         check_compatible(stored, config)
+        _check_same_inputs(run_dir, inputs_record)
+        step = ckpt.checkpoint_steps(run_dir)[-1][0]
+        if config["train"]["max_steps"] < step:
+            raise PtmError(
+                f"cannot resume: the run is at step {step}, past train.max_steps={config['train']['max_steps']}; "
+                f"give a larger train.max_steps to train on"
+            )
     if overwrite:
         _start_over(run_dir, corpus, info)
     train_cfg = from_dict(TrainConfig, config["train"], "train")
@@ -477,6 +542,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
 
     if info.is_main:
         ckpt.atomic_write_text(stored_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        ckpt.atomic_write_text(run_dir / INPUTS_FILE, json.dumps(inputs_record, indent=1) + "\n")
     trainer = Trainer(model, batches, train_cfg, run_dir, eval_source, {"config": config, "tokenizer": tokenizer}, callbacks)
     if verbose and info.is_main:
         n_params = count_parameters(model)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -16,30 +18,40 @@ def tree(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-# ---------------------------------------------------------------------------------- check / claim
+# ---------------------------------------------------------------------------------- check / writing
+
+
+def manifest(d):
+    return json.loads((d / outputs.MARKER).read_text())
 
 
 def test_new_empty_and_own_directories_are_accepted(tmp_path):
     assert outputs.check(tmp_path / "new", "corpus") == "new"
     (tmp_path / "empty").mkdir()
     assert outputs.check(tmp_path / "empty", "corpus") == "empty"
-    run = outputs.claim(tmp_path / "run", "run")
-    (run / "metrics.jsonl").write_text("{}\n")
+    run = tmp_path / "run"
+    with outputs.writing(run, "run") as session:
+        assert session.state == "new"
+        (run / "metrics.jsonl").write_text("{}\n")
     assert outputs.owner(run) == "run"
+    assert manifest(run)["files"] == {"metrics.jsonl": [3, (run / "metrics.jsonl").stat().st_mtime_ns]}
     assert outputs.check(run, "run", reuse=True) == "own"
     assert outputs.check(run, "run", overwrite=True) == "own"
     with pytest.raises(PtmError, match="already holds a pre-training run; pass --overwrite"):
         outputs.check(run, "run")
+    assert not (run / outputs.LOCK).exists()  # released and removed
 
 
 def test_foreign_and_other_kind_directories_are_refused_even_with_overwrite(tmp_path):
     foreign = tmp_path / "hf"
     foreign.mkdir()
     (foreign / "config.json").write_text("{}")
-    with pytest.raises(PtmError, match=r"hf is not empty \(config.json\) and was not written by ptm"):
+    with pytest.raises(PtmError, match=r"hf is not empty \(config.json\) and was not written by ptm") as info:
         outputs.check(foreign, "run", overwrite=True)
-    run = outputs.claim(tmp_path / "run", "run")
-    (run / "config.json").write_text("{}")
+    assert "--overwrite" not in str(info.value)  # nothing invites deleting a user's files
+    run = tmp_path / "run"
+    with outputs.writing(run, "run"):
+        (run / "config.json").write_text("{}")
     with pytest.raises(PtmError, match="holds a pre-training run .* not a prepared corpus"):
         outputs.check(run, "corpus", overwrite=True)
     (tmp_path / "file").write_text("x")
@@ -59,32 +71,66 @@ def test_inputs_inside_the_output_are_refused(tmp_path):
     outputs.check_inputs(out, [tmp_path / "elsewhere.txt", tmp_path / "missing.txt", None])
 
 
-def test_legacy_outputs_without_marker_are_recognised(tmp_path):
-    run = tmp_path / "run"
-    (run / "checkpoints" / "step-0000002").mkdir(parents=True)
-    assert outputs.owner(run) == "run"
-    vec = tmp_path / "vec"
-    vec.mkdir()
-    (vec / "vectors.bin").write_bytes(b"1 1\n")
-    (vec / "config.json").write_text(json.dumps({"static": "word2vec"}))
-    (vec / "notes.txt").write_text("mine")
-    assert outputs.owner(vec) == "vectors"
-    assert sorted(p.name for p in outputs.owned_entries(vec)) == ["config.json", "vectors.bin"]
+def look_alikes(root):
+    """Folders that look like outputs (HF, DeepSpeed, fairseq, an unmarked earlier ptm run,
+    corpus, vectors and fine-tuning results) but carry no ptm marker."""
+    made = {}
+    for name, files in {
+        "hf": {"config.json": '{"model_type": "bert"}', "model.safetensors": "x", "tokenizer.json": "{}"},
+        "deepspeed": {"config.json": "{}", "checkpoints/latest": "global_step10", "checkpoints/global_step10/x.pt": "x"},
+        "fairseq": {"checkpoints/checkpoint_last.pt": "x", "checkpoints/checkpoint1.pt": "x", "train.log": "log"},
+        "old-run": {"config.json": "{}", "checkpoints/latest": "step-0000002", "checkpoints/step-0000002/model.safetensors": "x"},
+        "old-corpus": {"tokens.bin": "xx", "meta.json": '{"tokenizer_sha256": "0"}'},
+        "old-vectors": {"vectors.bin": "1 1", "config.json": '{"static": "word2vec"}'},
+        "old-finetune": {"summary.json": "{}", "pretrained-seed1/results.json": "{}"},
+    }.items():
+        d = root / name
+        for rel, text in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+        made[name] = d
+    return made
+
+
+def test_nothing_is_recognised_by_its_contents(tmp_path):
+    for d in look_alikes(tmp_path).values():
+        assert outputs.owner(d) is None and outputs.owned_entries(d) == []
+        for kind in outputs.KINDS:
+            with pytest.raises(PtmError, match="was not written by ptm"):
+                outputs.check(d, kind, overwrite=True, reuse=True)
 
 
 # ---------------------------------------------------------------------------------- clean / staged
 
 
 def test_clean_removes_only_what_ptm_wrote(tmp_path):
-    run = outputs.claim(tmp_path / "run", "run")
-    (run / "checkpoints" / "step-0000001").mkdir(parents=True)
-    (run / "metrics.jsonl").write_text("{}\n")
+    run = tmp_path / "run"
+    with outputs.writing(run, "run"):
+        (run / "checkpoints" / "step-0000001").mkdir(parents=True)
+        (run / "checkpoints" / "step-0000001" / "model.safetensors").write_bytes(b"w")
+        (run / "metrics.jsonl").write_text("{}\n")
+        with outputs.staged(run / "data", "corpus") as stage:
+            (stage / "tokens.bin").write_bytes(b"\0\0")
+    assert manifest(run)["entries"] == ["checkpoints", "data", "metrics.jsonl"]
     (run / "notes.txt").write_text("mine")
-    with outputs.staged(run / "data", "corpus") as stage:
-        (stage / "tokens.bin").write_bytes(b"\0\0")
     (run / "data" / "readme.txt").write_text("also mine")
-    assert sorted(outputs.clean(run)) == ["checkpoints", "data", "metrics.jsonl"]
-    assert tree(run) == [".ptmkit-output.json", "data", "data/.ptmkit-output.json", "data/readme.txt", "notes.txt"]
+    (run / "checkpoints" / "my-plot.png").write_bytes(b"mine too")
+    with outputs.writing(run, "run", overwrite=True):
+        assert sorted(outputs.clean(run)) == ["checkpoints", "data", "metrics.jsonl"]
+    assert tree(run) == [".ptmkit-output.json", "checkpoints", "checkpoints/my-plot.png", "data", "data/readme.txt",
+                         "notes.txt"]
+
+
+def test_overwrite_stops_before_removing_anything_when_a_ptm_file_changed(tmp_path):
+    out = tmp_path / "vec"
+    with outputs.staged(out, "vectors") as stage:
+        (stage / "vectors.bin").write_bytes(b"old")
+        (stage / "vocab.txt").write_text("a 1\n")
+    (out / "vocab.txt").write_text("a 1\nb 2\n")  # edited by hand
+    with pytest.raises(PtmError, match=r"vocab.txt changed since ptm wrote it.*move it away"):
+        with outputs.staged(out, "vectors", overwrite=True) as stage:
+            (stage / "vectors.bin").write_bytes(b"new")
+    assert (out / "vectors.bin").read_bytes() == b"old" and (out / "vocab.txt").read_text() == "a 1\nb 2\n"
 
 
 def test_staged_publishes_only_on_success_and_keeps_user_files(tmp_path):
@@ -102,7 +148,9 @@ def test_staged_publishes_only_on_success_and_keeps_user_files(tmp_path):
         (stage / "vectors.bin").write_bytes(b"new")
     assert tree(out) == [".ptmkit-output.json", "notes.txt", "vectors.bin"]  # old vocab.txt was ptm's
     assert (out / "vectors.bin").read_bytes() == b"new"
-    assert json.loads((out / ".ptmkit-output.json").read_text()) == {"kind": "vectors", "files": ["vectors.bin"]}
+    m = manifest(out)
+    assert m["kind"] == "vectors" and m["entries"] == ["vectors.bin"] and list(m["files"]) == ["vectors.bin"]
+    assert "open" not in m
 
 
 def test_failed_staged_output_leaves_nothing(tmp_path):
@@ -118,6 +166,31 @@ def test_failed_staged_output_leaves_nothing(tmp_path):
     assert tree(tmp_path) == ["empty"]
 
 
+def test_failure_removes_only_what_this_command_created(tmp_path):
+    """A failed command never removes a sibling's output or a user's notes that appeared in a
+    directory it created."""
+    exp = tmp_path / "exp"
+    with outputs.writing(exp / "a", "run"):
+        (exp / "a" / "config.json").write_text("{}")
+    with pytest.raises(ValueError):
+        with outputs.writing(exp / "b", "run"):
+            (exp / "b" / "config.json").write_text("{}")
+            raise ValueError
+    assert tree(exp) == ["a", "a/.ptmkit-output.json", "a/config.json"]
+    with pytest.raises(KeyboardInterrupt):
+        with outputs.staged(tmp_path / "newproj" / "corpus", "corpus") as stage:
+            (tmp_path / "newproj" / "notes.md").write_text("my notes")  # written while the command ran
+            (stage / "tokens.bin").write_bytes(b"x")
+            raise KeyboardInterrupt
+    assert tree(tmp_path / "newproj") == ["notes.md"]
+    kept = tmp_path / "kept"
+    with pytest.raises(ValueError):
+        with outputs.writing(kept, "run", keep=lambda: True):
+            (kept / "checkpoints").mkdir()
+            raise ValueError
+    assert (kept / "checkpoints").is_dir() and outputs.owner(kept) == "run"
+
+
 def test_staged_into_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with outputs.staged(".", "export") as stage:
@@ -126,18 +199,72 @@ def test_staged_into_the_current_directory(tmp_path, monkeypatch):
     assert outputs.owner(".") == "export"
 
 
-def test_undo_if_failed_removes_only_a_directory_it_created(tmp_path):
-    with pytest.raises(ValueError):
-        with outputs.undo_if_failed(tmp_path / "new" / "run"):
-            outputs.claim(tmp_path / "new" / "run", "run")
-            raise ValueError
-    assert tree(tmp_path) == []
-    kept = tmp_path / "kept"
-    with pytest.raises(ValueError):
-        with outputs.undo_if_failed(kept, keep=lambda: True):
-            kept.mkdir()
-            raise ValueError
-    assert kept.is_dir()
+def test_an_entry_in_the_way_is_refused(tmp_path):
+    run = tmp_path / "run"
+    with outputs.writing(run, "run"):
+        pass
+    (run / "checkpoints").mkdir()  # not ptm's
+    (run / "checkpoints" / "mine.txt").write_text("x")
+    with pytest.raises(PtmError, match=r"checkpoints exists and was not written by ptm"):
+        with outputs.writing(run, "run", reuse=True):
+            pass
+    assert (run / "checkpoints" / "mine.txt").read_text() == "x"
+
+
+# ---------------------------------------------------------------------------------- lock, kill
+
+
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from ptmkit import outputs
+out = Path(sys.argv[1])
+with outputs.writing(out, "run"):
+    (out / "checkpoints" / "step-0000001").mkdir(parents=True)
+    (out / "checkpoints" / "step-0000001" / "model.safetensors").write_bytes(b"w" * 10)
+    (out / "metrics.jsonl").write_text("{}")
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def start_holder(out):
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_second_writer_is_refused_and_a_killed_one_releases_the_lock(tmp_path):
+    out = tmp_path / "run"
+    proc = start_holder(out)
+    try:
+        with pytest.raises(PtmError, match=rf"being written by another ptm process \(PID {proc.pid}: .*-c"):
+            with outputs.writing(out, "run", reuse=True):
+                pass
+        with pytest.raises(PtmError, match="being written by another ptm process"):
+            with outputs.staged(out / "data", "corpus"):  # inside it, a nested output waits its turn too
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+    # killed mid-write: the next command adopts what it wrote, and --overwrite removes exactly that
+    (out / "notes.txt").write_text("mine")  # the user's, beside ptm's entries
+    with outputs.writing(out, "run", overwrite=True):
+        removed = outputs.clean(out)
+    assert sorted(removed) == ["checkpoints", "metrics.jsonl"]
+    assert tree(out) == [".ptmkit-output.json", "notes.txt"]
+
+
+def test_a_marker_of_an_earlier_ptmkit_is_read_by_exact_names(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "latest").write_text("step-0000001\n")
+    (run / "lr-sweep-plan.md").write_text("mine")
+    (run / outputs.MARKER).write_text(json.dumps({"kind": "run", "files": ["checkpoints", "lr-*", "config.json"]}))
+    assert outputs.owner(run) == "run"
+    with outputs.writing(run, "run", overwrite=True):
+        assert outputs.clean(run) == ["checkpoints"]  # patterns are not ownership
+    assert tree(run) == [".ptmkit-output.json", "lr-sweep-plan.md"]
 
 
 # ---------------------------------------------------------------------------------- fileio

