@@ -151,3 +151,61 @@ def test_diverged_static_model_saves_nothing(argv, corpus, tmp_path, capsys):
     assert "training diverged:" in output and "hold NaN or inf (the first: " in output and "nothing was saved" in output
     assert "lower the learning rate (" in output and "=1e+30)" in output and "Traceback" not in output
     assert not out.exists()
+
+
+# -- A3: vectors files ---------------------------------------------------------------------------------
+WORDS = ["the", "cat", "dog", "sat"]
+ROWS = [[0.1, 0.2, 0.3], [0.3, float("nan"), 0.1], [0.5, 0.1, 0.2], [float("-inf"), 0.0, 1.0]]
+
+
+@pytest.fixture(params=["word2vec", "word2vec-binary", "glove"])
+def bad_vectors(request, tmp_path) -> tuple[Path, str, str]:
+    """A file in each format whose 'cat' holds a NaN and 'sat' an infinity; where 'cat' is."""
+    import numpy as np
+
+    from ptmkit.interop.word2vec_format import write_glove, write_word2vec
+
+    path = tmp_path / f"bad.{request.param}"
+    vectors = np.array(ROWS, dtype=np.float32)
+    if request.param == "glove":
+        write_glove(path, WORDS, vectors)
+    else:
+        write_word2vec(path, WORDS, vectors, binary=request.param == "word2vec-binary")
+    where = {"word2vec": "line 3", "word2vec-binary": "vector 2 of 4", "glove": "line 2"}[request.param]
+    return path, request.param, where
+
+
+def test_nonfinite_vectors_are_refused_naming_file_and_word(bad_vectors):
+    import numpy as np
+
+    from ptmkit.interop.word2vec_format import read_vectors
+    from ptmkit.static.vectors import WordVectors
+
+    path, fmt, where = bad_vectors
+    with pytest.raises(PtmError) as err:
+        read_vectors(path)
+    assert f"{path}: the vector of 'cat' ({where}) holds a non-finite value (nan); 2 of 4 vectors do" in str(err.value)
+    assert "--skip-nonfinite" in str(err.value)
+    with pytest.raises(PtmError, match="the vector of 'cat'"):
+        WordVectors.load(path, format=fmt)
+    wv = WordVectors.load(path, skip_nonfinite=True)
+    assert wv.words == ["the", "dog"]
+    np.testing.assert_array_equal(wv.vectors, np.array([ROWS[0], ROWS[2]], dtype=np.float32))
+
+
+def test_every_vector_nonfinite_is_an_error_even_when_skipping(tmp_path):
+    from ptmkit.interop.word2vec_format import read_vectors
+
+    path = tmp_path / "all.txt"
+    path.write_text("a nan 1\nb 1 inf\n")
+    with pytest.raises(PtmError, match=r"every one of its 2 vectors holds NaN or inf \(the first: 'a', line 1\)"):
+        read_vectors(path, skip_nonfinite=True)
+
+
+def test_ptm_vectors_refuses_or_skips_nonfinite(bad_vectors, capsys):
+    path, _, where = bad_vectors
+    rc, output = call(["vectors", "neighbors", path, "the"], capsys)
+    assert rc == 2 and f"the vector of 'cat' ({where}) holds a non-finite value" in output, output
+    rc, output = call(["vectors", "neighbors", path, "the", "--skip-nonfinite"], capsys)
+    assert rc == 0, output
+    assert output.startswith("dog\t") and "cat" not in output.split("\n", 1)[0]

@@ -5,6 +5,9 @@
     ptm vectors similarity VECTORS W1 W2
     ptm vectors evaluate VECTORS [--pairs SET|FILE ...] [--analogies SET|FILE ...] [--restrict-vocab N]
         (SET: wordsim353 simlex999 men rw simverb3500 mturk771 rg65 / google msr; none: all of them)
+
+A vectors file holding a NaN or an infinity is refused, naming the first such word and its line;
+--skip-nonfinite leaves those words out instead.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def positive_int(text: str) -> int:
 def _load(args):
     from ptmkit.static.vectors import WordVectors
 
-    return WordVectors.load(args.vectors, format=args.format)
+    return WordVectors.load(args.vectors, format=args.format, skip_nonfinite=args.skip_nonfinite)
 
 
 def _neighbors(args) -> int:
@@ -177,6 +180,8 @@ def register(subparsers) -> None:
         p.add_argument("--format", default="auto", choices=["auto", "word2vec", "word2vec-binary", "glove"])
         p.add_argument("--restrict-vocab", type=positive_int, default=None, metavar="N",
                        help="search only the N most frequent words")
+        p.add_argument("--skip-nonfinite", action="store_true",
+                       help="leave out words whose vectors hold NaN or inf (default: refuse such a file)")
 
     p = sub.add_parser("neighbors", help="nearest words by cosine similarity")
     common(p)

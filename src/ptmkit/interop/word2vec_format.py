@@ -7,19 +7,25 @@
 - GloVe text: no header, ``"word v1 ... vD"`` per line.
 
 Text values are written with ``%.9g`` so float32 vectors survive a text round trip exactly.
-Every reader raises :class:`PtmError` naming the file and the problem on malformed input.
+Every reader raises :class:`PtmError` naming the file and the problem on malformed input, and on a
+vector holding a NaN or an infinity (naming the first such word and its line); with
+``skip_nonfinite=True`` those words are left out instead, with a warning.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_bytes
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("word2vec", "word2vec-binary", "glove")
 
@@ -113,19 +119,20 @@ def detect_format(path: str | os.PathLike) -> str:
     )
 
 
-def read_vectors(path: str | os.PathLike, format: str = "auto") -> tuple[list[str], np.ndarray]:
-    """Read a word-vectors file; returns (words [V], float32 vectors [V, D])."""
+def read_vectors(path: str | os.PathLike, format: str = "auto", skip_nonfinite: bool = False) -> tuple[list[str], np.ndarray]:
+    """Read a word-vectors file; returns (words [V], float32 vectors [V, D]).  A vector holding a
+    NaN or an infinity is an error, or with ``skip_nonfinite`` its word is left out."""
     fmt = detect_format(path) if format == "auto" else format
     if fmt == "word2vec":
-        return read_word2vec(path, binary=False)
+        return read_word2vec(path, binary=False, skip_nonfinite=skip_nonfinite)
     if fmt == "word2vec-binary":
-        return read_word2vec(path, binary=True)
+        return read_word2vec(path, binary=True, skip_nonfinite=skip_nonfinite)
     if fmt == "glove":
-        return read_glove(path)
+        return read_glove(path, skip_nonfinite=skip_nonfinite)
     raise PtmError(f"unknown vectors format {format!r}; use one of auto, {', '.join(FORMATS)}")
 
 
-def read_word2vec(path: str | os.PathLike, binary: bool = True) -> tuple[list[str], np.ndarray]:
+def read_word2vec(path: str | os.PathLike, binary: bool = True, skip_nonfinite: bool = False) -> tuple[list[str], np.ndarray]:
     path = require_file(path, "vectors file")
     data = path.read_bytes()
     first, _, _ = data.partition(b"\n")
@@ -135,8 +142,34 @@ def read_word2vec(path: str | os.PathLike, binary: bool = True) -> tuple[list[st
     v, d = header
     pos = len(first) + 1
     if binary:
-        return _read_binary_body(path, data, pos, v, d)
-    return _read_text_body(path, data[pos:], d, expected=v, first_line_no=2)
+        words, vectors = _read_binary_body(path, data, pos, v, d)
+        return _finite_rows(path, words, vectors, skip_nonfinite, lambda i: f"vector {i + 1} of {v}")
+    words, vectors = _read_text_body(path, data[pos:], d, expected=v, first_line_no=2)
+    return _finite_rows(path, words, vectors, skip_nonfinite, lambda i: f"line {i + 2}")
+
+
+def _finite_rows(path: Path, words: list[str], vectors: np.ndarray, skip: bool,
+                 where: Callable[[int], str]) -> tuple[list[str], np.ndarray]:
+    """``(words, vectors)`` whose rows are all finite: a row holding a NaN or an infinity (``where(i)``
+    says where row i is in the file) is an error, or with ``skip`` left out with a warning."""
+    bad = ~np.isfinite(vectors).all(axis=1)  # bool [V]
+    if not bad.any():
+        return words, vectors
+    first = int(np.argmax(bad))
+    value = vectors[first][~np.isfinite(vectors[first])][0]
+    at = f"{words[first]!r}, {where(first)}"
+    if not skip:
+        raise PtmError(
+            f"{path}: the vector of {words[first]!r} ({where(first)}) holds a non-finite value ({value}); "
+            f"{int(bad.sum())} of {len(words)} vectors do. Fix the file, or leave those words out "
+            f"(ptm vectors --skip-nonfinite; skip_nonfinite=True in Python)"
+        )
+    if bad.all():
+        raise PtmError(f"{path}: every one of its {len(words)} vectors holds NaN or inf (the first: {at})")
+    log.warning("%s: left out %d of %d words whose vectors hold NaN or inf (the first: %s)", path, int(bad.sum()),
+                len(words), at)
+    keep = np.flatnonzero(~bad)
+    return [words[i] for i in keep], vectors[keep]
 
 
 def _read_binary_body(path: Path, data: bytes, pos: int, v: int, d: int) -> tuple[list[str], np.ndarray]:
@@ -205,6 +238,7 @@ def _parse_floats(text: str) -> np.ndarray | None:
         return None
 
 
-def read_glove(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
+def read_glove(path: str | os.PathLike, skip_nonfinite: bool = False) -> tuple[list[str], np.ndarray]:
     path = require_file(path, "vectors file")
-    return _read_text_body(path, path.read_bytes(), None, None, first_line_no=1)
+    words, vectors = _read_text_body(path, path.read_bytes(), None, None, first_line_no=1)
+    return _finite_rows(path, words, vectors, skip_nonfinite, lambda i: f"line {i + 1}")

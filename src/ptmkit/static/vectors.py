@@ -286,11 +286,13 @@ class WordVectors:
             raise PtmError(f"unknown vectors format {format!r}; use one of {', '.join(w2vf.FORMATS)}")
 
     @classmethod
-    def load(cls, path: str | os.PathLike, format: str = "auto") -> "WordVectors":
-        """Read a word2vec (text or binary) or GloVe file; ``format="auto"`` detects which."""
+    def load(cls, path: str | os.PathLike, format: str = "auto", skip_nonfinite: bool = False) -> "WordVectors":
+        """Read a word2vec (text or binary) or GloVe file; ``format="auto"`` detects which.  A vector
+        holding a NaN or an infinity is an error naming the file and the word, or with
+        ``skip_nonfinite`` that word is left out (with a warning)."""
         from ptmkit.interop import word2vec_format as w2vf
 
-        words, vectors = w2vf.read_vectors(path, format)
+        words, vectors = w2vf.read_vectors(path, format, skip_nonfinite=skip_nonfinite)
         return cls(words, vectors)
 
 
