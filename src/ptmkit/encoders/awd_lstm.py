@@ -203,6 +203,10 @@ class AWDLSTMEncoder(Encoder):
     def num_layers(self) -> int:
         return self.config.num_layers
 
+    def max_positions(self) -> None:
+        """A recurrent network reads any length."""
+        return None
+
     def layer_index(self, name: str) -> int:
         if name.startswith("embedding."):
             return 0
@@ -222,12 +226,15 @@ class AWDLSTMEncoder(Encoder):
         causal: bool = False,
         output_hidden_states: bool = False,
         initial_states: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
         **extras: Any,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (right padding); initial_states: per layer
         ``(h_0, c_0)`` ``[B, H_j]`` each (default zeros).  The network reads left to right whatever
         ``causal`` says; ``token_type_ids`` / ``position_ids`` do not apply; an explicit
         ``attn_mask`` cannot be honoured by a recurrent network (error)."""
+        self.check_no_heads(output_attentions, head_mask)  # no attention: nothing to return or gate
         if attn_mask is not None:
             raise PtmError("the awd_lstm encoder reads its inputs in order; it cannot take an explicit attn_mask")
         check_token_ids(input_ids, self.config.vocab_size)

@@ -5,8 +5,21 @@ class of its own; presets name it (``model: {encoder: transformer, ...}``) and
 :mod:`ptmkit.build` constructs it.  Objectives and task heads see only this interface:
 
 * ``forward(input_ids, attention_mask=None, ..., causal=False, output_hidden_states=False,
-  **extras) -> EncoderOutput``.  The attention pattern is data given by the caller
-  (``causal=True``, or an explicit ``attn_mask``), never a model-type switch.
+  output_attentions=False, head_mask=None, **extras) -> EncoderOutput``.  The attention pattern is
+  data given by the caller (``causal=True``, or an explicit ``attn_mask``), never a model-type switch.
+* ``max_positions()``: the longest sequence ``forward`` accepts (``max_position`` for learned
+  absolute positions), or ``None`` when the encoder sets no limit (relative or no positions, LSTMs).
+* Looking into attention (:mod:`ptmkit.nn.heads`), for the encoders with heads
+  (``transformer``, ``encoder_decoder``, ``xlnet``); the others raise :class:`PtmError`:
+
+  - ``output_attentions=True``: ``EncoderOutput.attentions``, one ``[B, heads, T, S]`` tensor per
+    layer: the attention probabilities after softmax, masking and the head mask, before dropout
+    (HF's ``output_attentions`` in eval mode).  Computing them writes the product out; without the
+    flag attention runs on the fused path as before.
+  - ``head_mask [num_layers, num_heads]`` (or ``[num_heads]`` for every layer): multiplies each
+    head's probabilities (HF semantics; 0 = the head is off).  A float mask of ones with
+    ``requires_grad`` gives Michel et al.'s (2019) head importance ``|dL/d mask|``.  Another shape
+    is a :class:`PtmError` naming the expected one.
 * ``input_embeddings()`` / ``output_embeddings()`` for weight tying: an output projection onto
   the vocabulary uses ``output_embeddings()`` (``[V, E]``), never an attribute path.
 * ``output_size``: the width of ``last_hidden_state``; ``num_layers`` and ``layer_index(name)``
@@ -24,17 +37,21 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ptmkit.nn.heads import no_heads_error
+
 
 @dataclass
 class EncoderOutput:
     """last_hidden_state ``[B, T, H]``; hidden_states: the embedding output then every layer's
     ``[B, T, H]`` (``None`` unless asked for); pooled ``[B, H]`` or ``None``; extras: encoder
-    specific tensors (e.g. an encoder–decoder's ``encoder_last_hidden_state``)."""
+    specific tensors (e.g. an encoder–decoder's ``encoder_last_hidden_state``); attentions: per
+    layer the attention probabilities ``[B, heads, T, S]`` (``output_attentions=True``, else ``None``)."""
 
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
     pooled: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class Encoder(nn.Module):
@@ -70,6 +87,17 @@ class Encoder(nn.Module):
         """Depth of the parameter ``name`` (relative to this module): 0 embeddings, ``i + 1``
         for layer ``i``, ``num_layers + 1`` for what sits on top."""
         return self.num_layers + 1
+
+    def max_positions(self) -> int | None:
+        """The longest sequence ``forward`` accepts, or ``None`` for no limit (override when
+        positions are bounded)."""
+        return None
+
+    # -- attention heads --------------------------------------------------------------------
+    def check_no_heads(self, output_attentions: bool = False, head_mask: torch.Tensor | None = None) -> None:
+        """For encoders without attention: refuse ``output_attentions`` and ``head_mask``."""
+        if output_attentions or head_mask is not None:
+            raise no_heads_error(self.name)
 
     def bind_tokenizer(self, tokenizer: Any) -> None:
         """Derive vocabulary-dependent buffers from ``tokenizer`` (default: nothing to do)."""

@@ -55,6 +55,10 @@ last real position (BART's sentence representation for classification).  ``hidde
 encoder's embedding output, every encoder layer, then every decoder layer (``num_layers + 1``
 tensors, matching ``layer_index``); ``extras["encoder_hidden_states"]`` and
 ``extras["decoder_hidden_states"]`` hold each half with its own embedding output first, as HF does.
+With ``output_attentions`` the probabilities follow the same order (``attentions``: encoder then
+decoder self-attention) and HF's split (``extras["encoder_attentions"]``, ``["decoder_attentions"]``,
+``["cross_attentions"]``); ``head_mask``, ``decoder_head_mask`` and ``cross_attn_head_mask`` gate the
+three kinds of attention (:mod:`ptmkit.nn.heads`).
 
 Generation uses :meth:`EncoderDecoder.encode` once and :meth:`EncoderDecoder.decode` per step with a
 :class:`DecoderCache` (every layer's self-attention keys/values so far, cross-attention keys/values
@@ -90,6 +94,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention, attend
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.heads import head_gates
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
@@ -214,12 +219,6 @@ class DecoderCache:
         return 0 if first is None else int(first[0].shape[2])
 
 
-def _heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``[B, T, H] -> [B, h, T, d]``."""
-    B, T, H = x.shape
-    return x.view(B, T, num_heads, H // num_heads).transpose(1, 2)
-
-
 def _merge(y: torch.Tensor) -> torch.Tensor:
     """``[B, h, T, d] -> [B, T, H]``."""
     B, h, T, d = y.shape
@@ -230,12 +229,13 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
     """Causal self-attention (the parameters of :class:`MultiHeadSelfAttention`) with a step that
     extends cached keys and values, for incremental decoding."""
 
-    def step(self, x: torch.Tensor, past: KV | None,
-             position_bias: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
+    def step(self, x: torch.Tensor, past: KV | None, position_bias: torch.Tensor | None = None,
+             head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
         """x ``[B, T, H]`` at positions ``t0 .. t0 + T - 1`` where ``t0`` = the cached length;
         past: keys/values ``[B, h, t0, d]`` or ``None``; position_bias: an additive float mask
         ``[1, h, T, t0 + T]`` (relative positions, causal pattern included) or ``None``.  Returns
-        ``[B, T, H]`` and the keys/values ``[B, h, t0 + T, d]``."""
+        ``[B, T, H]`` and the keys/values ``[B, h, t0 + T, d]``; head_gate / probs as in
+        :meth:`MultiHeadSelfAttention.forward`."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         t0 = 0
@@ -251,7 +251,7 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
         dropout = self.attention_dropout if self.training else 0.0
         if position_bias is not None:  # [1, h, T, t0 + T], already holding the causal pattern
             mask, is_causal = position_bias, False
-        y = attend(q, k, v, mask, is_causal, dropout, self.scale)
+        y = attend(q, k, v, mask, is_causal, dropout, self.scale, head_gate, probs)
         return self.out(_merge(y)), (k, v)
 
 
@@ -264,6 +264,7 @@ class CrossAttention(nn.Module):
                  scale: float | None = None) -> None:
         super().__init__()
         self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
         self.attention_dropout = attention_dropout
         self.scale = scale
         self.q = nn.Linear(hidden_size, hidden_size, bias=bias)
@@ -273,15 +274,18 @@ class CrossAttention(nn.Module):
     def project_memory(self, memory: torch.Tensor) -> KV:
         """Encoder states ``[B, S, H]`` -> keys and values ``[B, h, S, d]`` each."""
         B, S, H = memory.shape
-        k, v = self.kv(memory).view(B, S, 2, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)
+        k, v = self.kv(memory).view(B, S, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return k, v
 
-    def forward(self, y: torch.Tensor, kv: KV, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, y: torch.Tensor, kv: KV, mask: torch.Tensor | None, head_gate: torch.Tensor | None = None,
+                probs: list[torch.Tensor] | None = None) -> torch.Tensor:
         """y ``[B, T, H]``; kv from :meth:`project_memory`; mask ``[B, 1, 1, S]`` (bool, True = may
-        attend) or ``None`` -> ``[B, T, H]``."""
-        q = _heads(self.q(y), self.num_heads)
+        attend) or ``None`` -> ``[B, T, H]``; head_gate ``[heads]`` / probs (receives
+        ``[B, h, T, S]``) as in :meth:`MultiHeadSelfAttention.forward`."""
+        B, T, _ = y.shape
+        q = self.q(y).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
         dropout = self.attention_dropout if self.training else 0.0
-        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale)
+        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale, head_gate, probs)
         return self.out(_merge(out))
 
 
@@ -317,11 +321,13 @@ class EncoderLayer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
         self.act_dropout = Dropout(cfg.activation_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """head_gate ``[heads]`` / probs: see :meth:`MultiHeadSelfAttention.forward`."""
         if not self.pre:  # BART: the original expressions, unchanged
-            x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
+            x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs)))
             return self.ffn_norm(x + self.dropout(_ffn(self.ffn, x, self.act_dropout)))
-        x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal))
+        x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs))
         return x + self.dropout(_ffn(self.ffn, self.ffn_norm(x), self.act_dropout))
 
 
@@ -351,27 +357,33 @@ class DecoderLayer(nn.Module):
         cross_mask: torch.Tensor | None,
         past: KV | None = None,
         use_cache: bool = False,
+        self_gate: torch.Tensor | None = None,
+        cross_gate: torch.Tensor | None = None,
+        self_probs: list[torch.Tensor] | None = None,
+        cross_probs: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, KV | None]:
         """y ``[B, T, H]``; self_mask / is_causal: the decoder's own attention pattern (ignored when
         caching without relative positions: positions are causal by construction; with them, the
         cached step's mask is the position bias ``[1, h, T, t0 + T]``); memory_kv: the encoder
         states' keys and values for this layer; cross_mask ``[B, 1, 1, S]`` or ``None``.  Returns
-        ``[B, T, H]`` and, with ``use_cache``, this layer's self-attention keys/values so far."""
+        ``[B, T, H]`` and, with ``use_cache``, this layer's self-attention keys/values so far.
+        self_gate / cross_gate ``[heads]`` and self_probs / cross_probs (lists the probabilities are
+        appended to): each attention's head gates and probabilities."""
         if not self.pre:  # BART: the original expressions, unchanged
             if use_cache:
-                a, kv = self.self_attn.step(y, past)
+                a, kv = self.self_attn.step(y, past, None, self_gate, self_probs)
             else:
-                a, kv = self.self_attn(y, self_mask, is_causal), None
+                a, kv = self.self_attn(y, self_mask, is_causal, self_gate, self_probs), None
             y = self.self_attn_norm(y + self.dropout(a))
-            y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask)))
+            y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask, cross_gate, cross_probs)))
             return self.ffn_norm(y + self.dropout(_ffn(self.ffn, y, self.act_dropout))), kv
         h = self.self_attn_norm(y)
         if use_cache:
-            a, kv = self.self_attn.step(h, past, self_mask)
+            a, kv = self.self_attn.step(h, past, self_mask, self_gate, self_probs)
         else:
-            a, kv = self.self_attn(h, self_mask, is_causal), None
+            a, kv = self.self_attn(h, self_mask, is_causal, self_gate, self_probs), None
         y = y + self.dropout(a)
-        y = y + self.dropout(self.cross_attn(self.cross_attn_norm(y), memory_kv, cross_mask))
+        y = y + self.dropout(self.cross_attn(self.cross_attn_norm(y), memory_kv, cross_mask, cross_gate, cross_probs))
         return y + self.dropout(_ffn(self.ffn, self.ffn_norm(y), self.act_dropout)), kv
 
 
@@ -498,6 +510,11 @@ class EncoderDecoder(Encoder):
     def input_embeddings(self) -> nn.Embedding:
         return self.word_embeddings
 
+    def max_positions(self) -> int:
+        """``max_position`` per side, with relative positions too (the model's stated limit, which
+        :meth:`encode` and :meth:`decode` enforce)."""
+        return self.config.max_position
+
     def output_bias(self) -> torch.Tensor:
         """The LM head's bias ``[V]`` (BART's ``final_logits_bias`` buffer)."""
         return self.final_logits_bias
@@ -584,23 +601,30 @@ class EncoderDecoder(Encoder):
         attn_mask: torch.Tensor | None = None,
         causal: bool = False,
         output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """The encoder alone: input_ids ``[B, S]``, attention_mask ``[B, S]`` (1 = token) ->
-        ``last_hidden_state [B, S, H]`` (and the embedding output + every layer's states)."""
+        ``last_hidden_state [B, S, H]`` (and the embedding output + every layer's states);
+        output_attentions: ``attentions`` per layer ``[B, h, S, S]``; head_mask
+        ``[encoder_layers, num_heads]`` or ``[num_heads]``."""
         self._check(input_ids, "input_ids")
+        gates = head_gates(head_mask, self.config.encoder_layers, self.config.num_heads, "head_mask")
         x = self.encoder.embed(self._tokens(input_ids))
         S = input_ids.shape[1]
         mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, S, x.dtype)
         mask, is_causal = self.encoder.position_mask(mask, is_causal, S, S, x.dtype)
         hidden = [x] if output_hidden_states else None
-        for layer in self.encoder.layers:
-            x = layer(x, mask, is_causal)
+        probs: list[torch.Tensor] | None = [] if output_attentions else None
+        for i, layer in enumerate(self.encoder.layers):
+            x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
             if hidden is not None:
                 hidden.append(x)
         x = self.encoder.finish(x)
         if hidden is not None and self.encoder.final_norm is not None:
             hidden[-1] = x  # pre-LN: the stack's normalised output stands for its last layer
-        return EncoderOutput(x, tuple(hidden) if hidden is not None else None)
+        return EncoderOutput(x, tuple(hidden) if hidden is not None else None,
+                             attentions=tuple(probs) if probs is not None else None)
 
     def start_cache(self, encoder_hidden_states: torch.Tensor,
                     encoder_attention_mask: torch.Tensor | None = None) -> DecoderCache:
@@ -620,6 +644,9 @@ class EncoderDecoder(Encoder):
         cache: DecoderCache | None = None,
         output_hidden_states: bool = False,
         position_ids: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """The decoder: decoder_input_ids ``[B, T]`` over encoder states ``[B, S, H]`` with source
         padding mask ``[B, S]`` -> ``last_hidden_state [B, T, H]``.
@@ -634,8 +661,16 @@ class EncoderDecoder(Encoder):
         ``cache`` (from :meth:`start_cache`, or a previous call's ``extras["cache"]``) the inputs are
         the next ``T`` positions after those cached; the encoder states are then taken from the
         cache, and the extended cache is returned in ``extras["cache"]``.
+
+        output_attentions: ``attentions`` = the decoder's self-attention probabilities per layer
+        ``[B, h, T, t0 + T]``, ``extras["cross_attentions"]`` the cross-attention's ``[B, h, T, S]``;
+        head_mask / cross_attn_head_mask ``[decoder_layers, num_heads]`` (or ``[num_heads]``): the
+        self- and cross-attention head gates.
         """
         start = cache.length if cache is not None else 0
+        L = self.config.decoder_layers
+        self_gates = head_gates(head_mask, L, self.config.num_heads, "decoder_head_mask")
+        cross_gates = head_gates(cross_attn_head_mask, L, self.config.num_heads, "cross_attn_head_mask")
         if position_ids is None:
             self._check(decoder_input_ids, "decoder_input_ids", start)
         else:
@@ -660,10 +695,14 @@ class EncoderDecoder(Encoder):
         elif self.decoder.relative_bias is not None:  # positions start .. start + T - 1 over keys 0 .. start + T - 1
             self_mask, _ = self.decoder.position_mask(None, True, T, start + T, y.dtype, q_start=start)
         hidden = [y] if output_hidden_states else None
+        self_probs: list[torch.Tensor] | None = [] if output_attentions else None
+        cross_probs: list[torch.Tensor] | None = [] if output_attentions else None
         new_kv: list[KV | None] = []
         for i, layer in enumerate(self.decoder.layers):
             past = cache.self_kv[i] if cache is not None else None
-            y, kv = layer(y, self_mask, is_causal, cross_kv[i], cross_mask, past, use_cache=cache is not None)
+            y, kv = layer(y, self_mask, is_causal, cross_kv[i], cross_mask, past, cache is not None,
+                          None if self_gates is None else self_gates[i], None if cross_gates is None else cross_gates[i],
+                          self_probs, cross_probs)
             new_kv.append(kv)
             if hidden is not None:
                 hidden.append(y)
@@ -673,7 +712,10 @@ class EncoderDecoder(Encoder):
         extras: dict[str, Any] = {}
         if cache is not None:
             extras["cache"] = DecoderCache(new_kv, cross_kv, cross_mask)
-        return EncoderOutput(y, tuple(hidden) if hidden is not None else None, None, extras)
+        if cross_probs is not None:
+            extras["cross_attentions"] = tuple(cross_probs)
+        return EncoderOutput(y, tuple(hidden) if hidden is not None else None, None, extras,
+                             tuple(self_probs) if self_probs is not None else None)
 
     def forward(
         self,
@@ -686,6 +728,10 @@ class EncoderDecoder(Encoder):
         causal: bool = False,
         output_hidden_states: bool = False,
         decoder_position_ids: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
+        decoder_head_mask: torch.Tensor | None = None,
+        cross_attn_head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Encoder then decoder (see the module docstring for the outputs).
 
@@ -695,16 +741,28 @@ class EncoderDecoder(Encoder):
         (BART has no segment embeddings); attn_mask / causal: the *encoder's* self-attention
         pattern (the decoder is always causal); decoder_position_ids ``[B, T]``: the decoder inputs'
         positions (default ``0 .. T - 1``; see :meth:`decode`).
+
+        Heads (HF's names): head_mask ``[encoder_layers, num_heads]`` gates the encoder's
+        self-attention, decoder_head_mask ``[decoder_layers, num_heads]`` the decoder's,
+        cross_attn_head_mask ``[decoder_layers, num_heads]`` the cross-attention (each also
+        ``[num_heads]`` for every layer).  output_attentions: ``attentions`` = the encoder's
+        then the decoder's self-attention probabilities (``num_layers`` tensors, in
+        :meth:`layer_index` order, like ``hidden_states``), and by half, as HF names them,
+        ``extras["encoder_attentions"]`` (``[B, h, S, S]`` each), ``extras["decoder_attentions"]``
+        (``[B, h, T, T]``) and ``extras["cross_attentions"]`` (``[B, h, T, S]``).
         """
         del token_type_ids
-        enc = self.encode(input_ids, attention_mask, attn_mask, causal, output_hidden_states)
+        enc = self.encode(input_ids, attention_mask, attn_mask, causal, output_hidden_states, output_attentions,
+                          head_mask)
         derived = decoder_input_ids is None
         if derived:
             decoder_input_ids = self.shift_right(input_ids)
             # right padding + causal attention: the real positions never see the padded ones
             decoder_attention_mask = None
         dec = self.decode(decoder_input_ids, enc.last_hidden_state, attention_mask, decoder_attention_mask,
-                          output_hidden_states=output_hidden_states, position_ids=decoder_position_ids)
+                          output_hidden_states=output_hidden_states, position_ids=decoder_position_ids,
+                          output_attentions=output_attentions, head_mask=decoder_head_mask,
+                          cross_attn_head_mask=cross_attn_head_mask)
         y = dec.last_hidden_state
         length_mask = attention_mask if derived else decoder_attention_mask
         if length_mask is not None:
@@ -718,4 +776,10 @@ class EncoderDecoder(Encoder):
             extras["encoder_hidden_states"] = enc.hidden_states
             extras["decoder_hidden_states"] = dec.hidden_states
             hidden_states = tuple(enc.hidden_states) + tuple(dec.hidden_states[1:])
-        return EncoderOutput(y, hidden_states, pooled, extras)
+        attentions = None
+        if output_attentions:
+            extras["encoder_attentions"] = enc.attentions
+            extras["decoder_attentions"] = dec.attentions
+            extras["cross_attentions"] = dec.extras["cross_attentions"]
+            attentions = enc.attentions + dec.attentions
+        return EncoderOutput(y, hidden_states, pooled, extras, attentions)

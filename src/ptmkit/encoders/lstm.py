@@ -281,6 +281,10 @@ class LSTMEncoder(Encoder):
     def num_layers(self) -> int:
         return self.config.num_layers
 
+    def max_positions(self) -> None:
+        """A recurrent network reads any length."""
+        return None
+
     def layer_index(self, name: str) -> int:
         if name.startswith(("word_embeddings.", "char_cnn.")):
             return 0
@@ -351,6 +355,8 @@ class LSTMEncoder(Encoder):
         attn_mask: torch.Tensor | None = None,
         causal: bool = False,
         output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
         **extras: Any,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding; right padding
@@ -358,6 +364,7 @@ class LSTMEncoder(Encoder):
         ``attn_mask`` cannot be honoured by a recurrent network (error); ``causal=True`` asks for
         left-to-right states only, which a bidirectional encoder cannot give in
         ``last_hidden_state`` (error; read ``extras["forward"]``)."""
+        self.check_no_heads(output_attentions, head_mask)  # no attention: nothing to return or gate
         if attn_mask is not None:
             raise PtmError("the lstm encoder reads its inputs in order; it cannot take an explicit attn_mask")
         if causal and self.config.bidirectional:

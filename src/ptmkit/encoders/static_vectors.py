@@ -65,8 +65,14 @@ class StaticVectors(Encoder):
     def layer_index(self, name: str) -> int:
         return 0
 
+    def max_positions(self) -> None:
+        """Tokens are looked up one by one: any length."""
+        return None
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False, **_: Any) -> EncoderOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                head_mask: torch.Tensor | None = None, **_: Any) -> EncoderOutput:
+        self.check_no_heads(output_attentions, head_mask)  # no attention: nothing to return or gate
         h = self.embeddings(input_ids)  # [B, T, d]
         return EncoderOutput(h, (h,) if output_hidden_states else None, None, {})
 

@@ -18,6 +18,9 @@ Incremental decoding: ``forward(..., causal=True, cache=KVCache)`` (:meth:`Trans
 runs only the new positions and reads the earlier ones' keys and values from the cache, so
 generating a token costs one position per layer.  Without a cache, ``forward`` is unchanged.
 
+Heads (:mod:`ptmkit.nn.heads`): ``output_attentions=True`` returns each layer's probabilities,
+``head_mask [L, heads]`` gates them.
+
 Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
@@ -43,6 +46,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.heads import head_gates
 from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.positions import RelativePositionBias
@@ -181,22 +185,27 @@ class TransformerLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to): see
+        :meth:`MultiHeadSelfAttention.forward`."""
         if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal))
+            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs))
             return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
-    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | None) -> tuple[torch.Tensor, KV]:
+    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | None,
+                       head_gate: torch.Tensor | None = None,
+                       probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
         """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
         the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``.
         Returns ``[B, T, H]`` and the extended keys/values."""
         if self.pre_norm:
-            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask)
+            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask, head_gate, probs)
             x = x + self.dropout(a)
             return x + self.dropout(self.ffn(self.ffn_norm(x))), kv
-        a, kv = self.attn.forward_cached(x, past, mask)
+        a, kv = self.attn.forward_cached(x, past, mask, head_gate, probs)
         x = self.attn_norm(x + self.dropout(a))
         return self.ffn_norm(x + self.dropout(self.ffn(x))), kv
 
@@ -285,6 +294,10 @@ class TransformerEncoder(Encoder):
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings
 
+    def max_positions(self) -> int | None:
+        """``max_position`` with learned absolute positions; relative or no positions: no limit."""
+        return self.config.max_position if self.config.positions == "absolute" else None
+
     @property
     def output_size(self) -> int:
         return self.config.hidden_size
@@ -345,11 +358,17 @@ class TransformerEncoder(Encoder):
         causal: bool = False,
         output_hidden_states: bool = False,
         cache: KVCache | None = None,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding);
         token_type_ids ``[B, T]``; position_ids ``[B or 1, T]``; attn_mask ``[B|1, heads|1, T, T]``
         (boolean, True = may attend; or additive float; overrides ``causal``); causal: each
         position attends only to itself and the positions before it.
+
+        output_attentions: ``attentions`` = per layer the probabilities ``[B, heads, T, T]``;
+        head_mask ``[num_layers, num_heads]`` or ``[num_heads]``: multiplies each head's
+        probabilities (see :mod:`ptmkit.nn.heads`).
 
         cache: incremental causal decoding (see :meth:`forward_cached`); the extended cache is
         returned in ``extras["cache"]``."""
@@ -357,13 +376,15 @@ class TransformerEncoder(Encoder):
             if not causal or attn_mask is not None:
                 raise PtmError("a key/value cache needs causal=True and no attn_mask (it decodes left to right)")
             return self.forward_cached(input_ids, cache, attention_mask, token_type_ids, position_ids,
-                                       output_hidden_states)
+                                       output_hidden_states, output_attentions, head_mask)
         self._check_inputs(input_ids, position_ids)
+        gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
-        for layer in self.layers:
-            x = layer(x, mask, is_causal)
+        probs: list[torch.Tensor] | None = [] if output_attentions else None
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
             if hidden is not None:
                 hidden.append(x)
         if self.final_norm is not None:
@@ -371,7 +392,8 @@ class TransformerEncoder(Encoder):
             if hidden is not None:
                 hidden[-1] = x
         pooled = self.pooler(x) if self.pooler is not None else None
-        return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled)
+        return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
+                             attentions=tuple(probs) if probs is not None else None)
 
     def forward_cached(
         self,
@@ -381,6 +403,8 @@ class TransformerEncoder(Encoder):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Causal attention over the ``T`` new positions ``input_ids [B, T]`` that follow the
         ``t0 = cache.length`` cached ones: ``last_hidden_state [B, T, H]`` equals the last ``T``
@@ -390,7 +414,8 @@ class TransformerEncoder(Encoder):
         batch of prompts), remembered in the cache so later positions never attend to it.
         position_ids ``[B or 1, T]``: default ``t0 .. t0 + T - 1``; a left-padded row passes its
         own (the count of real tokens before each position), as it would have unpadded.
-        ``extras["cache"]`` is a new :class:`KVCache` with ``t0 + T`` positions.
+        ``extras["cache"]`` is a new :class:`KVCache` with ``t0 + T`` positions; output_attentions /
+        head_mask as in :meth:`forward` (attentions ``[B, heads, T, t0 + T]``).
         """
         t0 = cache.length
         T = input_ids.shape[1]
@@ -399,6 +424,7 @@ class TransformerEncoder(Encoder):
         self._check_inputs(input_ids, position_ids, start=0 if position_ids is not None else t0)
         if len(cache.kv) != len(self.layers):
             raise PtmError(f"the cache has {len(cache.kv)} layers, the model {len(self.layers)}")
+        gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         key_mask = cache.key_mask
         if attention_mask is not None and not bool(attention_mask.bool().all()):
@@ -420,8 +446,9 @@ class TransformerEncoder(Encoder):
                 mask = bias.masked_fill(~allowed, torch.finfo(x.dtype).min)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         kv: list[KV | None] = []
-        for layer, past in zip(self.layers, cache.kv):
-            x, layer_kv = layer.forward_cached(x, mask, past)
+        probs: list[torch.Tensor] | None = [] if output_attentions else None
+        for i, (layer, past) in enumerate(zip(self.layers, cache.kv)):
+            x, layer_kv = layer.forward_cached(x, mask, past, None if gates is None else gates[i], probs)
             kv.append(layer_kv)
             if hidden is not None:
                 hidden.append(x)
@@ -431,7 +458,7 @@ class TransformerEncoder(Encoder):
                 hidden[-1] = x
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
-                             {"cache": KVCache(kv, key_mask)})
+                             {"cache": KVCache(kv, key_mask)}, tuple(probs) if probs is not None else None)
 
     def start_cache(self) -> KVCache:
         """An empty :class:`KVCache` for :meth:`forward_cached`."""

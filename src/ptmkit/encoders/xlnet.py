@@ -33,6 +33,7 @@ Parameter names: ``word_embeddings.weight [V, H]``, ``mask_emb [H]``; per layer
 ``layers.{i}.attn.o.weight [H, H]``, ``layers.{i}.attn.{r_w_bias,r_r_bias,r_s_bias} [heads, d]``,
 ``layers.{i}.attn.seg_embed [2, heads, d]``, ``layers.{i}.attn_norm.*``,
 ``layers.{i}.ffn.fc1.* [I, H]``, ``layers.{i}.ffn.fc2.* [H, I]``, ``layers.{i}.ffn_norm.*``.
+``output_attentions`` and ``head_mask`` cover both streams (:mod:`ptmkit.nn.heads`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.heads import head_gates
 from ptmkit.registry import register
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -177,13 +179,20 @@ class RelativeAttention(nn.Module):
             score = score + torch.where(diff_seg[:, None], ef[..., 1:], ef[..., :1])
         return score * self.scale
 
-    def attend(self, score: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, score: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor,
+               head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Softmax over the allowed keys (``allowed [B, Lq, K]`` bool), then ``[B, Lq, H]``.  A
-        query that may see no key gets a uniform average (a finite fill, never NaN)."""
+        query that may see no key gets a uniform average (a finite fill, never NaN).
+        head_gate ``[heads]`` multiplies each head's probabilities; probs: a list
+        the probabilities ``[B, heads, Lq, K]`` are appended to (gated, before dropout)."""
         if allowed is not None:
             score = score.masked_fill(~allowed[:, None], torch.finfo(score.dtype).min)
-        prob = self.dropout(torch.softmax(score, dim=-1))
-        return self.o(torch.einsum("bnij,bjnd->bind", prob, v).flatten(2))
+        prob = torch.softmax(score, dim=-1)
+        if head_gate is not None:
+            prob = prob * head_gate.to(prob.dtype)[:, None, None]
+        if probs is not None:
+            probs.append(prob)
+        return self.o(torch.einsum("bnij,bjnd->bind", self.dropout(prob), v).flatten(2))
 
 
 class XLNetLayer(nn.Module):
@@ -212,18 +221,24 @@ class XLNetLayer(nn.Module):
         diff_seg: torch.Tensor | None,
         diff_seg_g: torch.Tensor | None,
         target_positions: torch.Tensor | None,
+        head_gate: torch.Tensor | None = None,
+        probs_h: list[torch.Tensor] | None = None,
+        probs_g: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """head_gate ``[num_heads]`` gates both streams; probs_h / probs_g: lists each stream's
+        attention probabilities are appended to."""
         a = self.attn
         T = h.shape[1]
+        gate = head_gate
         cat = h if mem is None else torch.cat([mem, h], dim=1)
         k, v = a.heads(a.k, cat), a.heads(a.v, cat)
         kr = a.heads(a.r, r)
         score = a.scores(a.heads(a.q, h), k, kr, diff_seg, None, T)
-        h_out = self.attn_norm(h + self.dropout(a.attend(score, allowed_h, v)))
+        h_out = self.attn_norm(h + self.dropout(a.attend(score, allowed_h, v, gate, probs_h)))
         g_out = None
         if g is not None:
             score = a.scores(a.heads(a.q, g), k, kr, diff_seg_g, target_positions, T)
-            g_out = self.feed_forward(self.attn_norm(g + self.dropout(a.attend(score, allowed_g, v))))
+            g_out = self.feed_forward(self.attn_norm(g + self.dropout(a.attend(score, allowed_g, v, gate, probs_g))))
         return self.feed_forward(h_out), g_out
 
 
@@ -259,6 +274,10 @@ class XLNetEncoder(Encoder):
     # -- the Encoder contract ---------------------------------------------------------------
     def input_embeddings(self) -> nn.Embedding:
         return self.word_embeddings
+
+    def max_positions(self) -> None:
+        """Relative positions (sinusoids of any distance): no limit."""
+        return None
 
     @property
     def output_size(self) -> int:
@@ -296,6 +315,8 @@ class XLNetEncoder(Encoder):
         sees: torch.Tensor | None = None,
         target_positions: torch.Tensor | None = None,
         mems: list[torch.Tensor] | None = None,
+        output_attentions: bool = False,
+        head_mask: torch.Tensor | None = None,
         **_: object,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding: never a key);
@@ -307,8 +328,15 @@ class XLNetEncoder(Encoder):
         Returns ``last_hidden_state`` = the content stream ``[B, T, H]``; ``extras["query"]`` =
         the query stream ``[B, P, H]`` (with target_positions); ``hidden_states`` = the input of
         every layer then the output (content stream), from which :meth:`update_mems` builds the
-        next memory."""
+        next memory.
+
+        output_attentions: ``attentions`` = the content stream's probabilities per layer
+        ``[B, heads, T, M + T]``, and with target_positions ``extras["query_attentions"]`` the
+        query stream's ``[B, heads, P, M + T]`` (HF returns the pair per layer, its query stream at
+        every position: its rows at target_positions are these); head_mask
+        ``[num_layers, num_heads]`` or ``[num_heads]`` gates both streams."""
         check_token_ids(input_ids, self.config.vocab_size)
+        gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         B, T = input_ids.shape
         device = input_ids.device
         M = 0 if mems is None else mems[0].shape[1]
@@ -344,11 +372,16 @@ class XLNetEncoder(Encoder):
                 diff_seg_g = torch.gather(diff_seg, 1, rows.expand(-1, -1, diff_seg.shape[2]))
         r = self.dropout(relative_encodings(M + T, T, self.config.hidden_size, self.config.clamp_len, device, x.dtype))
         hidden = [x]
+        probs_h: list[torch.Tensor] | None = [] if output_attentions else None
+        probs_g: list[torch.Tensor] | None = [] if output_attentions and g is not None else None
         for i, layer in enumerate(self.layers):
             x, g = layer(x, g, None if mems is None else mems[i], r, allowed_h, allowed_g, diff_seg, diff_seg_g,
-                         target_positions)
+                         target_positions, None if gates is None else gates[i], probs_h, probs_g)
             hidden.append(x)
         extras = {}
         if g is not None:
             extras["query"] = self.dropout(g)
-        return EncoderOutput(self.dropout(x), tuple(hidden) if output_hidden_states else None, None, extras)
+        if probs_g is not None:
+            extras["query_attentions"] = tuple(probs_g)
+        return EncoderOutput(self.dropout(x), tuple(hidden) if output_hidden_states else None, None, extras,
+                             tuple(probs_h) if probs_h is not None else None)

@@ -1,4 +1,5 @@
-"""Multi-head self-attention over ``torch.nn.functional.scaled_dot_product_attention``."""
+"""Multi-head self-attention over ``torch.nn.functional.scaled_dot_product_attention``, with head
+gates and written-out probabilities on request (``output_attentions``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from ptmkit.nn.dropout import dropout
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-           dropout_p: float, scale: float | None) -> torch.Tensor:
+           dropout_p: float, scale: float | None, head_gate: torch.Tensor | None = None,
+           probs: list[torch.Tensor] | None = None) -> torch.Tensor:
     """softmax(scale · q kᵀ + mask) v with dropout on the probabilities.
 
     q ``[B, heads, T, d]``, k and v ``[B, heads, S, d]``; mask broadcastable to
@@ -22,21 +24,38 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     go through :func:`ptmkit.nn.dropout.dropout` (the same memory as SDPA's fallback, less time:
     the hashed mask instead of ``bernoulli_``).  A row whose keys are all masked attends uniformly here, where SDPA returns zeros;
     such rows are padding that no loss reads.
+
+    head_gate ``[heads]``: multiplies each head's probabilities (HF's ``head_mask``; 0 = head off).
+    Gating the probabilities equals gating the head's output ``P v``, so the fused path stays fused
+    and scales ``[B, heads, T, d]`` instead.  probs: a list to which the probabilities
+    ``[B, heads, T, S]`` (after softmax, masking and the gate, before dropout) are appended; only
+    then are they written out, on any device.
     """
-    if dropout_p == 0.0 or q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                              is_causal=is_causal and mask is None, scale=scale)
+    if probs is None and (dropout_p == 0.0 or q.device.type != "cpu"):
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                           is_causal=is_causal and mask is None, scale=scale)
+        return y if head_gate is None else y * head_gate.to(y.dtype)[:, None, None]
+    p = torch.softmax(_scores(q, k, mask, is_causal, scale), dim=-1)
+    if head_gate is not None:
+        p = p * head_gate.to(p.dtype)[:, None, None]
+    if probs is not None:
+        probs.append(p)
+    return dropout(p, dropout_p) @ v
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+            scale: float | None) -> torch.Tensor:
+    """The masked scores ``[B, heads, T, S]`` that :func:`attend` writes out (see there)."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if mask is None and is_causal:
         T, S = q.shape[-2], k.shape[-2]
         mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # top-left aligned, as SDPA's
     if mask is not None and mask.dim() == 2:  # one mask for every example and head (causal)
-        s = _masked_scores(q, k, mask, scale)
-    else:
-        s = (q * scale) @ k.transpose(-1, -2)
-        if mask is not None:
-            s = s.masked_fill(~mask, torch.finfo(s.dtype).min) if mask.dtype == torch.bool else s + mask
-    return dropout(torch.softmax(s, dim=-1), dropout_p) @ v
+        return _masked_scores(q, k, mask, scale)
+    s = (q * scale) @ k.transpose(-1, -2)
+    if mask is not None:
+        s = s.masked_fill(~mask, torch.finfo(s.dtype).min) if mask.dtype == torch.bool else s + mask
+    return s
 
 
 def _masked_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -81,22 +100,26 @@ class MultiHeadSelfAttention(nn.Module):
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``.
+        head_gate ``[heads]``, probs: see :func:`attend` (``probs`` receives ``[B, heads, T, T]``)."""
         B, T, H = x.shape
         # [B, T, 3, heads, d] -> [3, B, heads, T, d]
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale)
-        return self.out(y.transpose(1, 2).reshape(B, T, H))
+        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
+                   head_gate, probs)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
     def forward_cached(
-        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None = None
+        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None = None,
+        head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Attention for incremental decoding: the ``T`` new positions of ``x [B, T, H]`` attend to
         the cached keys/values ``past`` (each ``[B, heads, t0, d]``, or ``None`` for ``t0 = 0``)
         and to themselves.  mask: broadcastable to ``[B, heads, T, t0 + T]`` (bool, True = may
         attend), or ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
-        the extended keys/values ``[B, heads, t0 + T, d]``."""
+        the extended keys/values ``[B, heads, t0 + T, d]``; head_gate / probs as in :meth:`forward`."""
         B, T, H = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if past is not None:
@@ -108,5 +131,6 @@ class MultiHeadSelfAttention(nn.Module):
                 is_causal = True
             else:  # query i (position t0 + i) sees keys j <= t0 + i
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
-        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale)
-        return self.out(y.transpose(1, 2).reshape(B, T, H)), (k, v)
+        y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
+                   head_gate, probs)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)), (k, v)
