@@ -4,6 +4,9 @@
 directory, builds the model with :mod:`ptmkit.build` and loads its weights.  Downstream use
 (fine-tuning, features) passes ``heads=False``: only the encoder is built and read, so an
 objective's pre-training machinery (an ELECTRA generator, an MLM head) is never constructed.
+
+A pruned encoder (``prune_heads``) is saved with its ``pruned_heads`` in the config's ``model``
+section, so loading rebuilds the smaller attention weights before reading them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 
@@ -46,6 +50,13 @@ class Pretrained:
     def encoder(self) -> nn.Module:
         return self.backbone
 
+    def prune_heads(self, heads: Any) -> None:
+        """Prune the encoder's attention heads (:meth:`ptmkit.encoders.base.Encoder.prune_heads`)
+        and record them in ``config["model"]["pruned_heads"]``, so whatever is built or saved from
+        this config later (a checkpoint, a fresh encoder of the same shape) has the same heads."""
+        self.backbone.prune_heads(heads)
+        self.config = with_pruned_heads(self.config, self.backbone)
+
     @property
     def causal(self) -> bool:
         """Whether the encoder was trained to read left to right (downstream use must too)."""
@@ -54,8 +65,24 @@ class Pretrained:
         return is_causal(self.config)
 
 
+def with_pruned_heads(config: dict[str, Any], encoder: nn.Module) -> dict[str, Any]:
+    """``config`` (not changed) with the encoder's pruned heads in its ``model`` section, JSON-ready
+    (``{"layer": [head, ...]}``); unchanged when the encoder keeps no such record."""
+    pruned = getattr(getattr(encoder, "config", None), "pruned_heads", None)
+    if pruned is None or not isinstance(config.get("model"), dict):
+        return config
+    if not pruned and not config["model"].get("pruned_heads"):
+        return config  # nothing pruned and nothing recorded: the config stays as it was written
+    return {**config, "model": {**config["model"], "pruned_heads": {str(k): list(v) for k, v in pruned.items()}}}
+
+
 def save_pretrained(directory: Path | str, config: dict[str, Any], model: nn.Module, tokenizer: Any) -> Path:
-    """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically."""
+    """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically.
+    The config's ``pruned_heads`` are taken from the encoder (``model.backbone``, or ``model`` itself),
+    so a model pruned after loading is saved with the config that rebuilds it."""
+    encoder = model if isinstance(model, Encoder) else getattr(model, "backbone", None)
+    if isinstance(encoder, Encoder):
+        config = with_pruned_heads(config, encoder)
     directory = Path(directory)
     with ckpt.atomic_dir(directory) as tmp:
         ckpt.write_config(tmp, config)

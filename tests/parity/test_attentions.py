@@ -1,9 +1,11 @@
-"""Attention probabilities and head masks against HF transformers on the same tiny random weights
-(fp32, 1e-5): BERT, GPT-2, BART (encoder, decoder, cross), T5, XLNet.
+"""Attention probabilities, head masks and pruned heads against HF transformers on the same tiny
+random weights (fp32, 1e-5): BERT, GPT-2, BART (encoder, decoder, cross), T5, XLNet.
 
-HF 5 dropped ``head_mask``.  Its HF 4 semantics are rebuilt on HF's own code: a head gate
-multiplies a head's probabilities, and ``(g P) V = P (g V)``, so HF's eager attention run on gated
-values gives HF 4's ``head_mask`` output (and its probabilities times the gate, which HF 4 returned).
+HF 5 dropped ``head_mask`` and ``prune_heads``.  Their HF 4 semantics are rebuilt on HF's own
+code: a head gate multiplies a head's probabilities, and ``(g P) V = P (g V)``, so HF's eager
+attention run on gated values gives HF 4's ``head_mask`` output (and its probabilities times the
+gate, which HF 4 returned); a pruned HF BERT is cut with HF's ``prune_linear_layer`` as HF 4's
+``BertAttention.prune_heads`` did.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from transformers import (BartConfig, BartForConditionalGeneration, BertConfig, 
 from transformers.models.bart import modeling_bart  # noqa: E402
 from transformers.models.bert import modeling_bert  # noqa: E402
 from transformers.models.t5 import modeling_t5  # noqa: E402
+from transformers.pytorch_utils import prune_linear_layer  # noqa: E402
 
 from ptmkit.build import build_model  # noqa: E402
 from ptmkit.encoders import TransformerEncoder  # noqa: E402
 from ptmkit.encoders.encoder_decoder import EncoderDecoder  # noqa: E402
+from ptmkit.errors import PtmError  # noqa: E402
+from ptmkit.interop import export_hf  # noqa: E402
 from ptmkit.interop.hf_bart import import_bart  # noqa: E402
 from ptmkit.interop.hf_bert import import_bert  # noqa: E402
 from ptmkit.interop.hf_gpt2 import import_gpt2  # noqa: E402
@@ -147,6 +152,48 @@ def test_bert_head_mask_matches_hf_head_mask(monkeypatch, shape: str) -> None:
     with torch.no_grad():
         fused = ours(**b, head_mask=mask)
     assert_close(fused.last_hidden_state, out.last_hidden_state, **TOL)
+
+
+def hf_prune_bert(hf: BertModel, heads: dict[int, list[int]]) -> None:
+    """HF 4's ``BertModel.prune_heads`` on HF 5's modules (heads never pruned before)."""
+    for layer, drop in heads.items():
+        attention = hf.encoder.layer[layer].attention
+        self_attn = attention.self
+        d = self_attn.attention_head_size
+        keep = [h for h in range(self_attn.num_attention_heads) if h not in drop]
+        index = torch.cat([torch.arange(h * d, (h + 1) * d) for h in keep]) if keep else torch.zeros(0, dtype=torch.long)
+        self_attn.query = prune_linear_layer(self_attn.query, index)
+        self_attn.key = prune_linear_layer(self_attn.key, index)
+        self_attn.value = prune_linear_layer(self_attn.value, index)
+        attention.output.dense = prune_linear_layer(attention.output.dense, index, dim=1)
+        self_attn.num_attention_heads = len(keep)
+        self_attn.all_head_size = len(keep) * d
+
+
+@torch.no_grad()
+def test_bert_pruned_heads_match_hf_pruned() -> None:
+    hf = hf_bert(2)
+    ours = ptm_bert(hf)
+    before = ours.num_parameters()
+    heads = {0: [1], 2: [0, 3]}
+    hf_prune_bert(hf, heads)
+    ours.prune_heads(heads)
+    assert ours.config.pruned_heads == {0: (1,), 2: (0, 3)}
+    d = H // HEADS
+    assert before - ours.num_parameters() == 3 * (4 * H * d + 3 * d)  # per head: q, k, v rows and biases, out columns
+    assert ours.layers[2].attn.qkv.weight.shape == (3 * 2 * d, H) and ours.layers[2].attn.out.weight.shape == (H, 2 * d)
+    b = bert_batch(2)
+    theirs = hf(**b, output_attentions=True, output_hidden_states=True)
+    out = ours(**b, output_attentions=True, output_hidden_states=True)
+    keep = b["attention_mask"].bool()
+    for i, (a, c) in enumerate(zip(out.hidden_states, theirs.hidden_states)):
+        assert_close(a[keep], c[keep], **TOL, msg=lambda m: f"hidden state {i}: {m}")
+    assert [a.shape[1] for a in out.attentions] == [3, 4, 2]
+    assert_attentions(out.attentions, theirs.attentions, "pruned attention")
+    assert_close(out.pooled, theirs.pooler_output, **TOL)
+    # HF 5 models hold no pruned heads: export refuses rather than failing on the shapes
+    with pytest.raises(PtmError, match="pruned attention heads.*export the model before pruning"):
+        export_hf(Pretrained({"model": {}}, None, ours, None), "unused")
 
 
 # -- GPT-2 -----------------------------------------------------------------------------------

@@ -173,6 +173,8 @@ def test_encoders_without_heads_refuse_clearly(name: str, make) -> None:
     for kwargs in ({"output_attentions": True}, {"head_mask": torch.ones(1, 1)}):
         with pytest.raises(PtmError, match=f"the {name} encoder has no attention heads"):
             enc(ids, mask, **kwargs)
+    with pytest.raises(PtmError, match=f"the {name} encoder has no attention heads"):
+        enc.prune_heads({0: [0]})
     assert enc.max_positions() is None
 
 

@@ -9,7 +9,7 @@ class of its own; presets name it (``model: {encoder: transformer, ...}``) and
   data given by the caller (``causal=True``, or an explicit ``attn_mask``), never a model-type switch.
 * ``max_positions()``: the longest sequence ``forward`` accepts (``max_position`` for learned
   absolute positions), or ``None`` when the encoder sets no limit (relative or no positions, LSTMs).
-* Looking into attention (:mod:`ptmkit.nn.heads`), for the encoders with heads
+* Looking into and cutting attention (:mod:`ptmkit.nn.heads`), for the encoders with heads
   (``transformer``, ``encoder_decoder``, ``xlnet``); the others raise :class:`PtmError`:
 
   - ``output_attentions=True``: ``EncoderOutput.attentions``, one ``[B, heads, T, S]`` tensor per
@@ -20,6 +20,12 @@ class of its own; presets name it (``model: {encoder: transformer, ...}``) and
     head's probabilities (HF semantics; 0 = the head is off).  A float mask of ones with
     ``requires_grad`` gives Michel et al.'s (2019) head importance ``|dL/d mask|``.  Another shape
     is a :class:`PtmError` naming the expected one.
+  - ``prune_heads({layer: [head, ...]})``: removes those heads' rows of the q/k/v projections and
+    columns of the output projection (smaller matrices: a real speed-up); layers may then differ
+    in head count.  The encoder's config records the union in ``pruned_heads``, so a saved pruned
+    model is rebuilt at its pruned size.  Heads are always named by their index in the unpruned
+    layer: a head mask stays ``[num_layers, num_heads]`` after pruning (pruned heads' entries are
+    ignored), a pruned layer's attentions hold its remaining heads in their original order.
 * ``input_embeddings()`` / ``output_embeddings()`` for weight tying: an output projection onto
   the vocabulary uses ``output_embeddings()`` (``[V, E]``), never an attribute path.
 * ``output_size``: the width of ``last_hidden_state``; ``num_layers`` and ``layer_index(name)``
@@ -32,7 +38,7 @@ class of its own; presets name it (``model: {encoder: transformer, ...}``) and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -94,6 +100,11 @@ class Encoder(nn.Module):
         return None
 
     # -- attention heads --------------------------------------------------------------------
+    def prune_heads(self, heads: Mapping[Any, Iterable[int]]) -> None:
+        """Remove attention heads ``{layer: [head, ...]}`` (see the module docstring); encoders
+        without heads refuse."""
+        raise no_heads_error(self.name)
+
     def check_no_heads(self, output_attentions: bool = False, head_mask: torch.Tensor | None = None) -> None:
         """For encoders without attention: refuse ``output_attentions`` and ``head_mask``."""
         if output_attentions or head_mask is not None:

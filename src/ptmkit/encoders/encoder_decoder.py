@@ -58,7 +58,8 @@ tensors, matching ``layer_index``); ``extras["encoder_hidden_states"]`` and
 With ``output_attentions`` the probabilities follow the same order (``attentions``: encoder then
 decoder self-attention) and HF's split (``extras["encoder_attentions"]``, ``["decoder_attentions"]``,
 ``["cross_attentions"]``); ``head_mask``, ``decoder_head_mask`` and ``cross_attn_head_mask`` gate the
-three kinds of attention (:mod:`ptmkit.nn.heads`).
+three kinds of attention, and :meth:`EncoderDecoder.prune_heads` names them ``"encoder.i"``,
+``"decoder.j"`` and ``"cross.j"`` (:mod:`ptmkit.nn.heads`).
 
 Generation uses :meth:`EncoderDecoder.encode` once and :meth:`EncoderDecoder.decode` per step with a
 :class:`DecoderCache` (every layer's self-attention keys/values so far, cross-attention keys/values
@@ -82,8 +83,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +95,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention, attend
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
-from ptmkit.nn.heads import head_gates
+from ptmkit.nn.heads import PrunableHeads, check_heads, head_gates, keep_columns, keep_rows, merge_heads
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
@@ -140,6 +141,8 @@ class EncoderDecoderConfig:
     gated_ffn: bool = False  # T5 v1.1's gated FFN
     scale_decoder_output: bool = False  # decoder output * H^-1/2 before the tied projection (T5)
     init: str = "normal"  # "normal": N(0, init_std) (BART) | "t5": T5's fan-in scaled init
+    # heads removed by prune_heads: {"encoder.i" | "decoder.j" | "cross.j": [original head index, ...]}
+    pruned_heads: dict[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("dropout", "attention_dropout", "activation_dropout", "layer_norm_eps", "init_std"):
@@ -188,6 +191,28 @@ class EncoderDecoderConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value < self.vocab_size:
                 raise PtmError(f"model.{name}={value!r} is outside the vocabulary (size {self.vocab_size})")
+        object.__setattr__(self, "pruned_heads", check_heads(self.pruned_heads, self.attention_key("model.pruned_heads"),
+                                                             self.num_heads, "model.pruned_heads"))
+
+    def attention_key(self, name: str):
+        """A ``layers`` function for :func:`ptmkit.nn.heads.check_heads`: ``"encoder.i"`` (encoder
+        self-attention; a bare ``i`` too, as HF's encoder–decoders number them),
+        ``"decoder.j"`` (decoder self-attention) or ``"cross.j"`` (decoder ``j``'s cross-attention)."""
+        sizes = {"encoder": self.encoder_layers, "decoder": self.decoder_layers, "cross": self.decoder_layers}
+
+        def parse(key: Any) -> str:
+            if isinstance(key, int) and not isinstance(key, bool):
+                key = f"encoder.{key}"
+            kind, _, index = str(key).partition(".")
+            if kind in sizes and index.isdigit() and int(index) < sizes[kind]:
+                return f"{kind}.{int(index)}"
+            raise PtmError(
+                f"{name} names {key!r}; attention layers are 'encoder.0' .. 'encoder.{self.encoder_layers - 1}', "
+                f"'decoder.0' .. 'decoder.{self.decoder_layers - 1}' (self-attention) and 'cross.0' .. "
+                f"'cross.{self.decoder_layers - 1}' (cross-attention)"
+            )
+
+        return parse
 
     @property
     def head_dim(self) -> int:
@@ -237,6 +262,8 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
         ``[B, T, H]`` and the keys/values ``[B, h, t0 + T, d]``; head_gate / probs as in
         :meth:`MultiHeadSelfAttention.forward`."""
         B, T, H = x.shape
+        if self.pruned:
+            position_bias, head_gate = self.head_slice(position_bias), self.gate(head_gate)
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         t0 = 0
         if past is not None:
@@ -255,10 +282,11 @@ class DecoderSelfAttention(MultiHeadSelfAttention):
         return self.out(_merge(y)), (k, v)
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(PrunableHeads, nn.Module):
     """Decoder queries attend to encoder states.  Parameters: ``q.{weight [H, H], bias [H]}``,
     ``kv.{weight [2H, H], bias [2H]}`` (key and value projections stacked, one matmul for both),
-    ``out.{weight [H, H], bias [H]}``."""
+    ``out.{weight [H, H], bias [H]}``; pruned to ``h'`` heads: ``q [h' d, H]``, ``kv [2 h' d, H]``,
+    ``out [H, h' d]``."""
 
     def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0, bias: bool = True,
                  scale: float | None = None) -> None:
@@ -270,6 +298,13 @@ class CrossAttention(nn.Module):
         self.q = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.kv = nn.Linear(hidden_size, 2 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self._init_heads(num_heads)
+
+    def _keep(self, local: list[int]) -> None:
+        device = self.q.weight.device
+        keep_rows(self.q, self.rows(local, 1, device))
+        keep_rows(self.kv, self.rows(local, 2, device))
+        keep_columns(self.out, self.rows(local, 1, device))
 
     def project_memory(self, memory: torch.Tensor) -> KV:
         """Encoder states ``[B, S, H]`` -> keys and values ``[B, h, S, d]`` each."""
@@ -280,12 +315,12 @@ class CrossAttention(nn.Module):
     def forward(self, y: torch.Tensor, kv: KV, mask: torch.Tensor | None, head_gate: torch.Tensor | None = None,
                 probs: list[torch.Tensor] | None = None) -> torch.Tensor:
         """y ``[B, T, H]``; kv from :meth:`project_memory`; mask ``[B, 1, 1, S]`` (bool, True = may
-        attend) or ``None`` -> ``[B, T, H]``; head_gate ``[heads]`` / probs (receives
+        attend) or ``None`` -> ``[B, T, H]``; head_gate ``[total_heads]`` / probs (receives
         ``[B, h, T, S]``) as in :meth:`MultiHeadSelfAttention.forward`."""
         B, T, _ = y.shape
         q = self.q(y).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
         dropout = self.attention_dropout if self.training else 0.0
-        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale, head_gate, probs)
+        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale, self.gate(head_gate), probs)
         return self.out(_merge(out))
 
 
@@ -461,6 +496,7 @@ class EncoderDecoder(Encoder):
         self.decoder = _Stack(config, DecoderLayer, config.decoder_layers, bidirectional=False)
         self.register_buffer("final_logits_bias", torch.zeros(config.vocab_size))
         self.reset_parameters()
+        self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -491,8 +527,9 @@ class EncoderDecoder(Encoder):
         self.word_embeddings.weight.normal_(0.0, 1.0)
         for module in self.modules():
             if isinstance(module, MultiHeadSelfAttention):
-                module.qkv.weight[:H].normal_(0.0, (H * d) ** -0.5)  # q: the 1/sqrt(d) folded in
-                module.qkv.weight[H:].normal_(0.0, H ** -0.5)
+                q_rows = module.qkv.weight.shape[0] // 3  # H, or h' d once pruned
+                module.qkv.weight[:q_rows].normal_(0.0, (H * d) ** -0.5)  # q: the 1/sqrt(d) folded in
+                module.qkv.weight[q_rows:].normal_(0.0, H ** -0.5)
                 module.out.weight.normal_(0.0, H ** -0.5)
             elif isinstance(module, CrossAttention):
                 module.q.weight.normal_(0.0, (H * d) ** -0.5)
@@ -514,6 +551,26 @@ class EncoderDecoder(Encoder):
         """``max_position`` per side, with relative positions too (the model's stated limit, which
         :meth:`encode` and :meth:`decode` enforce)."""
         return self.config.max_position
+
+    def prune_heads(self, heads: Mapping[Any, Iterable[int]]) -> None:
+        """Remove attention heads for good.  Keys name an attention: ``"encoder.i"`` (encoder layer
+        ``i``'s self-attention; a bare int ``i`` is the same, as in HF), ``"decoder.j"`` (decoder
+        layer ``j``'s self-attention), ``"cross.j"`` (its cross-attention); values: heads by their
+        original index.  ``config.pruned_heads`` records the union (see :meth:`TransformerEncoder.prune_heads`)."""
+        new = check_heads(heads, self.config.attention_key("prune_heads"), self.config.num_heads, "prune_heads")
+        self._cut_heads(new)
+        self.config = replace(self.config, pruned_heads=merge_heads(self.config.pruned_heads, new))
+
+    def _attention(self, key: str) -> PrunableHeads:
+        kind, _, index = key.partition(".")
+        if kind == "encoder":
+            return self.encoder.layers[int(index)].attn
+        layer = self.decoder.layers[int(index)]
+        return layer.self_attn if kind == "decoder" else layer.cross_attn
+
+    def _cut_heads(self, heads: Mapping[str, Iterable[int]]) -> None:
+        for key, layer_heads in heads.items():
+            self._attention(key).prune(layer_heads)
 
     def output_bias(self) -> torch.Tensor:
         """The LM head's bias ``[V]`` (BART's ``final_logits_bias`` buffer)."""

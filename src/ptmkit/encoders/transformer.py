@@ -19,7 +19,10 @@ runs only the new positions and reads the earlier ones' keys and values from the
 generating a token costs one position per layer.  Without a cache, ``forward`` is unchanged.
 
 Heads (:mod:`ptmkit.nn.heads`): ``output_attentions=True`` returns each layer's probabilities,
-``head_mask [L, heads]`` gates them.
+``head_mask [L, heads]`` gates them, :meth:`TransformerEncoder.prune_heads` cuts heads out of the
+weights and records them in ``config.pruned_heads``; a relative position bias keeps every head and
+each pruned layer reads its own heads' planes.  With ``sharing: all | attention`` (one attention
+module for every layer) only the same heads in every layer can be pruned.
 
 Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
@@ -28,15 +31,16 @@ Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddi
 (relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked),
 ``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``, ``layers.{i}.ffn.fc1.*``, ``layers.{i}.ffn.fc2.*``,
 ``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*`` (``pooler``).  With sharing,
-the shared tensors are stored once, under the first layer's name.
+the shared tensors are stored once, under the first layer's name.  A layer left with ``h'`` heads
+after pruning has ``attn.qkv.weight [3 h' d, H]`` and ``attn.out.weight [H, h' d]``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import nn
@@ -46,7 +50,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
-from ptmkit.nn.heads import head_gates
+from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
 from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.positions import RelativePositionBias
@@ -82,6 +86,8 @@ class TransformerConfig:
     relative_max_distance: int = 128
     embedding_size: int | None = None  # E; None = hidden_size (ALBERT: 128, then a projection E -> H)
     sharing: str = "none"  # cross-layer parameter sharing (ALBERT): none | all | attention | ffn
+    # heads removed by prune_heads, {layer: [original head index, ...]}; the weights are that much smaller
+    pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if self.sharing is None:  # `model.sharing=none` on the command line reads as null
@@ -120,6 +126,21 @@ class TransformerConfig:
             raise PtmError("model.layer_norm_eps and model.init_std must be positive")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise PtmError(f"model.pad_token_id={self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        pruned = check_heads(self.pruned_heads, layer_number(self.num_layers, "model.pruned_heads"), self.num_heads,
+                             "model.pruned_heads")
+        object.__setattr__(self, "pruned_heads", pruned)  # JSON's string keys back to layer numbers
+        if pruned and self.shares_attention:
+            if len(pruned) != self.num_layers or len(set(pruned.values())) != 1:
+                raise PtmError(
+                    f"model.pruned_heads={dict(pruned)} prunes layers differently, but with model.sharing="
+                    f"{self.sharing!r} every layer uses one attention module: prune the same heads in all "
+                    f"{self.num_layers} layers"
+                )
+
+    @property
+    def shares_attention(self) -> bool:
+        """All layers use one attention module (ALBERT's ``sharing: all | attention``)."""
+        return self.sharing in ("all", "attention") and self.num_layers > 1
 
     @property
     def head_dim(self) -> int:
@@ -257,6 +278,7 @@ class TransformerEncoder(Encoder):
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm == "pre" else None
         self.pooler = Pooler(config.hidden_size) if config.pooler else None
         self.reset_parameters()
+        self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -297,6 +319,27 @@ class TransformerEncoder(Encoder):
     def max_positions(self) -> int | None:
         """``max_position`` with learned absolute positions; relative or no positions: no limit."""
         return self.config.max_position if self.config.positions == "absolute" else None
+
+    def prune_heads(self, heads: Mapping[int, Iterable[int]]) -> None:
+        """Remove attention heads for good: ``{layer: [head, ...]}``, heads by their original
+        index (already pruned ones are skipped).  Each layer's q/k/v rows and output columns of
+        those heads go; ``config.pruned_heads`` records the union, so a saved model rebuilds with
+        the smaller weights.  With shared attention (``sharing: all | attention``) the request must
+        prune the same heads in every layer."""
+        new = check_heads(heads, layer_number(self.config.num_layers, "prune_heads"), self.config.num_heads,
+                          "prune_heads")
+        if new and self.config.shares_attention and (len(new) != self.config.num_layers or len(set(new.values())) != 1):
+            raise PtmError(
+                f"prune_heads({dict(new)}): with model.sharing={self.config.sharing!r} all {self.config.num_layers} "
+                f"layers use one attention module, so a head can only be pruned in every layer at once; give the "
+                f"same heads for each layer 0 .. {self.config.num_layers - 1}"
+            )
+        self._cut_heads(new)
+        self.config = replace(self.config, pruned_heads=merge_heads(self.config.pruned_heads, new))
+
+    def _cut_heads(self, heads: Mapping[int, Iterable[int]]) -> None:
+        for i, layer_heads in heads.items():
+            self.layers[i].attn.prune(layer_heads)  # a shared module is cut once: pruned heads are skipped
 
     @property
     def output_size(self) -> int:
@@ -366,9 +409,9 @@ class TransformerEncoder(Encoder):
         (boolean, True = may attend; or additive float; overrides ``causal``); causal: each
         position attends only to itself and the positions before it.
 
-        output_attentions: ``attentions`` = per layer the probabilities ``[B, heads, T, T]``;
-        head_mask ``[num_layers, num_heads]`` or ``[num_heads]``: multiplies each head's
-        probabilities (see :mod:`ptmkit.nn.heads`).
+        output_attentions: ``attentions`` = per layer the probabilities ``[B, heads, T, T]``
+        (a pruned layer: its remaining heads); head_mask ``[num_layers, num_heads]`` or
+        ``[num_heads]``: multiplies each head's probabilities (see :mod:`ptmkit.nn.heads`).
 
         cache: incremental causal decoding (see :meth:`forward_cached`); the extended cache is
         returned in ``extras["cache"]``."""

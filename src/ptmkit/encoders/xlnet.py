@@ -33,14 +33,17 @@ Parameter names: ``word_embeddings.weight [V, H]``, ``mask_emb [H]``; per layer
 ``layers.{i}.attn.o.weight [H, H]``, ``layers.{i}.attn.{r_w_bias,r_r_bias,r_s_bias} [heads, d]``,
 ``layers.{i}.attn.seg_embed [2, heads, d]``, ``layers.{i}.attn_norm.*``,
 ``layers.{i}.ffn.fc1.* [I, H]``, ``layers.{i}.ffn.fc2.* [H, I]``, ``layers.{i}.ffn_norm.*``.
-``output_attentions`` and ``head_mask`` cover both streams (:mod:`ptmkit.nn.heads`).
+:meth:`XLNetEncoder.prune_heads` cuts ``heads`` to ``h'`` in every per-head tensor of a layer
+(``[h' d, H]``, ``[H, h' d]``, ``[h', d]``, ``[2, h', d]``); ``output_attentions`` and
+``head_mask`` cover both streams (:mod:`ptmkit.nn.heads`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -49,7 +52,8 @@ from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
-from ptmkit.nn.heads import head_gates
+from ptmkit.nn.heads import (PrunableHeads, check_heads, head_gates, keep_columns, keep_parameter_heads, keep_rows,
+                             layer_number, merge_heads)
 from ptmkit.registry import register
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -69,6 +73,8 @@ class XLNetConfig:
     mem_len: int = 0  # previous-segment states kept per layer (0 = no recurrence)
     clamp_len: int = -1  # distances beyond this share one encoding (-1: never clamp)
     pad_token_id: int = 0
+    # heads removed by prune_heads, {layer: [original head index, ...]}
+    pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("layer_norm_eps", "dropout", "init_std"):
@@ -101,6 +107,9 @@ class XLNetConfig:
             raise PtmError("model.layer_norm_eps and model.init_std must be positive")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise PtmError(f"model.pad_token_id={self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        pruned = check_heads(self.pruned_heads, layer_number(self.num_layers, "model.pruned_heads"), self.num_heads,
+                             "model.pruned_heads")
+        object.__setattr__(self, "pruned_heads", pruned)  # JSON's string keys back to layer numbers
 
     @property
     def head_dim(self) -> int:
@@ -130,8 +139,10 @@ def rel_shift(x: torch.Tensor, klen: int) -> torch.Tensor:
     return x[..., :klen]
 
 
-class RelativeAttention(nn.Module):
-    """Relative multi-head attention shared by the two streams (see the module docstring)."""
+class RelativeAttention(PrunableHeads, nn.Module):
+    """Relative multi-head attention shared by the two streams (see the module docstring).
+    Pruned to ``h'`` heads: ``q, k, v, r [h' d, H]``, ``o [H, h' d]``, the biases ``[h', d]``,
+    ``seg_embed [2, h', d]``."""
 
     def __init__(self, cfg: XLNetConfig) -> None:
         super().__init__()
@@ -148,6 +159,16 @@ class RelativeAttention(nn.Module):
         self.r_s_bias = nn.Parameter(torch.zeros(n, d))  # segment bias
         self.seg_embed = nn.Parameter(torch.zeros(2, n, d))  # [same, different]
         self.dropout = Dropout(cfg.dropout)
+        self._init_heads(n)
+
+    def _keep(self, local: list[int]) -> None:
+        rows = self.rows(local, 1, self.q.weight.device)
+        for linear in (self.q, self.k, self.v, self.r):
+            keep_rows(linear, rows)
+        keep_columns(self.o, rows)
+        for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+            setattr(self, name, keep_parameter_heads(getattr(self, name), local, 0))
+        self.seg_embed = keep_parameter_heads(self.seg_embed, local, 1)
 
     def heads(self, linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return linear(x).unflatten(-1, (self.num_heads, self.head_dim))  # [..., L, n, d]
@@ -183,7 +204,7 @@ class RelativeAttention(nn.Module):
                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
         """Softmax over the allowed keys (``allowed [B, Lq, K]`` bool), then ``[B, Lq, H]``.  A
         query that may see no key gets a uniform average (a finite fill, never NaN).
-        head_gate ``[heads]`` multiplies each head's probabilities; probs: a list
+        head_gate ``[heads]`` (the kept heads') multiplies each head's probabilities; probs: a list
         the probabilities ``[B, heads, Lq, K]`` are appended to (gated, before dropout)."""
         if allowed is not None:
             score = score.masked_fill(~allowed[:, None], torch.finfo(score.dtype).min)
@@ -225,11 +246,11 @@ class XLNetLayer(nn.Module):
         probs_h: list[torch.Tensor] | None = None,
         probs_g: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """head_gate ``[num_heads]`` gates both streams; probs_h / probs_g: lists each stream's
-        attention probabilities are appended to."""
+        """head_gate ``[num_heads]`` (original heads) gates both streams; probs_h / probs_g: lists
+        each stream's attention probabilities are appended to."""
         a = self.attn
         T = h.shape[1]
-        gate = head_gate
+        gate = a.gate(head_gate)
         cat = h if mem is None else torch.cat([mem, h], dim=1)
         k, v = a.heads(a.k, cat), a.heads(a.v, cat)
         kr = a.heads(a.r, r)
@@ -259,6 +280,7 @@ class XLNetEncoder(Encoder):
         self.layers = nn.ModuleList(XLNetLayer(config) for _ in range(config.num_layers))
         self.dropout = Dropout(config.dropout)
         self.reset_parameters()
+        self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -278,6 +300,19 @@ class XLNetEncoder(Encoder):
     def max_positions(self) -> None:
         """Relative positions (sinusoids of any distance): no limit."""
         return None
+
+    def prune_heads(self, heads: Mapping[int, Iterable[int]]) -> None:
+        """Remove attention heads for good: ``{layer: [head, ...]}``, heads by their original
+        index; both streams lose them (they share the weights).  ``config.pruned_heads`` records the
+        union (see :meth:`TransformerEncoder.prune_heads`)."""
+        new = check_heads(heads, layer_number(self.config.num_layers, "prune_heads"), self.config.num_heads,
+                          "prune_heads")
+        self._cut_heads(new)
+        self.config = replace(self.config, pruned_heads=merge_heads(self.config.pruned_heads, new))
+
+    def _cut_heads(self, heads: Mapping[int, Iterable[int]]) -> None:
+        for i, layer_heads in heads.items():
+            self.layers[i].attn.prune(layer_heads)
 
     @property
     def output_size(self) -> int:

@@ -71,6 +71,10 @@ def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -
         from ptmkit.pretrained import load_pretrained
 
         pretrained = load_pretrained(pretrained)
+    pruned = getattr(getattr(pretrained.backbone, "config", None), "pruned_heads", None)
+    if pruned:  # HF's layers have a fixed head count per model: the smaller matrices do not load
+        raise PtmError(f"this model has pruned attention heads (model.pruned_heads={dict(pruned)}); HF transformers "
+                       f"(5) models have no pruned heads, so it cannot be exported: export the model before pruning")
     fmt = format or infer_format(pretrained)
     return _family_of_format(fmt).export(pretrained, out_dir, fmt)
 

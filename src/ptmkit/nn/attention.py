@@ -1,5 +1,5 @@
 """Multi-head self-attention over ``torch.nn.functional.scaled_dot_product_attention``, with head
-gates and written-out probabilities on request (``output_attentions``)."""
+gates, written-out probabilities on request (``output_attentions``) and head pruning."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ptmkit.nn.dropout import dropout
+from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
@@ -78,7 +79,7 @@ def _masked_scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, scale: 
     return s.view(B, heads, T, S)
 
 
-class MultiHeadSelfAttention(nn.Module):
+class MultiHeadSelfAttention(PrunableHeads, nn.Module):
     """Scaled dot-product attention with ``heads`` heads (Vaswani et al. 2017).
 
     Parameters: ``qkv.weight [3H, H]`` and ``qkv.bias [3H]`` (query, key and value projections
@@ -88,6 +89,10 @@ class MultiHeadSelfAttention(nn.Module):
     The mask is data: ``forward`` takes whatever :func:`ptmkit.nn.masks.build_attention_mask`
     produced, so bidirectional, causal, padded and custom (prefix, seq2seq) attention all run
     through the same code.
+
+    Pruning (:meth:`prune`, heads named by their original index, :mod:`ptmkit.nn.heads`) leaves
+    ``h' = num_heads`` heads: ``qkv.weight [3 h' d, H]`` (still q, k, v blocks), ``out.weight
+    [H, h' d]``; masks with one plane per original head are cut to the kept heads' planes.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0, bias: bool = True,
@@ -99,12 +104,20 @@ class MultiHeadSelfAttention(nn.Module):
         self.scale = scale
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self._init_heads(num_heads)
+
+    def _keep(self, local: list[int]) -> None:
+        device = self.qkv.weight.device
+        keep_rows(self.qkv, self.rows(local, 3, device))
+        keep_columns(self.out, self.rows(local, 1, device))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
         """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``.
-        head_gate ``[heads]``, probs: see :func:`attend` (``probs`` receives ``[B, heads, T, T]``)."""
+        head_gate ``[total_heads]``, probs: see :func:`attend` (``probs`` receives ``[B, h', T, T]``)."""
         B, T, H = x.shape
+        if self.pruned:
+            mask, head_gate = self.head_slice(mask), self.gate(head_gate)
         # [B, T, 3, heads, d] -> [3, B, heads, T, d]
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
@@ -121,6 +134,8 @@ class MultiHeadSelfAttention(nn.Module):
         attend), or ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
         the extended keys/values ``[B, heads, t0 + T, d]``; head_gate / probs as in :meth:`forward`."""
         B, T, H = x.shape
+        if self.pruned:
+            mask, head_gate = self.head_slice(mask), self.gate(head_gate)
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
