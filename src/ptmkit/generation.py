@@ -6,7 +6,14 @@ At each step the model gives next-token logits ``[B, V]`` and the loop picks one
 * sampling: from ``softmax(logits / temperature)`` restricted to the ``top_k`` most likely tokens
   (Fan et al. 2018) and then to the nucleus, the smallest set of most likely tokens whose
   probability reaches ``top_p`` (Holtzman et al. 2020); all draws come from one seeded
-  ``torch.Generator``, so a seed gives the same text every time.
+  ``torch.Generator``, so a seed gives the same text every time;
+* beam search (``num_beams > 1``, :mod:`ptmkit.beam_search`): the ``num_beams`` best hypotheses
+  per prompt, scored ``sum log p / length ** length_penalty``, with HF transformers' stopping
+  rules (``early_stopping``); the stepper's rows become ``prompts x beams`` and its cache follows
+  the chosen hypotheses (``expand``, ``reorder``).
+
+``no_repeat_ngram_size = n`` (any of them) bans every token that would repeat an n-gram of the
+row's sequence (the prompt of a causal LM, or the decoder's start token, included).
 
 A row that has produced ``eos_id`` is finished: its later tokens are ``pad_id`` and the loop ends
 when every row is finished or ``max_new_tokens`` tokens exist.
@@ -34,14 +41,18 @@ directory or a loaded :class:`~ptmkit.pretrained.Pretrained`.
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from ptmkit.beam_search import beam_search
 from ptmkit.errors import PtmError
+from ptmkit.nn.kv_cache import select_rows
+from ptmkit.nn.ngram_ban import ban_repeated_ngrams
 
 CAUSAL_LM = "causal_lm"
 SEQ2SEQ = "seq2seq"
@@ -55,7 +66,18 @@ class GenerationConfig:
     temperature: > 0; logits are divided by it before sampling (< 1 sharpens, > 1 flattens).
     top_k: sample among the ``k`` most likely tokens only; 0 = all.
     top_p: sample from the nucleus of probability ``top_p``, in (0, 1]; 1 = all.
-    seed: of the sampling generator.  use_cache: decode with the key/value cache."""
+    seed: of the sampling generator.  use_cache: decode with the key/value cache.
+    num_beams: 1 = greedy or sampling as above; k > 1 = beam search with k beams (deterministic:
+    ``greedy`` is then irrelevant and ``temperature``, ``top_k``, ``top_p`` must keep their
+    defaults, since beams are not sampled).
+    length_penalty: beam search scores a finished hypothesis ``sum log p / length ** length_penalty``
+    (> 0 favours longer outputs, < 0 shorter ones; 0 = the plain sum).
+    early_stopping: beam search stops for a prompt when ``True``: ``num_beams`` hypotheses have
+    finished; ``False``: no running hypothesis can beat the worst finished one at its current
+    length; ``"never"``: ... nor at the longest length (HF transformers' rules).
+    no_repeat_ngram_size: n > 0 bans tokens that would repeat an n-gram of the sequence; 0 = off.
+    num_return_sequences: beam search returns this many hypotheses per prompt (<= num_beams),
+    best first."""
 
     max_new_tokens: int = 32
     greedy: bool = False
@@ -64,17 +86,23 @@ class GenerationConfig:
     top_p: float = 1.0
     seed: int = 0
     use_cache: bool = True
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    no_repeat_ngram_size: int = 0
+    num_return_sequences: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_new_tokens", "top_k", "seed"):
+        for name in ("max_new_tokens", "top_k", "seed", "num_beams", "no_repeat_ngram_size", "num_return_sequences"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise PtmError(f"{name} must be an integer, got {value!r}")
-        for name in ("temperature", "top_p"):
+        for name in ("temperature", "top_p", "length_penalty"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise PtmError(f"{name} must be a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise PtmError(f"{name} must be a finite number, got {value!r}")
             object.__setattr__(self, name, float(value))
+        self._check_search()
         if self.max_new_tokens < 1:
             raise PtmError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if not self.temperature > 0:
@@ -83,6 +111,32 @@ class GenerationConfig:
             raise PtmError(f"top_k must be >= 0 (0 = no top-k filtering), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise PtmError(f"top_p must be in (0, 1] (1 = no nucleus filtering), got {self.top_p}")
+
+    def _check_search(self) -> None:
+        if self.num_beams < 1:
+            raise PtmError(f"num_beams must be >= 1 (1 = no beam search), got {self.num_beams}")
+        if self.no_repeat_ngram_size < 0:
+            raise PtmError(f"no_repeat_ngram_size must be >= 0 (0 = off), got {self.no_repeat_ngram_size}")
+        if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
+            raise PtmError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+        if not 1 <= self.num_return_sequences <= self.num_beams:
+            raise PtmError(
+                f"num_return_sequences must be between 1 and num_beams={self.num_beams} (beam search returns its "
+                f"best hypotheses), got {self.num_return_sequences}"
+            )
+        if self.num_beams == 1:
+            unused = ([f"length_penalty={self.length_penalty}"] if self.length_penalty != 1.0 else []) + (
+                [f"early_stopping={self.early_stopping!r}"] if self.early_stopping is not False else [])
+            if unused:
+                raise PtmError(f"{', '.join(unused)} only apply to beam search: set num_beams > 1, or leave them out")
+            return
+        defaults = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+        sampling = [f"{name}={getattr(self, name)}" for name, default in defaults.items() if getattr(self, name) != default]
+        if sampling:
+            raise PtmError(
+                f"beam search (num_beams={self.num_beams}) does not sample, so {', '.join(sampling)} would be "
+                f"ignored: leave them out, or sample with num_beams=1"
+            )
 
 
 # -- choosing the next token ---------------------------------------------------------------------
@@ -132,6 +186,24 @@ class Stepper(Protocol):
     def step(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
 
+class BeamStepper(Stepper, Protocol):
+    """A stepper beam search can drive: its rows can be copied and reordered between steps."""
+
+    def history(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens before the generated ones, ``ids [B, T0]`` and ``valid [B, T0]`` bool (the
+        n-grams of ``no_repeat_ngram_size`` include them)."""
+        ...
+
+    def expand(self, k: int) -> None:
+        """After ``first``: every row becomes ``k`` consecutive copies (``batch_size`` x ``k``)."""
+        ...
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row ``i`` takes the state of row ``rows[i]`` (``rows [N]``, each among the copies of the
+        same prompt): the next ``step`` continues those rows."""
+        ...
+
+
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Token id lists -> ``input_ids [B, T]`` left-padded with ``pad_id`` and ``attention_mask [B, T]``."""
     lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
@@ -163,6 +235,7 @@ class CausalLMStepper:
             raise PtmError("prompts must be left-padded: the last position of every row is a real token")
         self.use_cache = use_cache
         self.batch_size = input_ids.shape[0]
+        self.prompt = (input_ids, self.mask.bool())
         cfg = backbone.config
         absolute = getattr(cfg, "positions", "absolute") == "absolute"
         self.capacity = cfg.max_position - input_ids.shape[1] if absolute else None
@@ -199,6 +272,21 @@ class CausalLMStepper:
         self.cache = out.extras["cache"]
         return self._last_logits(out)
 
+    def history(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.prompt
+
+    def expand(self, k: int) -> None:
+        self.reorder(torch.arange(self.batch_size, device=self.ids.device).repeat_interleave(k))
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache = self.cache.select(rows)
+        if self.next_pos is not None:
+            self.next_pos = self.next_pos.index_select(0, rows)
+        if not self.use_cache:  # the sequences are re-read every step
+            self.ids, self.mask = self.ids.index_select(0, rows), self.mask.index_select(0, rows)
+        self.batch_size = rows.shape[0]
+
 
 class Seq2SeqStepper:
     """An encoder–decoder (``encode``, ``start_cache``, ``decode``, ``logits``) reading the sources
@@ -233,6 +321,31 @@ class Seq2SeqStepper:
         self.prefix = torch.cat([self.prefix, tokens], dim=1)
         return self._run(tokens)
 
+    def history(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.prefix[:, :1], torch.ones_like(self.prefix[:, :1], dtype=torch.bool)  # the start token
+
+    def expand(self, k: int) -> None:
+        """The encoder ran once; its states (with the cache: their cross-attention keys and values)
+        are copied to the ``k`` rows of each source."""
+        rows = torch.arange(self.batch_size, device=self.prefix.device).repeat_interleave(k)
+        self.prefix = self.prefix.index_select(0, rows)
+        if self.use_cache:
+            c = self.cache
+            self.cache = replace(c, self_kv=select_rows(c.self_kv, rows), cross_kv=select_rows(c.cross_kv, rows),
+                                 cross_mask=c.cross_mask.index_select(0, rows) if c.cross_mask is not None else None)
+        else:
+            self.memory = self.memory.index_select(0, rows)
+            if self.attention_mask is not None:
+                self.attention_mask = self.attention_mask.index_select(0, rows)
+        self.batch_size = rows.shape[0]
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Rows move among the copies of one source, whose encoder states are equal: only the
+        decoder's own state (its inputs, its self-attention cache) is gathered."""
+        self.prefix = self.prefix.index_select(0, rows)
+        if self.use_cache:
+            self.cache = replace(self.cache, self_kv=select_rows(self.cache.self_kv, rows))
+
 
 # -- the loop ------------------------------------------------------------------------------------
 @torch.no_grad()
@@ -240,17 +353,30 @@ def decode(stepper: Stepper, cfg: GenerationConfig, eos_id: int | None = None, p
            generator: torch.Generator | None = None) -> torch.Tensor:
     """Generate up to ``cfg.max_new_tokens`` tokens per row: ``[B, L]`` int64 (``L <= max_new_tokens``);
     a row's tokens after its ``eos_id`` are ``pad_id``.  ``generator`` defaults to one seeded with
-    ``cfg.seed`` on the logits' device."""
+    ``cfg.seed`` on the logits' device.  With ``cfg.num_beams > 1`` (beam search, a
+    :class:`BeamStepper`): ``[B * num_return_sequences, L]``, each prompt's hypotheses best first."""
+    steps = cfg.max_new_tokens if stepper.capacity is None else min(cfg.max_new_tokens, stepper.capacity)
+    if cfg.num_beams > 1:
+        return _beam_decode(stepper, cfg, steps, eos_id, pad_id)
+    history = getattr(stepper, "history", None)
+    seq, valid = history() if cfg.no_repeat_ngram_size > 0 and history is not None else (None, None)
     logits = stepper.first()
     if generator is None and not cfg.greedy:
         generator = torch.Generator(device=logits.device).manual_seed(cfg.seed)
-    steps = cfg.max_new_tokens if stepper.capacity is None else min(cfg.max_new_tokens, stepper.capacity)
     done = torch.zeros(stepper.batch_size, dtype=torch.bool, device=logits.device)
+    if cfg.no_repeat_ngram_size > 0 and seq is None:  # only the generated tokens
+        seq = torch.zeros(stepper.batch_size, 0, dtype=torch.long, device=logits.device)
+        valid = torch.ones_like(seq, dtype=torch.bool)
     out: list[torch.Tensor] = []
     for i in range(steps):  # one step per generated position; each step is vectorised over the batch
+        if seq is not None:
+            logits = ban_repeated_ngrams(logits, seq, cfg.no_repeat_ngram_size, valid)
         nxt = choose(logits, cfg, generator)
         nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
         out.append(nxt)
+        if seq is not None:
+            seq = torch.cat([seq, nxt[:, None]], dim=1)
+            valid = torch.cat([valid, torch.ones_like(done[:, None])], dim=1)
         if eos_id is not None:
             done = done | (nxt == eos_id)
             if bool(done.all()):
@@ -258,6 +384,25 @@ def decode(stepper: Stepper, cfg: GenerationConfig, eos_id: int | None = None, p
         if i + 1 < steps:
             logits = stepper.step(nxt)
     return torch.stack(out, dim=1) if out else torch.zeros(stepper.batch_size, 0, dtype=torch.long, device=logits.device)
+
+
+def _beam_decode(stepper: Any, cfg: GenerationConfig, steps: int, eos_id: int | None, pad_id: int) -> torch.Tensor:
+    """Beam search: ``[B * R, L]``, prompt ``b``'s ``R = num_return_sequences`` hypotheses at rows
+    ``b*R .. b*R + R - 1``, best first, ``pad_id`` after each one's end."""
+    missing = [m for m in ("expand", "reorder") if not callable(getattr(stepper, m, None))]
+    if missing:
+        raise PtmError(
+            f"beam search needs a decoder whose rows can be copied and reordered ({', '.join(missing)}), and "
+            f"{type(stepper).__name__} has none: decode it with num_beams=1"
+        )
+    if steps < 1:
+        return torch.zeros(stepper.batch_size * cfg.num_return_sequences, 0, dtype=torch.long)
+    history = getattr(stepper, "history", None)
+    hyp = beam_search(stepper, steps, cfg.num_beams, length_penalty=cfg.length_penalty,
+                      early_stopping=cfg.early_stopping, no_repeat_ngram_size=cfg.no_repeat_ngram_size,
+                      num_return_sequences=cfg.num_return_sequences, eos_id=eos_id, pad_id=pad_id,
+                      history=history() if history is not None else None)
+    return hyp.tokens.flatten(0, 1)
 
 
 # -- pre-trained models --------------------------------------------------------------------------
@@ -307,7 +452,9 @@ def _check_context(lengths: list[int], max_new_tokens: int, max_position: int | 
 @torch.no_grad()
 def generate_ids(backbone: Any, kind: str, prompts: Sequence[Sequence[int]], cfg: GenerationConfig,
                  eos_id: int | None = None, pad_id: int = 0, objective: Any = None) -> list[list[int]]:
-    """Generate for token-id prompts: per prompt the new ids, cut after ``eos_id`` (which is kept).
+    """Generate for token-id prompts: per prompt the new ids, cut after ``eos_id`` (which is kept);
+    with beam search and ``num_return_sequences = R``, ``R`` lists per prompt, best first (prompt
+    ``i``'s at ``i*R .. i*R + R - 1``).
 
     ``kind="causal_lm"``: the prompts are the text to continue (left-padded together);
     ``kind="seq2seq"``: they are the encoder's sources (right-padded) and the decoder writes the output.
@@ -364,7 +511,12 @@ def generate(
     top_p: float = 1.0,
     seed: int = 0,
     device: str | torch.device = "cpu",
-) -> str | list[str]:
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: bool | str = False,
+    no_repeat_ngram_size: int = 0,
+    num_return_sequences: int = 1,
+) -> str | list[str] | list[list[str]]:
     """Generate text with a pre-trained model (a run or checkpoint directory, or a ``Pretrained``).
 
     A causal LM (clm) continues each prompt, which it reads as the start of a sentence (after the
@@ -372,8 +524,12 @@ def generate(
     rewrites each prompt (its source ``[CLS] prompt [SEP]``).  Returns the generated text (the
     continuation alone for a causal LM), one string per prompt, or one string for one prompt.
     Generation stops at the end-of-sentence token or after ``max_new_tokens`` tokens.
+    ``num_beams > 1``: beam search (see :class:`GenerationConfig` for it and the other options);
+    with ``num_return_sequences = R > 1`` each prompt gives a list of ``R`` texts, best first.
     """
-    cfg = GenerationConfig(max_new_tokens, greedy, temperature, top_k, top_p, seed)
+    cfg = GenerationConfig(max_new_tokens, greedy, temperature, top_k, top_p, seed, num_beams=num_beams,
+                           length_penalty=length_penalty, early_stopping=early_stopping,
+                           no_repeat_ngram_size=no_repeat_ngram_size, num_return_sequences=num_return_sequences)
     if isinstance(model, (str, os.PathLike)):
         from ptmkit.pretrained import load_pretrained
 
@@ -397,7 +553,10 @@ def generate(
     else:
         sources = [[int(tok.cls_id), *ids, sep] for ids in encoded]
     new = generate_ids(model.backbone, kind, sources, cfg, eos_id=sep, pad_id=int(tok.pad_id), objective=objective)
-    out = [tok.decode(ids) for ids in new]
+    out: list[Any] = [tok.decode(ids) for ids in new]
+    R = cfg.num_return_sequences
+    if R > 1:
+        out = [out[i * R:(i + 1) * R] for i in range(len(texts))]
     return out[0] if single else out
 
 
@@ -409,6 +568,6 @@ def load_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 __all__ = [
-    "CAUSAL_LM", "SEQ2SEQ", "CausalLMStepper", "GenerationConfig", "Seq2SeqStepper", "choose", "decode", "decodes_with_heads",
+    "CAUSAL_LM", "SEQ2SEQ", "BeamStepper", "CausalLMStepper", "GenerationConfig", "Seq2SeqStepper", "choose", "decode", "decodes_with_heads",
     "filter_top_k", "filter_top_p", "generate", "generate_ids", "generation_kind", "left_pad", "next_token_probs",
 ]

@@ -14,6 +14,14 @@ import torch
 KV = tuple[torch.Tensor, torch.Tensor]  # attention keys and values, each [B, heads, t, d]
 
 
+def select_rows(kv: list[KV | None], rows: torch.Tensor) -> list[KV | None]:
+    """Per layer keys and values ``[B, heads, t, d]`` -> ``[N, heads, t, d]`` whose row ``i`` is row
+    ``rows[i]`` (``rows [N]`` int64; repeats allowed: ``arange(B).repeat_interleave(k)`` gives
+    every row ``k`` copies).  Layers not run yet (``None``) stay ``None``."""
+    return [None if layer is None else (layer[0].index_select(0, rows), layer[1].index_select(0, rows))
+            for layer in kv]
+
+
 @dataclass
 class KVCache:
     """kv: per layer, the self-attention keys and values ``[B, heads, t, d]`` of the ``t``
@@ -33,3 +41,9 @@ class KVCache:
         """Number of positions cached (the next position's index in the padded batch)."""
         first = self.kv[0] if self.kv else None
         return 0 if first is None else int(first[0].shape[2])
+
+    def select(self, rows: torch.Tensor) -> "KVCache":
+        """The cache of the batch rows ``rows [N]`` (int64, repeats allowed), in that order: row
+        ``i`` of every layer's keys and values, and of ``key_mask``, is row ``rows[i]`` of this one."""
+        key_mask = self.key_mask.index_select(0, rows) if self.key_mask is not None else None
+        return KVCache(select_rows(self.kv, rows), key_mask)
