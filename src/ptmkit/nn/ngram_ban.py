@@ -29,8 +29,11 @@ def ban_repeated_ngrams(scores: torch.Tensor, tokens: torch.Tensor, n: int,
     if valid is not None:
         valid = valid.bool()
         hit &= valid.unfold(1, n, 1).all(dim=-1) & valid[:, T - n + 1:].all(dim=-1, keepdim=True)
-    # a token several windows end with is banned when any of them hits (the max of their bools);
-    # no host synchronisation, so a GPU step is not stalled
-    banned = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
-    banned = banned.scatter_reduce(1, windows[..., -1], hit, reduce="amax")
-    return scores.masked_fill(banned, float("-inf"))
+    # Each hitting window writes True at its last token; a window that misses writes into an extra
+    # column past the vocabulary, so it cannot clear a ban another window set (every write is
+    # the same True, so repeated tokens give one result).  No host synchronisation: a GPU step
+    # is not stalled.
+    V = scores.shape[-1]
+    target = torch.where(hit, windows[..., -1], V)  # [N, W]
+    banned = torch.zeros(N, V + 1, dtype=torch.bool, device=scores.device).scatter_(1, target, True)
+    return scores.masked_fill(banned[:, :V], float("-inf"))
