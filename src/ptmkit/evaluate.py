@@ -64,7 +64,7 @@ def protocol_config(data: Any, mode: str, protocol: Protocol):
     """The protocol's fine-tuning settings for ``data`` in ``mode`` (features: a BiLSTM head)."""
     from ptmkit.tasks.finetune import FinetuneConfig
 
-    chunked = getattr(data, "chunked", False) and data.task_type == "tagging"
+    chunked = getattr(data, "chunked", False)  # a tagging task whose tags mark chunks
     return FinetuneConfig(epochs=protocol.epochs, mode=mode, max_seq_len=protocol.max_seq_len,
                           select="f1" if chunked else "accuracy",
                           head="bilstm" if mode == "features" else "linear")

@@ -43,6 +43,7 @@ def checkpoint(tmp_path_factory):
 
 def test_finetune_cli_tasks_then_after(checkpoint, tmp_path, monkeypatch, capsys):
     tasks = _tasks()
+    monkeypatch.setattr("ptmkit.tasks.multitask.load_task", lambda name: tasks[name])
     monkeypatch.setattr("ptmkit.data.tasks.load_task", lambda name: tasks[name])
     out = tmp_path / "mt"
     rc = main(["finetune", str(checkpoint), "--tasks", "toy-cls,toy-tag", "-o", str(out), "--quiet",
@@ -50,7 +51,7 @@ def test_finetune_cli_tasks_then_after(checkpoint, tmp_path, monkeypatch, capsys
     assert rc == 0
     assert "mean over tasks" in capsys.readouterr().out
     run = json.loads((out / "pretrained-seed0" / "results.json").read_text())
-    assert run["task"] == "toy-cls+toy-tag" and run["config"]["task_schedule"] == "round_robin"
+    assert run["task"] == "toy-cls+toy-tag" and run["config"]["task"]["task_schedule"] == "round_robin"
     assert {"toy-cls/accuracy", "toy-tag/accuracy", "mean"} <= set(run["test"])
     assert run["sizes"]["train"] == 48
     # the second, per-task stage starts from the multi-task encoder

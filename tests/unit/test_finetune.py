@@ -169,7 +169,7 @@ def test_lr_grid_keeps_best_dev(task, checkpoint):
 @pytest.fixture()
 def captured(monkeypatch):
     """The classifier each ``finetune`` call trains (holding the selected epoch's weights after it)."""
-    import ptmkit.tasks.finetune as ft
+    import ptmkit.tasks.classification as ft
 
     models = []
     build = ft.classifier_on

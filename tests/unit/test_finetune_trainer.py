@@ -92,14 +92,16 @@ def test_killed_finetune_resumes_exactly(tmp_path, task, checkpoint):
     assert finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, resume=True) == json.loads(json.dumps(resumed))
     with pytest.raises(Exception, match="other settings"):
         finetune(checkpoint, task, tmp_path / "cut", CFG, seed=3, progress=False, resume=True)
-    # a run written before a setting existed (here: without "crf") ran at its default: still the same run
+    # a run written before a setting existed (here: without "adapter_size") ran at its default, and one
+    # written while a task type's setting sat among the common ones ("crf"): still the same run
     results = tmp_path / "cut" / "results.json"
     older = json.loads(results.read_text())
-    del older["config"]["crf"]
+    del older["config"]["adapter_size"]
+    older["config"]["crf"] = False
     results.write_text(json.dumps(older))
     assert finetune(checkpoint, task, tmp_path / "cut", CFG, seed=2, progress=False, resume=True) == older
     with pytest.raises(Exception, match="other settings"):
-        finetune(checkpoint, task, tmp_path / "cut", replace(CFG, crf=True), seed=2, progress=False, resume=True)
+        finetune(checkpoint, task, tmp_path / "cut", replace(CFG, task={"crf": True}), seed=2, progress=False, resume=True)
 
 
 def test_logs_through_the_trainer(tmp_path, task, checkpoint):

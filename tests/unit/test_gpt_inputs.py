@@ -12,7 +12,8 @@ from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.tasks.classification import SequenceClassifier, collate
-from ptmkit.tasks.finetune import FinetuneConfig, encode_split, finetune
+from ptmkit.tasks.classification import encode_split
+from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
 from ptmkit.tasks.multiple_choice import ChoiceSplit, encode_choices
 from ptmkit.tokenization import Tokenizer

@@ -14,7 +14,7 @@ from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, after_intermediate_task, finetune
-from ptmkit.tasks.multitask import MultiTask, MultiTaskBatches, MultiTaskData, MultiTaskModel
+from ptmkit.tasks.multitask import MultiTask, MultiTaskBatches, MultiTaskData, MultiTaskModel, MultiTaskOptions
 from ptmkit.tasks.tagging import TaggingData, TaggingSplit
 from ptmkit.tokenization import Tokenizer
 
@@ -106,7 +106,7 @@ def test_round_robin_alternates_strictly_and_smaller_tasks_start_another_pass():
 
 def test_schedule_is_validated():
     with pytest.raises(PtmError, match="task_schedule"):
-        FinetuneConfig(task_schedule="random")
+        MultiTaskOptions(task_schedule="random")
     with pytest.raises(PtmError, match="at least two tasks"):
         MultiTaskData({"one": object()})
 
@@ -147,7 +147,7 @@ CFG = FinetuneConfig(epochs=3, lr=3e-3, batch_size=8, max_seq_len=16, num_thread
 
 @pytest.mark.parametrize("schedule", ["proportional", "round_robin"])
 def test_tiny_multitask_run_resumes_exactly_and_feeds_a_second_stage(tmp_path, tasks, checkpoint, schedule):
-    cfg = FinetuneConfig(**{**CFG.__dict__, "task_schedule": schedule})
+    cfg = FinetuneConfig(**{**CFG.__dict__, "task": {"task_schedule": schedule}})
     full = finetune(checkpoint, tasks, tmp_path / "full", cfg, seed=1, progress=False)
     assert full["task_type"] == "multi_task" and full["select"] == "mean"
     for split in ("dev", "test"):

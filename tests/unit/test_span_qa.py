@@ -105,7 +105,7 @@ def test_read_qa_errors(tmp_path):
 
 
 def test_finetune_learns_to_point_at_the_answer_across_windows(qa, checkpoint, tmp_path):
-    cfg = FinetuneConfig(epochs=8, lr=3e-3, batch_size=16, max_seq_len=16, doc_stride=6, warmup=0.0)
+    cfg = FinetuneConfig(epochs=8, lr=3e-3, batch_size=16, max_seq_len=16, warmup=0.0, task={"doc_stride": 6})
     r = finetune(load_pretrained(checkpoint[0]), qa, tmp_path / "run", cfg, seed=0, progress=False)
     assert r["task_type"] == "span_qa" and r["select"] == "f1"
     assert r["test"]["exact_match"] >= 0.8, r["test"]

@@ -127,7 +127,7 @@ def test_scores_are_word_accuracy_and_chunk_f1():
 
 @pytest.mark.parametrize("crf", [False, True])
 def test_tagger_learns_context_dependent_tags(ner, checkpoint, crf, tmp_path):
-    cfg = FinetuneConfig(epochs=12, lr=3e-3, batch_size=16, max_seq_len=32, crf=crf, select="f1", warmup=0.0)
+    cfg = FinetuneConfig(epochs=12, lr=3e-3, batch_size=16, max_seq_len=32, task={"crf": crf}, select="f1", warmup=0.0)
     r = finetune(load_pretrained(checkpoint), ner, tmp_path / "run", cfg, seed=0, progress=False)
     assert r["task_type"] == "tagging" and r["test"]["words"] == sum(map(len, ner.test.words))
     assert r["test"]["f1"] >= 0.9 and r["test"]["accuracy"] >= 0.95, r["test"]
@@ -138,9 +138,9 @@ def test_tagger_learns_context_dependent_tags(ner, checkpoint, crf, tmp_path):
 def test_crf_transitions_learn_the_tag_grammar(ner, checkpoint):
     """I-LOC never follows O in the data, and always follows B-LOC: the CRF's transition scores
     learn that order (they start uniform in [-0.1, 0.1])."""
-    cfg = FinetuneConfig(epochs=6, lr=3e-3, batch_size=16, max_seq_len=32, crf=True, select="f1", warmup=0.0)
+    cfg = FinetuneConfig(epochs=6, lr=3e-3, batch_size=16, max_seq_len=32, task={"crf": True}, select="f1", warmup=0.0)
     captured = {}
-    import ptmkit.tasks.task_types as tt
+    import ptmkit.tasks.tagging as tt
 
     build = tt.Tagging.build
 

@@ -24,3 +24,19 @@ class IntermixedParser(argparse.ArgumentParser):
             return self.parse_known_intermixed_args(args, namespace)
         finally:
             self._inside = False
+
+
+class RegistryHelpParser(IntermixedParser):
+    """Expands ``{names:KIND}`` in the help text to the names registered under ``KIND`` (task
+    types, HF families, export formats, ...) when the help is printed: the texts stay true as
+    components are added, and ``ptm`` starts without importing them for other commands."""
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if "{names:" not in text:
+            return text
+        import re
+
+        from ptmkit import registry
+
+        return re.sub(r"\{names:([a-z_]+)\}", lambda m: ", ".join(registry.names(m.group(1))), text)

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ptmkit.commands import IntermixedParser
+from ptmkit.commands import RegistryHelpParser
 
 HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
 
@@ -79,6 +79,13 @@ examples:
 
 
 
+def _column_pair(text: str) -> tuple[str, str]:
+    name, eq, column = text.partition("=")
+    if not eq or not name or not column:
+        raise argparse.ArgumentTypeError(f"expected NAME=COLUMN, got {text!r}")
+    return name, column
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "finetune", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -95,14 +102,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--train", metavar="FILE", help="training file (JSONL/CSV/TSV)")
     p.add_argument("--dev", metavar="FILE", help="dev file, used to select the epoch")
     p.add_argument("--test", metavar="FILE", help="test file, scored with the selected model")
-    p.add_argument("--text-column", default="text", help="column of the (first) text (default: text)")
+    p.add_argument("--type", default=None, metavar="TYPE",
+                   help="task type of the --train/--dev/--test files ({names:task_type}); default: the "
+                        "one their columns show (tokens+tags: tagging; choices: multiple_choice; "
+                        "question+context+answers: span_qa), else classification")
+    p.add_argument("--text-column", default=None, help="classification / regression: column of the (first) text "
+                                                       "(default: text)")
     p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
-    p.add_argument("--label-column", default="label", help="column of the label (default: label)")
+    p.add_argument("--label-column", default=None, help="column of the label or target (default: label)")
+    p.add_argument("--column", dest="columns", action="append", type=_column_pair, metavar="NAME=COLUMN",
+                   help="any column of the task type's files, e.g. --column question=q --column tokens=words")
     p.add_argument("--after", metavar="FINETUNE_RUN", default=None,
                    help="two-stage fine-tuning: start from the encoder selected by an earlier fine-tuning on an "
                         "intermediate task (its run directory, e.g. OUT/pretrained-seed0), not from RUN_OR_CKPT's")
-    p.add_argument("--tagging", action="store_true",
-                   help="the files are a tagging task: JSONL with 'tokens' and 'tags' lists, or CoNLL style "
+    p.add_argument("--tagging", dest="type", action="store_const", const="tagging",
+                   help="same as --type tagging: JSONL with 'tokens' and 'tags' lists, or CoNLL style "
                         "('word tag' per line, a blank line between sentences)")
     init = p.add_mutually_exclusive_group()
     init.add_argument("--init", choices=("pretrained", "random", "both"), default="pretrained",
@@ -127,24 +141,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "layer_decay=0.385 gradual_unfreeze=true schedule=slanted_triangular warmup=0.1 "
                         "betas=[0.7,0.99] lr=0.01); KEY=VALUE overrides apply on top")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.__class__ = IntermixedParser
+    p.__class__ = RegistryHelpParser
     p.set_defaults(func=run)
 
 
 def parse_overrides(overrides: list[str], recipe: str | None = None):
-    """``lr=1e-4 epochs=3`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting from the
-    named recipe's settings (``ulmfit``) when given."""
+    """``lr=1e-4 epochs=3 crf=true`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting
+    from the named recipe's settings (``ulmfit``) when given.  A key of a task type's own settings
+    (``crf``, ``doc_stride``, ``task_schedule``, ...) goes into ``FinetuneConfig.task``, where the
+    task type reads it; a key that is neither is an error naming the nearest valid key."""
+    from dataclasses import fields
+
     from ptmkit.config import apply_overrides, from_dict, to_dict
+    from ptmkit.errors import PtmError, suggest
+    from ptmkit.tasks.base import option_keys
     from ptmkit.tasks.finetune import FinetuneConfig, recipe_config
 
-    items = [o if o.partition("=")[0].startswith("finetune.") else f"finetune.{o}" for o in overrides]
+    common = {f.name for f in fields(FinetuneConfig)} - {"task"}
+    typed = set(option_keys())
+    items = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        key = key.strip().removeprefix("finetune.")
+        top = key.split(".")[0]
+        if eq and top not in common and top != "task":
+            if top not in typed:
+                known = sorted(common | typed)
+                raise PtmError(f"unknown config key {top!r}{suggest(top, known)}; fine-tuning settings: {', '.join(known)}")
+            key = f"task.{key}"
+        items.append(f"finetune.{key}{eq}{value}")
     raw = apply_overrides({"finetune": to_dict(recipe_config(recipe))}, items)
     return from_dict(FinetuneConfig, raw["finetune"], "finetune")
 
 
 def load_data(args: argparse.Namespace):
-    from ptmkit.data.tasks import load_files, load_task
+    from ptmkit.data.tasks import load_task
     from ptmkit.errors import PtmError
+    from ptmkit.tasks.base import read_task_files
 
     files = (args.train, args.dev, args.test)
     if args.task and any(files):
@@ -160,11 +193,11 @@ def load_data(args: argparse.Namespace):
     if not all(files):
         missing = [n for n, f in zip(("--train", "--dev", "--test"), files) if not f]
         raise PtmError(f"no task given: use --task mr (--tasks mr,brown-pos for several), or give all of --train --dev --test (missing {', '.join(missing)})")
-    if args.tagging:
-        from ptmkit.tasks.tagging import load_tagging_files
-
-        return load_tagging_files(*files)
-    return load_files(*files, text_column=args.text_column, text_pair_column=args.pair_column, label_column=args.label_column)
+    columns = dict(args.columns or [])
+    for name, value in (("text", args.text_column), ("text_pair", args.pair_column), ("label", args.label_column)):
+        if value is not None:
+            columns[name] = value
+    return read_task_files(args.type, *files, **columns)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -204,7 +237,7 @@ def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:
 
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     kind = getattr(data, "task_type", "classification")
-    labels = f", {len(data.label_names)} labels ({', '.join(map(str, data.label_names[:12]))})" if kind in ("classification", "tagging") else ""
+    labels = f", {len(data.label_names)} labels ({', '.join(map(str, data.label_names[:12]))})" if hasattr(data, "num_labels") else ""
     print(
         f"fine-tune {data.name} ({kind}): {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test"
         f"{labels}; inits {', '.join(inits)}; seeds {' '.join(map(str, args.seeds))}",

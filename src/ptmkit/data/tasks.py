@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit import registry
+from ptmkit.data.sources.base import fetch
 from ptmkit.errors import PtmError, require_file, suggest
 
 log = logging.getLogger(__name__)
@@ -247,8 +249,6 @@ def load_files(
 
 def builtin_tasks() -> dict[str, tuple[str, dict[str, Any]]]:
     """``{task name: (data recipe, task spec)}`` over every registered recipe's ``tasks``."""
-    from ptmkit import registry
-
     out: dict[str, tuple[str, dict[str, Any]]] = {}
     for source in registry.names("source"):
         for task, spec in getattr(registry.get("source", source), "tasks", {}).items():
@@ -257,44 +257,17 @@ def builtin_tasks() -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 def load_task(name: str) -> Any:
-    """A built-in task by name, fetched on first use: a :class:`TaskData` for classification
-    (``"mr"``, ``"zh-reviews"``, ``"bible-paraphrase"``), a ``TaggingData`` for tagging
-    (``"brown-pos"``, ``"peoples-daily-ner"``, ...)."""
+    """A built-in task by name, fetched on first use and read by its recipe's task type (the
+    spec's ``type``, registered in :mod:`ptmkit.tasks`): a :class:`TaskData` for classification
+    (``"mr"``, ``"zh-reviews"``), a ``TaggingData`` for tagging (``"brown-pos"``), ..."""
     tasks = builtin_tasks()
     if name not in tasks:
         raise PtmError(f"unknown task {name!r}{suggest(name, tasks)}; built-in tasks: {', '.join(tasks)}")
-    from ptmkit.data.sources.base import fetch
-
     source, spec = tasks[name]
     kind = spec.get("type", "classification")
-    if kind not in ("classification", "tagging", "multiple_choice", "span_qa", "regression"):
-        raise PtmError(f"task {name!r} is a {kind} task, which ptm finetune cannot train yet; "
-                       f"it trains classification, tagging and multiple-choice tasks")
+    if kind not in registry.names("task_type"):
+        raise PtmError(f"task {name!r} is a {kind} task, which ptm finetune cannot train; task types: "
+                       f"{', '.join(registry.names('task_type'))}")
     root = fetch(source)
-    files = [root / f for f in spec["files"]]
-    if kind == "tagging":
-        from ptmkit.tasks.tagging import load_tagging_files
-
-        tagged = load_tagging_files(*files, tokens=spec["tokens"], tags=spec["tags"], name=name)
-        return replace(tagged, meta={**tagged.meta, "source": source, "dir": str(root)})
-    if kind == "multiple_choice":
-        from ptmkit.tasks.multiple_choice import load_choice_files
-
-        columns = {k: spec[k] for k in ("text", "choices", "label", "prefix") if k in spec}
-        chosen = load_choice_files(*files, name=name, **columns)
-        return replace(chosen, meta={**chosen.meta, "source": source, "dir": str(root)})
-    if kind == "regression":
-        from ptmkit.tasks.regression import load_regression_files
-
-        reg = load_regression_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
-                                    label_column=spec["label"], name=name)
-        return replace(reg, meta={**reg.meta, "source": source, "dir": str(root)})
-    if kind == "span_qa":
-        from ptmkit.tasks.span_qa import load_qa_files
-
-        columns = {k: spec[k] for k in ("question", "context", "answers") if k in spec}
-        qa = load_qa_files(*files, name=name, **columns)
-        return replace(qa, meta={**qa.meta, "source": source, "dir": str(root)})
-    data = load_files(*files, text_column=spec["text"], text_pair_column=spec.get("text_pair"),
-                      label_column=spec["label"], name=name)
+    data = registry.get("task_type", kind).read_builtin(name, spec, root)
     return replace(data, meta={**data.meta, "source": source, "dir": str(root)})

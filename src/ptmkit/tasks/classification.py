@@ -21,16 +21,26 @@ output layer is its word embeddings.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ptmkit.data.tasks import TaskData, TaskSplit, load_files
 from ptmkit.errors import PtmError
-from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.layer_mix import build_mix, normalize_mix
+from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.registry import register
+from ptmkit.tasks.base import TaskType
+from ptmkit.tasks.batches import ShuffledBatches, by_length
+from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
+from ptmkit.tasks.metrics import classification_metrics
 from ptmkit.train.step import StepOutput
 
 POOLINGS = ("auto", "cls", "last", "mean", "concat")
@@ -302,3 +312,104 @@ def collate(
         y = np.asarray(labels)[index]
         batch["labels"] = torch.from_numpy(y.astype(np.float32) if y.dtype.kind == "f" else y.astype(np.int64))
     return batch
+
+
+# ------------------------------------------------------------------------------ the task type
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Plain token ids (no special tokens) for each text."""
+    return [list(ids) for ids in tokenizer.encode_batch(texts)]
+
+
+def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool, gpt_transform: bool = False,
+                 symmetric: bool = False) -> EncodedInputs:
+    """The split's texts (and pairs) with the family's special tokens, or GPT's start / delimiter /
+    extract tokens (``gpt_transform``; ``symmetric``: both orders of each pair)."""
+    pairs = token_ids(tokenizer, split.text_pairs) if split.text_pairs is not None else None
+    texts = token_ids(tokenizer, split.texts)
+    if gpt_transform:
+        tokens = GptTokens.of(tokenizer)
+        if symmetric:
+            if pairs is None:
+                raise PtmError("symmetric_pairs=true scores a pair in both orders, but this task has single texts; "
+                               "set symmetric_pairs=false")
+            return encode_symmetric(texts, pairs, max_len, tokens)
+        return encode_gpt(texts, pairs, max_len, tokens)
+    return encode_inputs(texts, pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
+
+
+def classifier_on(backbone: Any, num_labels: int, cfg: Any, causal: bool) -> SequenceClassifier:
+    """``SequenceClassifier`` on ``backbone`` with the settings of ``cfg`` (a ``FinetuneConfig``)."""
+    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=causal,
+                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden,
+                              frozen=cfg.mode == "features", aux_lm_weight=cfg.aux_lm_weight)
+
+
+@torch.no_grad()
+def predict(model: SequenceClassifier, inputs: EncodedInputs, pad_id: int, batch_size: int, with_token_types: bool,
+            device: torch.device | str = "cpu") -> np.ndarray:
+    """Class probabilities ``[N, K]`` (float64), in the order of ``inputs`` (leaves ``model`` in eval mode)."""
+    model.eval()
+    probs = np.zeros((len(inputs), model.num_labels), dtype=np.float64)
+    rows = lambda index: collate(inputs, index, pad_id, with_token_types=with_token_types)  # noqa: E731
+    for index, batch in by_length(inputs.lengths, batch_size, rows, device):
+        probs[index] = torch.softmax(model.logits(batch).double(), dim=-1).cpu().numpy()
+    return probs
+
+
+def score(probs: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:
+    """Metrics of the arg-max predictions plus the mean cross-entropy ``loss``."""
+    out = classification_metrics(labels, probs.argmax(axis=1), num_labels)
+    out["loss"] = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean())
+    return out
+
+
+def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
+    """One JSON line per example: text (and pair), gold label, prediction, class probabilities."""
+    lines = []
+    for i, text in enumerate(split.texts):
+        row: dict[str, Any] = {"text": text}
+        if split.text_pairs is not None:
+            row["text_pair"] = split.text_pairs[i]
+        row["label"] = label_names[int(split.labels[i])]
+        row["prediction"] = label_names[int(probs[i].argmax())]
+        row["probabilities"] = {str(name): round(float(p), 6) for name, p in zip(label_names, probs[i])}
+        lines.append(json.dumps(row, ensure_ascii=False))
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+@register("task_type", "classification")
+class Classification(TaskType):
+    """Sentence and sentence-pair classification: a :class:`SequenceClassifier` over the labels of
+    a :class:`~ptmkit.data.tasks.TaskData`."""
+
+    name = "classification"
+    metrics = ("accuracy", "macro_f1", "f1", "loss")
+    columns = {"text": "text", "text_pair": None, "label": "label"}
+
+    @classmethod
+    def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, text: str = "text",
+                   text_pair: str | None = None, label: str = "label") -> TaskData:
+        return load_files(train, dev, test, text_column=text, text_pair_column=text_pair, label_column=label, name=name)
+
+    def encode(self, split: str) -> EncodedInputs:
+        return encode_split(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal,
+                            self.cfg.gpt_transform, self.cfg.symmetric_pairs)
+
+    def build(self, backbone: nn.Module) -> nn.Module:
+        return classifier_on(backbone, self.data.num_labels, self.cfg, self.causal)
+
+    def batches(self, encoded_train: EncodedInputs, seed: int) -> ShuffledBatches:
+        labels, pad, types = self.data.train.labels, self.tokenizer.pad_id, self.with_types
+        return ShuffledBatches(len(encoded_train), lambda rows: collate(encoded_train, rows, pad, labels, types),
+                               self.cfg.batch_size, seed)
+
+    def predict(self, model: nn.Module, encoded: EncodedInputs, device: Any) -> np.ndarray:
+        return predict(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: np.ndarray) -> dict[str, float]:
+        return score(predictions, self.data.split(split).labels, self.data.num_labels)
+
+    def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
+        write_predictions(path, self.data.split(split), self.data.label_names, predictions)

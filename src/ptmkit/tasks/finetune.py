@@ -1,5 +1,5 @@
-"""Fine-tuning a pre-trained encoder on a downstream task (Devlin et al. 2019, §4): sequence and
-pair classification, token tagging (:mod:`ptmkit.tasks.task_types`).
+"""Fine-tuning a pre-trained encoder on a downstream task (Devlin et al. 2019, §4), whatever its
+type (one registered file each: :mod:`ptmkit.tasks.base`).
 
 ``finetune`` builds ``SequenceClassifier(encoder)`` and trains it through the same
 :class:`~ptmkit.train.trainer.Trainer` as pre-training (AdamW without decay on norms and biases,
@@ -33,7 +33,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +42,17 @@ import torch
 
 from ptmkit import outputs
 from ptmkit.config import to_dict
-from ptmkit.data.tasks import TaskData, TaskSplit
+from ptmkit.data.tasks import TaskData
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.identity import content_sha256, differences
 from ptmkit.nn.layer_mix import MIXES, normalize_mix
-from ptmkit.tasks.classification import HEADS, POOLINGS, EncodedInputs, SequenceClassifier, collate, encode_inputs
-from ptmkit.tasks.metrics import classification_metrics
-from ptmkit.tasks.task_types import task_type_of
+from ptmkit.tasks.base import task_type_of
+from ptmkit.tasks.classification import HEADS, POOLINGS, SequenceClassifier, classifier_on
 
 log = logging.getLogger(__name__)
 
 INITS = ("pretrained", "random")
-SELECT = ("accuracy", "macro_f1", "f1", "loss", "exact_match", "pearson", "spearman")
 MODES = ("finetune", "features")
 SCHEDULES = ("linear", "slanted_triangular")
 RESULTS_FILE = "results.json"
@@ -102,12 +100,10 @@ class FinetuneConfig:
         for models pre-trained as a causal LM with a tied output layer (the clm objective).
     aux_lm_decay: SiATL's schedule (Chronopoulou et al. 2019): epoch ``e`` weighs the LM loss by
         ``aux_lm_weight * aux_lm_decay ** (e - 1)``; 1 keeps it constant (GPT).
-    crf: tagging tasks: a linear-chain CRF over the tag scores instead of a softmax per word.
-    doc_stride, max_answer_len, n_best: span QA: tokens between the starts of a long context's
-        windows, the longest answer in tokens, the start/end candidates per window.
-    task_schedule: multi-task fine-tuning (:mod:`ptmkit.tasks.multitask`, MT-DNN): ``proportional``
-        (each step one task's batch, the epoch's batches of all tasks shuffled together, so tasks
-        train in proportion to their size) or ``round_robin`` (strict alternation of the tasks).
+    task: the task type's own settings (``{"crf": True}`` for tagging, ``doc_stride`` for span QA,
+        ``task_schedule`` for multi-task, decoding for seq2seq), read and validated by the type
+        (:attr:`ptmkit.tasks.base.TaskType.options_class`); on the command line they are plain
+        ``KEY=VALUE`` overrides like the others.
     gpt_transform: GPT's input transformations (Radford et al. 2018; :mod:`ptmkit.tasks.gpt_inputs`):
         ``<start> a (<delim> b) <extract>`` per sequence (per choice for multiple choice), the head
         reading the extract token; for a model pre-trained left to right (clm).  Off by default,
@@ -145,20 +141,18 @@ class FinetuneConfig:
     head_hidden: int = 128
     aux_lm_weight: float = 0.0
     aux_lm_decay: float = 1.0
-    crf: bool = False
-    doc_stride: int = 128
-    max_answer_len: int = 30
-    n_best: int = 20
     adapter_size: int = 0
-    task_schedule: str = "proportional"
     gpt_transform: bool = False
     symmetric_pairs: bool = False
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
+    task: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len", "doc_stride", "max_answer_len", "n_best"):
+        if not isinstance(self.task, dict):
+            raise PtmError(f"task holds the task type's settings as a mapping, got {self.task!r}")
+        for name in ("epochs", "batch_size", "eval_batch_size", "max_seq_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
@@ -184,8 +178,8 @@ class FinetuneConfig:
             raise PtmError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.pooling not in POOLINGS:
             raise PtmError(f"pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}")
-        if self.select not in SELECT:
-            raise PtmError(f"select must be one of {', '.join(SELECT)}, got {self.select!r}")
+        if not isinstance(self.select, str) or not self.select:
+            raise PtmError(f"select names a dev metric of the task type, got {self.select!r}")
         object.__setattr__(self, "mix", normalize_mix(self.mix, ("auto", *MIXES)))  # an integer k -> "layer:k"
         for name, allowed in (("mode", MODES), ("schedule", SCHEDULES), ("head", HEADS)):
             if getattr(self, name) not in allowed:
@@ -203,18 +197,12 @@ class FinetuneConfig:
         if self.adapter_size and (self.mode == "features" or self.gradual_unfreeze or self.freeze_embeddings):
             raise PtmError("adapter_size > 0 trains adapters inside a fixed encoder; it needs mode=finetune without "
                            "gradual_unfreeze or freeze_embeddings")
-        from ptmkit.tasks.multitask import TASK_SCHEDULES
-
-        if self.task_schedule not in TASK_SCHEDULES:
-            raise PtmError(f"task_schedule must be one of {', '.join(TASK_SCHEDULES)}, got {self.task_schedule!r}")
         for name in ("gpt_transform", "symmetric_pairs"):
             if not isinstance(getattr(self, name), bool):
                 raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.symmetric_pairs and not self.gpt_transform:
             raise PtmError("symmetric_pairs=true reads a pair in both orders with GPT's input transformation; "
                            "set gpt_transform=true as well")
-        if not isinstance(self.crf, bool):
-            raise PtmError(f"crf must be true or false, got {self.crf!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
 
@@ -303,30 +291,6 @@ def after_intermediate_task(pretrained: Any, run_dir: str | os.PathLike) -> Any:
     return dc_replace(pretrained, backbone=backbone, objective=None, path=Path(run_dir))
 
 
-def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """Plain token ids (no special tokens) for each text."""
-    return [list(ids) for ids in tokenizer.encode_batch(texts)]
-
-
-def encode_split(split: TaskSplit, tokenizer: Any, max_len: int, causal: bool, gpt_transform: bool = False,
-                 symmetric: bool = False) -> EncodedInputs:
-    """The split's texts (and pairs) with the family's special tokens, or GPT's start / delimiter /
-    extract tokens (``gpt_transform``; ``symmetric``: both orders of each pair)."""
-    pairs = token_ids(tokenizer, split.text_pairs) if split.text_pairs is not None else None
-    texts = token_ids(tokenizer, split.texts)
-    if gpt_transform:
-        from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
-
-        tokens = GptTokens.of(tokenizer)
-        if symmetric:
-            if pairs is None:
-                raise PtmError("symmetric_pairs=true scores a pair in both orders, but this task has single texts; "
-                               "set symmetric_pairs=false")
-            return encode_symmetric(texts, pairs, max_len, tokens)
-        return encode_gpt(texts, pairs, max_len, tokens)
-    return encode_inputs(texts, pairs, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)
-
-
 def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
     """``aux_lm_weight > 0`` needs a model pre-trained as a causal LM with a tied output layer (an
     objective that declares ``generation = "causal_lm"``); :class:`PtmError` otherwise."""
@@ -365,13 +329,6 @@ def _backbone(pretrained: Any, init: str, seed: int):
     return build_encoder(pretrained.config["model"], pretrained.tokenizer)
 
 
-def classifier_on(backbone: Any, num_labels: int, cfg: FinetuneConfig, causal: bool) -> SequenceClassifier:
-    """``SequenceClassifier`` on ``backbone`` with the settings of ``cfg``."""
-    return SequenceClassifier(backbone, num_labels, pooling=cfg.pooling, dropout=cfg.dropout, causal=causal,
-                              mix=cfg.resolved_mix, head=cfg.head, head_hidden=cfg.head_hidden,
-                              frozen=cfg.mode == "features", aux_lm_weight=cfg.aux_lm_weight)
-
-
 def build_classifier(pretrained: Any, num_labels: int, cfg: FinetuneConfig, init: str, seed: int) -> SequenceClassifier:
     """The classifier on a copy of the pre-trained backbone, or on a fresh one (``init="random"``)."""
     check_aux_lm(pretrained.config, cfg)
@@ -394,32 +351,6 @@ def _lowest_trainable(clf: SequenceClassifier, cfg: FinetuneConfig):
 # ------------------------------------------------------------------------------------ evaluation
 
 
-@torch.no_grad()
-def predict(
-    model: SequenceClassifier, inputs: EncodedInputs, pad_id: int, batch_size: int, with_token_types: bool,
-    device: torch.device | str = "cpu",
-) -> np.ndarray:
-    """Class probabilities ``[N, K]`` (float64), in the order of ``inputs`` (leaves ``model`` in eval mode).
-
-    Examples are batched by length (sorted), which keeps padding, and CPU time, low.
-    """
-    model.eval()
-    order = np.argsort(inputs.lengths, kind="stable")
-    probs = np.zeros((len(inputs), model.num_labels), dtype=np.float64)
-    for start in range(0, len(order), batch_size):
-        index = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(inputs, index, pad_id, with_token_types=with_token_types).items()}
-        probs[index] = torch.softmax(model.logits(batch).double(), dim=-1).cpu().numpy()
-    return probs
-
-
-def score(probs: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:
-    """Metrics of the arg-max predictions plus the mean cross-entropy ``loss``."""
-    out = classification_metrics(labels, probs.argmax(axis=1), num_labels)
-    out["loss"] = float(-np.log(np.clip(probs[np.arange(len(labels)), labels], 1e-12, None)).mean())
-    return out
-
-
 def _better(metric: str, new: float, best: float | None) -> bool:
     if best is None:
         return True
@@ -438,7 +369,8 @@ def _check_resumed(out: Path, recorded: dict[str, Any], asked: dict[str, Any], f
     if "finetune" in stored:  # an epoch checkpoint's config
         stored["config"] = stored.pop("finetune")
     stored = {k: stored.get(k) for k in asked}
-    stored["config"] = {**defaults, **(stored["config"] or {})}
+    # a setting added later ran at its default; one that has since moved (into ``task``) is not compared
+    stored["config"] = {k: v for k, v in {**defaults, **(stored["config"] or {})}.items() if k in defaults}
     if stored.get("data_sha256") is None:  # written before data fingerprints: not compared
         stored["data_sha256"] = asked["data_sha256"]
     diffs = differences(stored, asked)
@@ -455,19 +387,6 @@ def _check_resumed(out: Path, recorded: dict[str, Any], asked: dict[str, Any], f
 def _resumable(out: Path) -> bool:
     """Whether an interrupted fine-tuning in ``out`` has progress a --resume would continue."""
     return any(out.glob("**/checkpoints/latest")) or any(out.glob("**/results.json"))
-
-
-def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], probs: np.ndarray) -> None:
-    lines = []
-    for i, text in enumerate(split.texts):
-        row: dict[str, Any] = {"text": text}
-        if split.text_pairs is not None:
-            row["text_pair"] = split.text_pairs[i]
-        row["label"] = label_names[int(split.labels[i])]
-        row["prediction"] = label_names[int(probs[i].argmax())]
-        row["probabilities"] = {str(name): round(float(p), 6) for name, p in zip(label_names, probs[i])}
-        lines.append(json.dumps(row, ensure_ascii=False))
-    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 # -------------------------------------------------------------------------------------- training

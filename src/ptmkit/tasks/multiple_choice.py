@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from torch.nn import functional as F
 from ptmkit.data.tasks import TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
+from ptmkit.registry import register
+from ptmkit.tasks.base import TaskType
+from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.classification import SequenceClassifier, encode_inputs
 from ptmkit.train.step import StepOutput
 
@@ -156,22 +159,6 @@ def collate_choices(enc: EncodedChoices, index: np.ndarray, pad_id: int, with_to
     return batch
 
 
-class ChoiceBatches:
-    """Training batches for the Trainer, a pure function of ``(seed, epoch, step)``."""
-
-    def __init__(self, enc: EncodedChoices, batch_size: int, pad_id: int, seed: int, with_token_types: bool) -> None:
-        self.enc, self.batch_size, self.pad_id, self.seed, self.with_token_types = enc, batch_size, pad_id, seed, with_token_types
-        self.steps_per_epoch = math.ceil(len(enc) / batch_size)
-
-    def __call__(self, epoch: int, step: int) -> dict[str, torch.Tensor]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.enc))
-        return collate_choices(self.enc, order[step * self.batch_size : (step + 1) * self.batch_size], self.pad_id,
-                               self.with_token_types)
-
-    def eval_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        return iter(())
-
-
 # ------------------------------------------------------------------------------------------ model
 
 
@@ -205,10 +192,8 @@ def predict_choices(model: ChoiceScorer, enc: EncodedChoices, pad_id: int, batch
     """Per example, the softmax over its choices (float64)."""
     model.eval()
     out: list[np.ndarray] = [np.empty(0)] * len(enc)
-    order = np.argsort(enc.lengths, kind="stable")
-    for s in range(0, len(order), batch_size):
-        index = order[s : s + batch_size]
-        batch = {k: v.to(device) for k, v in collate_choices(enc, index, pad_id, with_token_types).items()}
+    rows = lambda index: collate_choices(enc, index, pad_id, with_token_types)  # noqa: E731
+    for index, batch in by_length(enc.lengths, batch_size, rows, device):
         probs = torch.softmax(model.scores(batch).double(), -1).cpu().numpy()
         for r, i in enumerate(index):
             out[i] = probs[r, : len(enc.ids[i])]
@@ -228,3 +213,51 @@ def write_choice_predictions(path: Path, split: ChoiceSplit, probs: list[np.ndar
                         "probabilities": [round(float(x), 6) for x in p]}, ensure_ascii=False)
             for t, c, y, p in zip(split.texts, split.choices, split.labels, probs))
     atomic_write_text(path, "\n".join(rows) + "\n")
+
+
+@register("task_type", "multiple_choice")
+class MultipleChoice(TaskType):
+    """One score per (text, choice) sequence, softmax over the choices."""
+
+    name = "multiple_choice"
+    metrics = ("accuracy", "loss")
+    columns = {"text": "text", "choices": "choices", "label": "label", "prefix": None}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for multiple choice")
+        if self.cfg.symmetric_pairs:
+            raise PtmError("symmetric_pairs applies to similarity pairs; a context and its answer have an order: "
+                           "set symmetric_pairs=false")
+
+    @classmethod
+    def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, **columns: Any) -> ChoiceData:
+        return load_choice_files(train, dev, test, name=name, **columns)
+
+    @classmethod
+    def matches(cls, fields: set[str]) -> bool:
+        return "choices" in fields
+
+    def encode(self, split: str) -> EncodedChoices:
+        return encode_choices(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal,
+                              self.cfg.gpt_transform)
+
+    def build(self, backbone: nn.Module) -> ChoiceScorer:
+        c = self.cfg
+        return ChoiceScorer(backbone=backbone, pooling=c.pooling, dropout=c.dropout, causal=self.causal, mix=c.resolved_mix,
+                            head=c.head, head_hidden=c.head_hidden, frozen=c.mode == "features")
+
+    def batches(self, encoded_train: EncodedChoices, seed: int) -> ShuffledBatches:
+        pad, types = self.tokenizer.pad_id, self.with_types
+        return ShuffledBatches(len(encoded_train), lambda rows: collate_choices(encoded_train, rows, pad, types),
+                               self.cfg.batch_size, seed)
+
+    def predict(self, model: nn.Module, encoded: EncodedChoices, device: Any) -> list[np.ndarray]:
+        return predict_choices(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: list[np.ndarray]) -> dict[str, float]:
+        return score_choices(self.data.split(split), predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: list[np.ndarray]) -> None:
+        write_choice_predictions(path, self.data.split(split), predictions)

@@ -1,7 +1,7 @@
 """Multi-task fine-tuning (MT-DNN, Liu et al. 2019): one shared encoder, one head per task.
 
 The tasks may be of any types at once (classification, tagging, multiple choice, span QA,
-regression): every task keeps its own :class:`~ptmkit.tasks.task_types.TaskType`, and
+regression): every task keeps its own :class:`~ptmkit.tasks.base.TaskType`, and
 :class:`MultiTask` composes them behind the same interface, so the multi-task run goes through
 :func:`ptmkit.tasks.finetune.finetune` and the shared Trainer unchanged (checkpoints, exact
 resume, dev selection, ``--after`` for a second, per-task stage).
@@ -27,8 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
-from ptmkit.tasks.task_types import TaskType
+from ptmkit.registry import register
+from ptmkit.tasks.base import TaskType, option_keys, type_of
 from ptmkit.train.step import StepOutput
 
 TASK_SCHEDULES = ("proportional", "round_robin")
@@ -104,8 +106,6 @@ class MultiTaskData:
 
 def load_tasks(names: str | list[str]) -> MultiTaskData:
     """Built-in tasks by name (``"mr,brown-pos"`` or a list) as one :class:`MultiTaskData`."""
-    from ptmkit.data.tasks import load_task
-
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     if len(set(names)) != len(names):
@@ -198,16 +198,40 @@ class MultiTaskModel(nn.Module):
 # -------------------------------------------------------------------------------------- task type
 
 
-class MultiTask(TaskType):
-    """The tasks of a :class:`MultiTaskData` composed into one task type for ``finetune``."""
+@dataclass(frozen=True)
+class MultiTaskOptions:
+    """task_schedule: ``proportional`` (each step one task's batch, the epoch's batches of all
+    tasks shuffled together, so tasks train in proportion to their size) or ``round_robin``
+    (strict alternation of the tasks)."""
 
+    task_schedule: str = "proportional"
+
+    def __post_init__(self) -> None:
+        if self.task_schedule not in TASK_SCHEDULES:
+            raise PtmError(f"task_schedule must be one of {', '.join(TASK_SCHEDULES)}, got {self.task_schedule!r}")
+
+
+@register("task_type", "multi_task")
+class MultiTask(TaskType):
+    """The tasks of a :class:`MultiTaskData` composed into one task type for ``finetune``: each
+    part reads its own options from the same settings (``crf`` reaches the tagging tasks)."""
+
+    name = "multi_task"
+    options_class = MultiTaskOptions
     metrics = ("mean",)
 
-    def __init__(self, data: MultiTaskData, cfg: Any, tokenizer: Any, causal: bool, with_types: bool) -> None:
-        from ptmkit.tasks.task_types import task_type_of
-
+    def __init__(self, data: MultiTaskData, cfg: Any, tokenizer: Any, causal: bool, with_types: bool,
+                 strict_options: bool = True) -> None:
         self.data, self.cfg, self.tokenizer, self.causal, self.with_types = data, cfg, tokenizer, causal, with_types
-        self.parts = {name: task_type_of(d, cfg, tokenizer, causal, with_types) for name, d in data.tasks.items()}
+        self.options = self.read_options(cfg.task, strict=False)
+        part_types = {name: type_of(getattr(d, "task_type", "classification")) for name, d in data.tasks.items()}
+        known = set(option_keys("multi_task")).union(*(option_keys(t.name) for t in part_types.values()))
+        unknown = sorted(k for k in cfg.task if k not in known)
+        if unknown:
+            raise PtmError(f"{unknown[0]} applies to none of the tasks {', '.join(data.tasks)} "
+                           f"({', '.join(sorted({t.name for t in part_types.values()}))})")
+        self.parts = {name: part_types[name](d, cfg, tokenizer, causal, with_types, strict_options=False)
+                      for name, d in data.tasks.items()}
         losses = [name for name, p in self.parts.items() if p.select == "loss"]
         if losses:
             raise PtmError(f"multi-task selection averages the tasks' dev scores, but select=loss for {', '.join(losses)}; "
@@ -223,7 +247,7 @@ class MultiTask(TaskType):
 
     def batches(self, encoded_train: dict[str, Any], seed: int) -> MultiTaskBatches:
         sources = [p.batches(encoded_train[name], seed) for name, p in self.parts.items()]
-        return MultiTaskBatches(sources, seed, self.cfg.task_schedule)
+        return MultiTaskBatches(sources, seed, self.options.task_schedule)
 
     def train_size(self, encoded_train: dict[str, Any]) -> int:
         return sum(p.train_size(encoded_train[name]) for name, p in self.parts.items())

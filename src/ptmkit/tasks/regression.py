@@ -23,7 +23,9 @@ from torch.nn import functional as F
 from ptmkit.data.tasks import TaskSplit, TaskSplits, _column, _texts, read_rows
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
-from ptmkit.tasks.classification import SequenceClassifier
+from ptmkit.registry import register
+from ptmkit.tasks.batches import by_length
+from ptmkit.tasks.classification import Classification, SequenceClassifier, collate
 from ptmkit.train.step import StepOutput
 
 
@@ -93,14 +95,10 @@ class Regressor(nn.Module):
 @torch.no_grad()
 def predict_values(model: Regressor, inputs: Any, pad_id: int, batch_size: int, with_token_types: bool,
                    device: Any = "cpu") -> np.ndarray:
-    from ptmkit.tasks.classification import collate
-
     model.eval()
-    order = np.argsort(inputs.lengths, kind="stable")
     out = np.zeros(len(inputs), dtype=np.float64)
-    for s in range(0, len(order), batch_size):
-        index = order[s : s + batch_size]
-        batch = {k: v.to(device) for k, v in collate(inputs, index, pad_id, with_token_types=with_token_types).items()}
+    rows = lambda index: collate(inputs, index, pad_id, with_token_types=with_token_types)  # noqa: E731
+    for index, batch in by_length(inputs.lengths, batch_size, rows, device):
         out[index] = model.predict(batch).double().cpu().numpy()
     return out
 
@@ -119,3 +117,32 @@ def write_values(path: Path, split: TaskSplit, pred: np.ndarray) -> None:
     rows = (json.dumps({"text": t, "label": float(y), "prediction": round(float(p), 6)}, ensure_ascii=False)
             for t, y, p in zip(split.texts, split.labels, pred))
     atomic_write_text(path, "\n".join(rows) + "\n")
+
+
+@register("task_type", "regression")
+class Regression(Classification):
+    """One real-valued score per text or pair (standardised targets, Pearson / Spearman)."""
+
+    name = "regression"
+    metrics = ("pearson", "spearman")
+
+    @classmethod
+    def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, text: str = "text",
+                   text_pair: str | None = None, label: str = "label") -> RegressionData:
+        return load_regression_files(train, dev, test, text_column=text, text_pair_column=text_pair, label_column=label,
+                                     name=name)
+
+    def build(self, backbone: nn.Module) -> Regressor:
+        c, y = self.cfg, self.data.train.labels
+        return Regressor(float(np.mean(y)), float(np.std(y)), backbone=backbone, pooling=c.pooling, dropout=c.dropout,
+                         causal=self.causal, mix=c.resolved_mix, head=c.head, head_hidden=c.head_hidden,
+                         frozen=c.mode == "features", aux_lm_weight=c.aux_lm_weight)
+
+    def predict(self, model: nn.Module, encoded: Any, device: Any) -> np.ndarray:
+        return predict_values(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.with_types, device)
+
+    def score(self, split: str, predictions: np.ndarray) -> dict[str, float]:
+        return score_values(self.data.split(split).labels, predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
+        write_values(path, self.data.split(split), predictions)

@@ -28,7 +28,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from ptmkit.data.tasks import TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.layer_mix import build_mix
+from ptmkit.registry import register
+from ptmkit.tasks.base import TaskType
+from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.train.step import StepOutput
 
 # ------------------------------------------------------------------------------------------ data
@@ -194,24 +197,6 @@ def collate_windows(win: Windows, index: np.ndarray, pad_id: int, with_token_typ
     return batch
 
 
-class WindowBatches:
-    """Training batches of windows, a pure function of ``(seed, epoch, step)``."""
-
-    def __init__(self, win: Windows, batch_size: int, pad_id: int, seed: int, with_token_types: bool,
-                 rank: int = 0, world_size: int = 1) -> None:
-        self.win, self.batch_size, self.pad_id, self.seed, self.with_token_types = win, batch_size, pad_id, seed, with_token_types
-        self.rank, self.world_size = rank, world_size
-        self.steps_per_epoch = math.ceil(len(win) / batch_size)
-
-    def __call__(self, epoch: int, step: int) -> dict[str, torch.Tensor]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.win))
-        rows = np.array_split(order[step * self.batch_size : (step + 1) * self.batch_size], self.world_size)[self.rank]
-        return collate_windows(self.win, rows, self.pad_id, self.with_token_types)
-
-    def eval_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        return iter(())
-
-
 # ------------------------------------------------------------------------------------------ model
 
 
@@ -260,9 +245,8 @@ def predict_answers(model: SpanExtractor, win: Windows, split: QASplit, pad_id: 
     """The best answer text of every example, over all its windows (see the module docstring)."""
     model.eval()
     best: list[tuple[float, str]] = [(-math.inf, "")] * len(split)
-    for s in range(0, len(win), batch_size):
-        index = np.arange(s, min(s + batch_size, len(win)))
-        batch = {k: v.to(device) for k, v in collate_windows(win, index, pad_id, with_token_types).items()}
+    rows = lambda index: collate_windows(win, index, pad_id, with_token_types)  # noqa: E731
+    for index, batch in by_length(win.lengths, batch_size, rows, device):
         start, end = (x.cpu() for x in model.scores(batch))
         k = min(n_best, start.shape[1])
         top_s, arg_s = start.topk(k, dim=-1)
@@ -315,3 +299,70 @@ def write_answers(path: Path, split: QASplit, predictions: list[str]) -> None:
     rows = (json.dumps({"question": q, "answers": [a for a, _ in gold], "prediction": p}, ensure_ascii=False)
             for q, gold, p in zip(split.questions, split.answers, predictions))
     atomic_write_text(path, "\n".join(rows) + "\n")
+
+
+@dataclass(frozen=True)
+class SpanQAOptions:
+    """doc_stride: tokens between the starts of a long context's windows; max_answer_len: the
+    longest answer in tokens; n_best: start and end candidates per window."""
+
+    doc_stride: int = 128
+    max_answer_len: int = 30
+    n_best: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("doc_stride", "max_answer_len", "n_best"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise PtmError(f"{name} must be a positive integer, got {value!r}")
+
+
+@register("task_type", "span_qa")
+class SpanQA(TaskType):
+    """Extractive QA over windows of long contexts."""
+
+    name = "span_qa"
+    options_class = SpanQAOptions
+    metrics = ("f1", "exact_match")
+    columns = {"question": "question", "context": "context", "answers": "answers"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.causal:
+            raise PtmError("span QA reads the context in both directions; fine-tune a bidirectional encoder "
+                           "(a model pre-trained with a causal LM cannot point back at an answer it has passed)")
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for span QA")
+
+    @classmethod
+    def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, **columns: Any) -> QAData:
+        return load_qa_files(train, dev, test, name=name, **columns)
+
+    @classmethod
+    def matches(cls, fields: set[str]) -> bool:
+        return {"question", "context", "answers"} <= fields
+
+    def encode(self, split: str) -> Windows:
+        return make_windows(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.options.doc_stride)
+
+    def build(self, backbone: nn.Module) -> SpanExtractor:
+        return SpanExtractor(backbone, dropout=self.cfg.dropout, mix=self.cfg.resolved_mix, frozen=self.cfg.mode == "features")
+
+    def batches(self, encoded_train: Windows, seed: int) -> ShuffledBatches:
+        pad, types = self.tokenizer.pad_id, self.with_types
+        return ShuffledBatches(len(encoded_train), lambda rows: collate_windows(encoded_train, rows, pad, types),
+                               self.cfg.batch_size, seed)
+
+    def train_size(self, encoded_train: Windows) -> int:
+        return len(encoded_train)  # an epoch is one pass over the windows
+
+    def predict_split(self, model: nn.Module, split: str, encoded: Windows, device: Any) -> list[str]:
+        o = self.options
+        return predict_answers(model, encoded, self.data.split(split), self.tokenizer.pad_id, self.cfg.eval_batch_size,
+                               self.with_types, o.n_best, o.max_answer_len, device)
+
+    def score(self, split: str, predictions: list[str]) -> dict[str, float]:
+        return score_answers(self.data.split(split), predictions)
+
+    def write_predictions(self, path: Path, split: str, predictions: list[str]) -> None:
+        write_answers(path, self.data.split(split), predictions)

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +34,9 @@ from ptmkit.data.tasks import SPLITS, TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.layer_mix import build_mix
+from ptmkit.registry import register
+from ptmkit.tasks.base import TaskType
+from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.crf import CRF
 from ptmkit.tasks.span_f1 import span_scores
 from ptmkit.train.step import StepOutput
@@ -223,23 +225,6 @@ def collate_words(enc: EncodedWords, index: np.ndarray, pad_id: int) -> dict[str
             "word_pos": torch.from_numpy(pos), "word_mask": torch.from_numpy(wmask), "labels": torch.from_numpy(labels)}
 
 
-class TaggedBatches:
-    """Training batches for the Trainer: step ``(epoch, step)`` is a pure function of the seed."""
-
-    def __init__(self, enc: EncodedWords, batch_size: int, pad_id: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
-        self.enc, self.batch_size, self.pad_id, self.seed = enc, batch_size, pad_id, seed
-        self.rank, self.world_size = rank, world_size
-        self.steps_per_epoch = math.ceil(len(enc) / batch_size)
-
-    def __call__(self, epoch: int, step: int) -> dict[str, torch.Tensor]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.enc))
-        rows = np.array_split(order[step * self.batch_size : (step + 1) * self.batch_size], self.world_size)[self.rank]
-        return collate_words(self.enc, rows, self.pad_id)
-
-    def eval_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        return iter(())
-
-
 # ------------------------------------------------------------------------------------------ model
 
 
@@ -337,12 +322,9 @@ def predict_tags(model: TokenTagger, enc: EncodedWords, pad_id: int, batch_size:
     """Predicted tag ids per sentence (words cut off by ``max_seq_len`` get ``fallback``, the most
     frequent training tag) and the mean loss over the scorable words."""
     model.eval()
-    order = np.argsort(enc.lengths, kind="stable")
     preds: list[np.ndarray] = [np.full(len(p), fallback, dtype=np.int64) for p in enc.word_pos]
     total, weight = 0.0, 0
-    for s in range(0, len(order), batch_size):
-        index = order[s : s + batch_size]
-        batch = {k: v.to(device) for k, v in collate_words(enc, index, pad_id).items()}
+    for index, batch in by_length(enc.lengths, batch_size, lambda rows: collate_words(enc, rows, pad_id), device):
         scores = model.emissions(batch)
         # the loss (a diagnostic; selection uses accuracy or F1 by default) over the sentences
         # whose gold tags are all known: the CRF scores whole sentences
@@ -387,7 +369,74 @@ def write_tag_predictions(path: Path, data: TaggingData, split: TaggingSplit, pr
     atomic_write_text(path, "\n".join(rows) + "\n")
 
 
+@dataclass(frozen=True)
+class TaggingOptions:
+    """crf: a linear-chain CRF over the tag scores (trained by the sentence log-likelihood,
+    decoded by Viterbi) instead of a softmax per word."""
+
+    crf: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.crf, bool):
+            raise PtmError(f"crf must be true or false, got {self.crf!r}")
+
+
+@register("task_type", "tagging")
+class Tagging(TaskType):
+    """Token tagging with a softmax or a CRF; ``f1`` is chunk F1 (conlleval)."""
+
+    name = "tagging"
+    options_class = TaggingOptions
+    metrics = ("accuracy", "f1", "loss")
+    columns = {"tokens": "tokens", "tags": "tags"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.cfg.select == "f1" and not self.data.chunked:
+            raise PtmError(f"select=f1 is chunk F1, but the tags of {self.data.name} do not mark chunks; use select=accuracy")
+        if self.cfg.aux_lm_weight > 0:
+            raise PtmError("aux_lm_weight applies to classification; set aux_lm_weight=0 for tagging")
+        if self.cfg.gpt_transform:
+            raise PtmError("gpt_transform frames whole sequences for one prediction; tagging predicts every word: "
+                           "set gpt_transform=false")
+        counts = np.bincount(np.concatenate(self.data.label_ids(self.data.train)), minlength=self.data.num_labels)
+        self.fallback = int(counts.argmax())  # predicted for words cut off by max_seq_len
+
+    @classmethod
+    def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, tokens: str = "tokens",
+                   tags: str = "tags") -> TaggingData:
+        return load_tagging_files(train, dev, test, tokens=tokens, tags=tags, name=name)
+
+    @classmethod
+    def matches(cls, fields: set[str]) -> bool:
+        return {"tokens", "tags"} <= fields
+
+    def encode(self, split: str) -> EncodedWords:
+        part = self.data.split(split)
+        return encode_words(part.words, self.data.label_ids(part), self.tokenizer, self.cfg.max_seq_len, self.causal)
+
+    def build(self, backbone: nn.Module) -> TokenTagger:
+        c = self.cfg
+        return TokenTagger(backbone, self.data.num_labels, dropout=c.dropout, causal=self.causal, mix=c.resolved_mix,
+                           head=c.head, head_hidden=c.head_hidden, frozen=c.mode == "features", crf=self.options.crf)
+
+    def batches(self, encoded_train: EncodedWords, seed: int) -> ShuffledBatches:
+        pad = self.tokenizer.pad_id
+        return ShuffledBatches(len(encoded_train), lambda rows: collate_words(encoded_train, rows, pad),
+                               self.cfg.batch_size, seed)
+
+    def predict(self, model: nn.Module, encoded: EncodedWords, device: Any) -> tuple[list[np.ndarray], float]:
+        return predict_tags(model, encoded, self.tokenizer.pad_id, self.cfg.eval_batch_size, self.fallback, device)
+
+    def score(self, split: str, predictions: tuple[list[np.ndarray], float]) -> dict[str, float]:
+        preds, loss = predictions
+        return {**score_tags(self.data, self.data.split(split), preds), "loss": loss}
+
+    def write_predictions(self, path: Path, split: str, predictions: tuple[list[np.ndarray], float]) -> None:
+        write_tag_predictions(path, self.data, self.data.split(split), predictions[0])
+
+
 __all__ = [
-    "EncodedWords", "TaggedBatches", "TaggingData", "TaggingSplit", "TokenTagger", "collate_words", "encode_words",
+    "EncodedWords", "Tagging", "TaggingData", "TaggingOptions", "TaggingSplit", "TokenTagger", "collate_words", "encode_words",
     "load_tagging_files", "predict_tags", "read_tagged", "score_tags", "write_tag_predictions",
 ]
