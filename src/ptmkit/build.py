@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from ptmkit import registry
 from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
+from ptmkit.model_size import check_size
 
 DEFAULT_ENCODER = "transformer"
 
@@ -46,9 +47,13 @@ def encoder_config(section: dict[str, Any]) -> tuple[str, Any]:
 
 
 def build_encoder(section: dict[str, Any], tokenizer: Any = None):
-    """A freshly initialised encoder from a ``model`` section (bound to ``tokenizer`` if given)."""
+    """A freshly initialised encoder from a ``model`` section (bound to ``tokenizer`` if given).
+    A config whose encoder would be absurdly deep or not fit in memory is refused before building,
+    with its estimated size (:func:`ptmkit.model_size.check_size`)."""
     name, cfg = encoder_config(section)
-    encoder = registry.get("encoder", name)(cfg)
+    cls = registry.get("encoder", name)
+    check_size(name, cls, cfg)
+    encoder = cls(cfg)
     if tokenizer is not None:
         encoder.bind_tokenizer(tokenizer)
     return encoder

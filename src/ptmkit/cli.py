@@ -2,7 +2,8 @@
 
 Each sub-command lives in ``ptmkit/commands/<name>.py`` and exposes ``register(subparsers)``.
 User errors (:class:`ptmkit.errors.PtmError`, and a full disk or missing write permission) print
-one ``error:`` line and exit with 2.
+one ``error:`` line and exit with 2.  Output piped into a reader that stops early (``| head``)
+ends the command quietly with status 141, as a Unix tool killed by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 
 from ptmkit import __version__
@@ -80,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     succeeded = False
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # a reader gone away shows here, not in the interpreter's exit flush
         succeeded = True
+    except BrokenPipeError:
+        _silence_stdout()
+        return 128 + signal.SIGPIPE
     except PtmError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -100,6 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _end_process_group(succeeded)
     return int(rc or 0)
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so that the flush at exit finds nowhere to fail (the
+    recipe of Python's ``signal`` documentation, "Note on SIGPIPE")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a capture in tests): nothing to flush into
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _end_process_group(succeeded: bool) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 HELP = "pre-train several objectives at equal compute, fine-tune each the same way, tabulate and plot"
 DESCRIPTION = """\
@@ -33,6 +34,48 @@ examples:
   ptm compare nsp=bert-tiny mlm=bert-tiny:objective.nsp=false --data corpus.txt --budget 10min \\
       --tasks mr,brown-pos --set train.seq_len=64 train.batch_size=64 -o runs/nsp
 """
+
+
+# Sanity limits of --budget per objective: 1e21 FLOPs is about twelve times BERT-base's pre-training
+# (6 x 110M parameters x 128k tokens per step x 1M steps ~ 8e19) and four months at the assumed
+# rate below; in minutes, a week each.  Beyond them a typo (1e30 for 1e13) set ~1e22 steps of a
+# tiny model and ran for ever.  The time estimate assumes a fast GPU's sustained rate.
+MAX_BUDGET_FLOPS = 1e21
+MAX_BUDGET_MINUTES = 7 * 24 * 60
+ASSUMED_FLOPS_PER_SECOND = 1e14
+
+
+def duration(seconds: float) -> str:
+    """``90`` -> ``'1.5 minutes'``, ``3e9`` -> ``'95 years'`` (rough, for messages)."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} seconds"
+
+
+def check_budget(budget, text: str, runs: int) -> None:
+    """Refuse a non-finite ``budget`` or one beyond the sanity limits, with the training time it
+    would take for each objective and for all ``runs`` pre-trainings together."""
+    from ptmkit.errors import PtmError
+
+    value = budget.flops if budget.flops is not None else budget.minutes
+    if not math.isfinite(value):
+        raise PtmError(f"--budget {text} is not a finite number; give FLOPs (3e13, 30T) or minutes (15min)")
+    if budget.flops is not None and budget.flops > MAX_BUDGET_FLOPS:
+        each = budget.flops / ASSUMED_FLOPS_PER_SECOND
+        raise PtmError(
+            f"--budget {text} ({budget.flops:.3g} FLOPs per objective) is beyond the sanity limit of "
+            f"{MAX_BUDGET_FLOPS:.0e} FLOPs: at {ASSUMED_FLOPS_PER_SECOND:.0e} FLOP/s (a fast GPU, sustained) it "
+            f"would take about {duration(each)} per objective, {duration(each * runs)} for the {runs} pre-training "
+            f"run(s); give a smaller budget (e.g. 30T)"
+        )
+    if budget.minutes is not None and budget.minutes > MAX_BUDGET_MINUTES:
+        each = 60 * budget.minutes
+        raise PtmError(
+            f"--budget {text} is beyond the sanity limit of {MAX_BUDGET_MINUTES} minutes (a week) per objective: "
+            f"{duration(each)} per objective, {duration(each * runs)} for the {runs} pre-training run(s); give a "
+            f"smaller budget (e.g. 15min)"
+        )
 
 
 def add_protocol_args(p: argparse.ArgumentParser, epochs: int = 10) -> None:
@@ -68,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     contenders = [parse_contender(s) for s in args.objectives]
     budget = parse_budget(args.budget)
+    check_budget(budget, args.budget, len(contenders))
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
     protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         epochs=args.epochs, modes=("finetune",), baseline=not args.no_baseline)

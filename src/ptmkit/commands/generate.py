@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="beam search: print the R <= K best texts per prompt (default: 1)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0, metavar="N",
                    help="never repeat a sequence of N tokens already in the text; 0 = off (default: 0)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     p.set_defaults(func=run)
 
 
@@ -100,16 +100,18 @@ def _early_stopping(value: str) -> bool | str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ptmkit.devices import resolve_device
     from ptmkit.generation import CAUSAL_LM, GenerationConfig, generate, generation_kind, load_config
 
     search = dict(num_beams=args.num_beams, length_penalty=args.length_penalty, early_stopping=args.early_stopping,
                   no_repeat_ngram_size=args.no_repeat_ngram_size, num_return_sequences=args.num_return_sequences)
     # Check everything the user typed before loading the model.
     GenerationConfig(args.max_new_tokens, args.greedy, args.temperature, args.top_k, args.top_p, args.seed, **search)
+    device = resolve_device(args.device)
     kind = generation_kind(load_config(args.source))
     texts = generate(args.source, list(args.prompts), args.max_new_tokens, greedy=args.greedy,
                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                     device=args.device, **search)
+                     device=device, **search)
     arrow = ">>" if kind == CAUSAL_LM else "=>"
     for prompt, out in zip(args.prompts, texts):
         for text in ([out] if isinstance(out, str) else out):  # several per prompt: best first

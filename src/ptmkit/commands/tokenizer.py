@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+
+from ptmkit.errors import PtmError
 
 HELP = "train a tokenizer (wordpiece, bpe, unigram, char, word) or encode text"
 
@@ -50,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ptmkit.errors import PtmError
     from ptmkit.tokenization import Tokenizer
     from ptmkit.tokenization.tokenizer import check_kind
 
@@ -69,11 +71,39 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stdin_lines() -> Iterator[str]:
+    """stdin's lines as UTF-8 text, one at a time (so ``| head`` stops early); a line that is not
+    UTF-8 is a :class:`PtmError` naming it (Python's text stdin would raise, or under a C locale
+    pass undecodable bytes on as surrogates that the tokenizer rejects)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream without bytes underneath (embedding, tests)
+        yield from (line.rstrip("\n") for line in sys.stdin)
+        return
+    for number, raw in enumerate(stream, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise PtmError(
+                f"stdin line {number} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the "
+                f"line); ptm tokenizer encode reads UTF-8: convert the input first (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+
+
+def _argument_texts(texts: list[str]) -> list[str]:
+    """The texts given as arguments; bytes that were not UTF-8 reach Python as surrogates."""
+    for number, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PtmError(f"text argument {number} is not UTF-8; pass UTF-8 text") from None
+    return texts
+
+
 def run_encode(args: argparse.Namespace) -> int:
     from ptmkit.tokenization import Tokenizer
 
     tok = Tokenizer.load(args.tokenizer)
-    texts = args.text or [line.rstrip("\n") for line in sys.stdin]
+    texts = _argument_texts(args.text) if args.text else _stdin_lines()
     for text in texts:
         ids = tok.encode(text, add_special_tokens=args.special)
         print(json.dumps({"ids": ids, "tokens": [tok.id_to_token(i) for i in ids]}, ensure_ascii=False))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,46 @@ def check_pad(pad_token_id: int, tokenizer: Any) -> None:
         )
 
 
+SAFE_LOAD_ADVICE = ("ptm reads PyTorch pickles with torch.load(weights_only=True), which runs no code from the file; "
+                    "convert the weights to safetensors (model.safetensors) with a tool you trust, or get the "
+                    "model's safetensors version")
+
+
+def _unsafe_reason(exc: BaseException) -> str:
+    """Why a weights-only load refused a file, in words of ours: torch's message advises loading
+    with ``weights_only=False``, which would run whatever code the file holds, so it is never passed on."""
+    found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+    if found:
+        return f"it holds a Python object of type {found.group(1)}, not only tensors"
+    return "it holds Python objects other than tensors"
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc)
+
+
+def check_pickled_weights(hf_dir: Path) -> None:
+    """Every ``pytorch_model*.bin`` that HF would read (there is no ``*.safetensors`` beside it) must
+    load with ``torch.load(weights_only=True)``: tensors and plain containers only, no code run.
+    Otherwise a :class:`PtmError` that says so and suggests converting it to safetensors."""
+    if any(hf_dir.glob("*.safetensors")):
+        return  # HF reads those and never opens the pickles
+    for path in sorted(hf_dir.glob("pytorch_model*.bin")):
+        try:
+            try:
+                torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # mmap: nothing read yet
+            except RuntimeError as exc:
+                if "mmap" not in str(exc):
+                    raise
+                torch.load(path, map_location="cpu", weights_only=True)  # the legacy (non-zip) format
+        except Exception as exc:  # noqa: BLE001 - whatever the unpickler raised, the file is refused
+            if _refused(exc):
+                raise PtmError(f"{path} could not be loaded safely: {_unsafe_reason(exc)}; {SAFE_LOAD_ADVICE}") from None
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise PtmError(f"{path} is damaged or not a PyTorch weights file ({type(exc).__name__}: {first}); "
+                           f"download or copy it again") from None
+
+
 def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str, torch.Tensor]]:
     """Load ``model_cls`` from ``hf_dir`` in float32 and return ``(model, present)``.
 
@@ -109,12 +151,16 @@ def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str,
         raise PtmError(f"{hf_dir} is not an HF transformers model directory (no config.json)")
     for weights in sorted(hf_dir.glob("*.safetensors")):
         check_safetensors(weights, "download or copy it again")  # a truncated download, named
+    check_pickled_weights(hf_dir)
     try:
         with quiet_transformers():
             # Mismatched shapes are collected (and refused below with their names) rather than
             # raised by HF as a generic error.
             model, info = model_cls.from_pretrained(hf_dir, output_loading_info=True, dtype=torch.float32,
                                                     ignore_mismatched_sizes=True)
+    except pickle.UnpicklingError as exc:  # a weights file HF found that the check above did not
+        raise PtmError(f"the weights in {hf_dir} could not be loaded safely: {_unsafe_reason(exc)}; "
+                       f"{SAFE_LOAD_ADVICE}") from None
     except (OSError, ValueError, KeyError) as exc:
         raise PtmError(f"cannot load the HF model in {hf_dir}: {exc}") from exc
     mismatched = info.get("mismatched_keys") or []
