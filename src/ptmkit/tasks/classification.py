@@ -385,7 +385,7 @@ class Classification(TaskType):
     a :class:`~ptmkit.data.tasks.TaskData`."""
 
     name = "classification"
-    metrics = ("accuracy", "macro_f1", "f1", "loss")
+    metrics = ("accuracy", "f1", "macro_f1", "loss")
     columns = {"text": "text", "text_pair": None, "label": "label"}
 
     @classmethod

@@ -504,6 +504,7 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         "sizes": {s: len(task_data.split(s)) for s in ("train", "dev", "test")},
         "best_epoch": selection.best_epoch,
         "select": task.select,
+        "metrics": list(task.metrics),
         "dev": task.score("dev", dev_pred),
         "test": task.score("test", test_pred),
         "history": selection.history,
@@ -591,6 +592,8 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                     "values": values.tolist(),
                 }
         entry["best_epochs"] = [r["best_epoch"] for r in rows]
+        if rows[0].get("metrics"):
+            entry["metrics"] = list(rows[0]["metrics"])
         out[init] = entry
     return out
 
@@ -598,17 +601,21 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> str:
     """A plain-text table: condition | main test metric mean ± sd | second metric | per-seed values.
 
-    The main metric is accuracy where the task has it (classification, tagging, multiple choice),
-    else F1 (span QA) or Pearson's r (regression); the second is F1 / macro-F1 / exact match /
-    Spearman's rho, whichever the results carry."""
+    The main and second metrics are the task type's first two (``TaskType.metrics``: accuracy and
+    F1 for classification, F1 and exact match for span QA, BLEU and chrF for seq2seq, ...)."""
     labels = labels or {}
     entries = list(summary.values())
     has = lambda key: all(key in e for e in entries)  # noqa: E731
-    main = next(k for k in ("test_accuracy", "test_f1", "test_pearson", "test_mean") if has(k))
-    second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
+    declared = [f"test_{m}" for m in entries[0].get("metrics", []) if has(f"test_{m}")] if entries else []
+    if declared:
+        main, second = declared[0], (declared[1] if len(declared) > 1 else declared[0])
+    else:  # results written before they named their type's metrics
+        main = next(k for k in ("test_accuracy", "test_f1", "test_pearson", "test_mean") if has(k))
+        second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
     name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match",
             "test_pearson": "Pearson r", "test_spearman": "Spearman rho", "test_mean": "mean over tasks"}
-    head = ["condition", f"test {name[main]} (mean ± sd)", name[second], f"per-seed {name[main]}"]
+    name = lambda key, _known=name: _known.get(key, key.removeprefix("test_"))  # noqa: E731
+    head = ["condition", f"test {name(main)} (mean ± sd)", name(second), f"per-seed {name(main)}"]
     rows = []
     for init, e in summary.items():
         a, b = e[main], e[second]
