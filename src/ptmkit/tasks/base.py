@@ -71,7 +71,8 @@ class TaskType:
             if not owners:
                 raise PtmError(f"unknown config key {key!r}{suggest(key, sorted(own))} for a {cls.name} task"
                                f"{_options_hint(cls)}")
-            raise PtmError(f"{key} applies to {' and '.join(owners)} tasks; this is a {cls.name} task{_options_hint(cls)}")
+            raise PtmError(f"{key} applies to {' and '.join(owners)} tasks; this is a {cls.name} task"
+                           f"{_options_hint(cls)}")
         return from_dict(cls.options_class, {k: v for k, v in given.items() if k in own}, "finetune")
 
     # -- data ---------------------------------------------------------------------------------

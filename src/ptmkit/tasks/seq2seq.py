@@ -63,7 +63,8 @@ class Seq2SeqSplit:
 
     def subset(self, index: np.ndarray) -> Seq2SeqSplit:
         idx = [int(i) for i in index]
-        return Seq2SeqSplit([self.sources[i] for i in idx], [self.targets[i] for i in idx], [self.where[i] for i in idx])
+        pick = lambda items: [items[i] for i in idx]  # noqa: E731
+        return Seq2SeqSplit(pick(self.sources), pick(self.targets), pick(self.where))
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,8 @@ class Seq2SeqModel(nn.Module):
 
     def __init__(self, backbone: nn.Module) -> None:
         super().__init__()
-        missing = [m for m in ("encode", "decode", "start_cache", "lm_input") if not callable(getattr(backbone, m, None))]
+        needed = ("encode", "decode", "start_cache", "lm_input")
+        missing = [m for m in needed if not callable(getattr(backbone, m, None))]
         if missing:
             raise PtmError(
                 f"seq2seq fine-tuning needs an encoder–decoder (BART, T5, MASS), and the {backbone.name} encoder has "

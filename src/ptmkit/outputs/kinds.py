@@ -1,0 +1,50 @@
+"""The kinds of output directory ptm writes, and the names of its bookkeeping files there."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MARKER = ".ptmkit-output.json"
+LOCK = ".ptmkit-lock"
+VERSION = 2
+PathLike = str | os.PathLike[str]
+Stat = tuple[int, int]  # (size, mtime_ns) of a file ptm wrote
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of output directory.
+
+    names: the top-level entries a command of this kind writes in place (a run's ``config.json``,
+    ``checkpoints``, ...); staged outputs take the names of what they built instead.
+    overwrite: whether its command offers ``--overwrite`` (the refusal message says so).
+    """
+
+    label: str
+    command: str
+    names: tuple[str, ...] = ()
+    overwrite: bool = True
+
+
+KINDS: dict[str, Kind] = {
+    "run": Kind("pre-training run", "ptm pretrain", ("config.json", "metrics.jsonl", "loss.png", "checkpoints")),
+    "corpus": Kind("prepared corpus", "ptm prepare"),
+    "vectors": Kind("static word-vectors run", "ptm pretrain (static model)"),
+    "finetune": Kind("fine-tuning output", "ptm finetune",
+                     ("results.json", "predictions.jsonl", "metrics.jsonl", "loss.png", "best.safetensors",
+                      "checkpoints")),
+    "export": Kind("HF transformers export", "ptm export", overwrite=False),
+    "checkpoint": Kind("imported checkpoint", "ptm import", overwrite=False),
+    "evaluate": Kind("evaluation", "ptm evaluate", ("results.json", "table.md", "table.png")),
+    "compare": Kind("comparison", "ptm compare",
+                    ("data", "runs", "finetune", "results.json", "table.md", "compare.png")),
+    "classifier": Kind("fastText classifier", "ptm fasttext-classify train"),
+    "demo": Kind("demo output", "ptm demo",
+                 ("text", "demo.png", "results.json", "summary.md"), overwrite=False),
+}
+
+BOOKKEEPING = (MARKER, LOCK)
+
+
+__all__ = ["BOOKKEEPING", "KINDS", "LOCK", "MARKER", "VERSION", "Kind", "PathLike", "Stat"]
