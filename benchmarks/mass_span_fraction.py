@@ -113,7 +113,7 @@ def fragment_perplexity(model, tokenizer, corpus, ratio: float, seq_len: int, se
 
 
 def mr_accuracy(pre: Pretrained, task, out: Path, cfg, seeds: list[int], lrs: list[float]) -> list[dict]:
-    from ptmkit.tasks.finetune import run_seeds
+    from ptmkit.workflows.finetune import run_seeds
 
     runs = run_seeds(pre, task, out, cfg, ["pretrained"], seeds, lrs=lrs, progress=False)
     return [{"seed": r["seed"], "test_accuracy": r["test"]["accuracy"], "dev_accuracy": r["dev"]["accuracy"],

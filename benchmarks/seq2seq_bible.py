@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 from ptmkit.data.sources.base import fetch
 from ptmkit.data.tasks import load_task
 from ptmkit.pretrained import load_pretrained
-from ptmkit.pretraining import pretrain
+from ptmkit.workflows.pretrain import pretrain
 from ptmkit.tasks.finetune import FinetuneConfig, _backbone, finetune
 from ptmkit.tasks.seq2seq import Seq2Seq, text_scores
 

@@ -17,7 +17,7 @@
     kept by the mean dev score) against one fine-tuning per task, under the same protocol; the
     test score per task.  MT-DNN's optional per-task stage afterwards is not part of it.
 
-Every condition follows ``ptmkit.evaluate``'s protocol: a fixed (nested) random training subset,
+Every condition follows ``ptmkit.workflows.evaluate``'s protocol: a fixed (nested) random training subset,
 the first ``--eval-size`` dev and test examples, ``--epochs`` epochs, the peak LR chosen on dev
 from ``--lrs`` (and the epoch by dev), ``--seeds`` seeds; the score is the test metric (accuracy
 for all four tasks), reported as mean ± sd over seeds with the per-seed values in the JSON.  The
@@ -51,7 +51,7 @@ MULTI_TASKS = ("mr", "brown-pos")
 
 def measure(pre, data, out: Path, cfg, args) -> dict[str, Any]:
     """Fine-tune ``pre`` on ``data`` with ``cfg`` for every seed (LR chosen on dev); test scores."""
-    from ptmkit.tasks.finetune import run_seeds
+    from ptmkit.workflows.finetune import run_seeds
 
     t0 = time.perf_counter()
     runs = run_seeds(pre, data, out, cfg, ["pretrained"], list(args.seeds), overwrite=True, progress=False,
@@ -69,7 +69,7 @@ def cell(c: dict[str, Any]) -> str:
 
 def part_aux_lm(gpt: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(a) aux_lm_weight 0 vs 0.5 on MR at the small and the large training size."""
-    from ptmkit.evaluate import protocol_config, protocol_data
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
 
     pre = load_model(gpt)
@@ -87,7 +87,7 @@ def part_aux_lm(gpt: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
 
 def part_scalar_mix(models: dict[str, str], tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(b) features mode, ELMo's scalar mix vs the top layer, on MR and brown-pos."""
-    from ptmkit.evaluate import protocol_config, protocol_data
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
 
     result = {}
@@ -105,7 +105,7 @@ def part_scalar_mix(models: dict[str, str], tasks, protocol, args, out: Path) ->
 
 def part_probing(models: dict[str, str], tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(c) one hidden state at a time (features mode, ``--probe-head``) on brown-pos and wordnet-wsd."""
-    from ptmkit.evaluate import protocol_config, protocol_data
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
 
     result = {}
@@ -124,8 +124,9 @@ def part_probing(models: dict[str, str], tasks, protocol, args, out: Path) -> di
 
 def part_multitask(run: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(d) MR + brown-pos fine-tuned together (MT-DNN) vs one task at a time, test score per task."""
-    from ptmkit.evaluate import protocol_config, protocol_data
-    from ptmkit.tasks.finetune import load_model, run_seeds
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
+    from ptmkit.tasks.finetune import load_model
+    from ptmkit.workflows.finetune import run_seeds
     from ptmkit.tasks.multitask import MultiTaskData
 
     pre = load_model(run)
@@ -232,7 +233,7 @@ def main() -> None:
     args.large_size = large
 
     from ptmkit.data.tasks import load_task
-    from ptmkit.evaluate import Protocol
+    from ptmkit.workflows.evaluate import Protocol
 
     started = time.perf_counter()
     loaded: dict[str, Any] = {}

@@ -46,7 +46,7 @@ LABELS = {
 
 def pretrain_once(preset, files, run_dir: Path, overrides):
     """Pre-train unless ``run_dir`` already holds a finished run; return (run_dir, seconds)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     stamp = run_dir / "pretrain_seconds.json"
     if stamp.is_file():
@@ -103,10 +103,13 @@ def main() -> None:
 
     from ptmkit.data.sources.base import fetch
     from ptmkit.data.tasks import load_task
-    from ptmkit.demo import DemoConfig, quick_config
+    from ptmkit.workflows.demo import DemoConfig, quick_config
     from ptmkit.pretrained import load_pretrained
-    from ptmkit.pretraining import initial_model
-    from ptmkit.tasks.finetune import FinetuneConfig, format_table, run_seeds, summarize
+    from ptmkit.workflows.pretrain import initial_model
+    from ptmkit.tasks.finetune import FinetuneConfig
+    from ptmkit.workflows.finetune import run_seeds
+    from ptmkit.workflows.report import format_table
+    from ptmkit.workflows.report import summarize_inits as summarize
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -116,9 +119,9 @@ def main() -> None:
     task = load_task("mr").with_train_size(args.train_size, seed=demo.train_subset_seed)
     files = [ptb / "train.txt"] + [mr / "unlabeled_train.txt"] * (1 if args.quick else args.mr_copies)
     if args.quick:
-        from ptmkit.demo import _head_copies
+        from ptmkit.workflows.demo import head_copies
 
-        files = _head_copies(files, 2000, out / "text")
+        files = head_copies(files, 2000, out / "text")
 
     if args.bert_run:
         bert_dir = Path(args.bert_run)

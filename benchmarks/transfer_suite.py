@@ -83,7 +83,7 @@ def finished(run: Path) -> bool:
 
 def pretrain_models(out: Path, corpus: Path, args: argparse.Namespace) -> dict[str, Path]:
     import ptmkit
-    from ptmkit.demo import DemoConfig, quick_config
+    from ptmkit.workflows.demo import DemoConfig, quick_config
 
     models: dict[str, Path] = {}
     # word2vec: vectors as features (first generation)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(2)
-    from ptmkit.evaluate import Protocol, evaluate
+    from ptmkit.workflows.evaluate import Protocol, evaluate
 
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -88,7 +88,7 @@ def pretrain_stage(name: str, out: Path, data, overrides: list[str], seconds: fl
     from ptmkit.data.corpus import Corpus
     from ptmkit.data.prepare import prepare
     from ptmkit.presets import load_preset
-    from ptmkit.pretraining import continued_start, pretrain
+    from ptmkit.workflows.pretrain import continued_start, pretrain
 
     run_dir = out / name
     stamp = run_dir / "stage.json"
@@ -143,7 +143,9 @@ def main() -> None:
     from ptmkit.data.sources.base import fetch
     from ptmkit.data.tasks import load_task
     from ptmkit.pretrained import load_pretrained
-    from ptmkit.tasks.finetune import FinetuneConfig, recipe_config, run_seeds, summarize
+    from ptmkit.tasks.finetune import FinetuneConfig, recipe_config
+    from ptmkit.workflows.finetune import run_seeds
+    from ptmkit.workflows.report import summarize_inits as summarize
     from ptmkit.tokenization import Tokenizer
 
     t_start = time.perf_counter()
@@ -155,10 +157,10 @@ def main() -> None:
     mr_text = mr / "unlabeled_train.txt"
     shrink: list[str] = []
     if args.quick:  # the head of every file, a small model, short stages
-        from ptmkit.demo import _head_copies
+        from ptmkit.workflows.demo import head_copies
 
-        general = _head_copies(general, 3000, out / "text-general")
-        mr_text = _head_copies([mr_text], 1000, out / "text-mr")[0]
+        general = head_copies(general, 3000, out / "text-general")
+        mr_text = head_copies([mr_text], 1000, out / "text-mr")[0]
         shrink = ["model.embedding_size=32", "model.hidden_size=64", "train.batch_size=8", "train.seq_len=32"]
         args.seeds, args.lrs, args.epochs, args.train_size = args.seeds[:1], args.lrs[-1:], 2, 100
         args.stage1_seconds, args.stage2_seconds = min(args.stage1_seconds, 3.0), min(args.stage2_seconds, 2.0)

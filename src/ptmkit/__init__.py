@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "pretrain": "ptmkit.pretraining",
+    "pretrain": "ptmkit.workflows.pretrain",
     "load_pretrained": "ptmkit.pretrained",
     "save_pretrained": "ptmkit.pretrained",
     "Pretrained": "ptmkit.pretrained",
@@ -36,7 +36,7 @@ _EXPORTS = {
     "TransformerConfig": "ptmkit.encoders",
     "load_preset": "ptmkit.presets",
     "finetune": "ptmkit.tasks.finetune",
-    "generate": "ptmkit.generation",
+    "generate": "ptmkit.workflows.generate",
     "GenerationConfig": "ptmkit.generation",
     "FinetuneConfig": "ptmkit.tasks.finetune",
     "load_task": "ptmkit.data.tasks",

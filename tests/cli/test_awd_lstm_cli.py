@@ -12,7 +12,7 @@ import torch
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained
-from ptmkit.pretraining import pretrain
+from ptmkit.workflows.pretrain import pretrain
 from ptmkit.train.trainer import TrainerCallback, read_metrics
 
 SMALL = [

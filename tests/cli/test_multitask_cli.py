@@ -44,7 +44,7 @@ def checkpoint(tmp_path_factory):
 def test_finetune_cli_tasks_then_after(checkpoint, tmp_path, monkeypatch, capsys):
     tasks = _tasks()
     monkeypatch.setattr("ptmkit.tasks.multitask.load_task", lambda name: tasks[name])
-    monkeypatch.setattr("ptmkit.data.tasks.load_task", lambda name: tasks[name])
+    monkeypatch.setattr("ptmkit.workflows.finetune.load_task", lambda name: tasks[name])
     out = tmp_path / "mt"
     rc = main(["finetune", str(checkpoint), "--tasks", "toy-cls,toy-tag", "-o", str(out), "--quiet",
                "epochs=2", "lr=3e-3", "batch_size=8", "max_seq_len=16", "task_schedule=round_robin"])

@@ -279,7 +279,7 @@ def test_finetune_resume_refuses_other_settings_and_other_data(tmp_path):
 
 
 def test_compare_resume_refuses_other_settings(tmp_path):
-    from ptmkit.compare import SETTINGS, _check_settings
+    from ptmkit.workflows.compare import SETTINGS, _check_settings
 
     out = tmp_path / "cmp"
     out.mkdir()

@@ -133,7 +133,7 @@ def test_init_embeddings_start_is_reproducible(tmp_path):
     ``initial_model(run)`` rebuilds exactly that start (the demo's word2vec-only condition)."""
     import torch
 
-    from ptmkit.pretraining import initial_model
+    from ptmkit.workflows.pretrain import initial_model
 
     text = write_corpus(tmp_path / "train.txt")
     run = tmp_path / "run"

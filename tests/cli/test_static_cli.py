@@ -145,7 +145,7 @@ def test_failed_training_keeps_the_old_output(corpus, tmp_path, monkeypatch):
 
 
 def test_pretrain_api_routes_static(corpus, tmp_path):
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     out = pretrain("word2vec-sg-ns", corpus, tmp_path / "api", ["dim=8", "epochs=1", "min_count=1", "workers=1"], verbose=False)
     assert WordVectors.load(Path(out) / "vectors.bin").dim == 8

@@ -78,7 +78,7 @@ class Killed(Exception):
 def test_resume_matches_uninterrupted(first_run, tmp_path) -> None:
     """Killed after its first checkpoint and resumed, the run's losses equal the uninterrupted
     run's step for step (noising, dropout and data order all restored)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     root, run = first_run
     overrides = [*TINY, "train.max_steps=8", "train.save_every=3", "train.eval_every=4"]
@@ -111,7 +111,7 @@ def test_ddp_pretrain_under_torchrun(first_run, tmp_path) -> None:
     """Two processes (gloo) train the same global batches.  The first step's loss, logged over
     both ranks before any update, equals one process's; after that the runs differ by float
     rounding and by DDP averaging the two ranks' mean losses (their target counts differ a little)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     root, run = first_run
     overrides = [*TINY, "train.max_steps=6", "train.save_every=6", "train.eval_every=6", "model.dropout=0.0"]

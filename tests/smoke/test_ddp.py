@@ -100,7 +100,7 @@ def test_ddp_pretrain_cli_matches_single_process(tmp_path):
 
     pytest.importorskip("ptmkit.data.batches")
     from ptmkit.data.prepare import prepare
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
 
     rng = random.Random(0)

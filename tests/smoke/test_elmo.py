@@ -98,7 +98,7 @@ class Killed(Exception):
 
 def test_resume_matches_uninterrupted(tmp_path) -> None:
     """Killed after its first checkpoint and resumed, elmo-tiny (dropout on) logs the uninterrupted losses."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     def kill_at_5(trainer, step):
         if step == 5:
@@ -134,7 +134,7 @@ def torchrun() -> str:
 def test_ddp_pretrain_cli_matches_single_process(tmp_path) -> None:
     """``torchrun --nproc_per_node 2 -m ptmkit.cli pretrain elmo-tiny``: every block is full, so both
     ranks hold equally many predictions and the curves agree with one process to float rounding."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     text = write_text(tmp_path / "text.txt", docs=12)
     overrides = [*SMALL, "model.dropout=0.0", "objective.dropout=0.0", "train.max_steps=6", "train.log_every=1",

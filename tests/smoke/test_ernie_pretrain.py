@@ -58,7 +58,7 @@ def zh_corpus(tmp_path_factory):
 
 def test_ernie_tiny_loss_falls(zh_corpus, tmp_path) -> None:
     from ptmkit.pretrained import load_pretrained
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     root, corpus, names = zh_corpus
     run = pretrain("ernie-tiny", root / "corpus", root / "run", overrides=[*TINY, "train.max_steps=50",
@@ -83,7 +83,7 @@ class Killed(Exception):
 
 def test_ernie_resume_is_exact(zh_corpus) -> None:
     """The phrase table is recounted from the corpus on resume, so the masks and losses match."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     root, _, names = zh_corpus
     over = [*TINY, "train.max_steps=6", "train.save_every=3", "train.eval_every=0", f"objective.entities={names}"]

@@ -104,7 +104,7 @@ def test_resume_matches_uninterrupted_bert_mlm(tmp_path):
     """The real pipeline: bert-tiny (MLM + NSP, dropout on), killed after its first checkpoint."""
     pytest.importorskip("ptmkit.data.batches")
     from ptmkit.data.prepare import prepare
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
 
     text = _write_corpus(tmp_path / "corpus.txt")

@@ -77,7 +77,7 @@ def _losses(run_dir: Path) -> list[tuple[int, float]]:
 def test_resume_matches_uninterrupted(first_run, tmp_path) -> None:
     """Killed after its first checkpoint and resumed, the run's losses equal the uninterrupted
     run's step for step (span corruption, dropout and data order all restored)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     root, run = first_run
     overrides = [*TINY, "train.max_steps=8", "train.save_every=3", "train.eval_every=4"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ptmkit.cli import main
-from ptmkit.generation import generate
+from ptmkit.workflows.generate import generate
 from ptmkit.objectives.unilm import write_pairs
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.trainer import read_metrics
@@ -74,7 +74,7 @@ class Killed(Exception):
 def test_resume_matches_uninterrupted(tmp_path) -> None:
     """Killed after its first checkpoint and resumed, the run's losses equal the uninterrupted
     run's step for step (modes, masks, dropout and data order all restored)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     text = write_corpus(tmp_path / "train.txt", docs=20)
     overrides = [*TINY, "tokenizer.vocab_size=120", "tokenizer.min_frequency=1", "train.max_steps=6",

@@ -26,7 +26,7 @@ def test_resume_with_memory_matches_uninterrupted(tmp_path):
     from safetensors import safe_open
 
     from ptmkit.data.prepare import prepare
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
 
     rng = np.random.default_rng(0)
@@ -63,7 +63,7 @@ def test_resume_with_memory_matches_uninterrupted(tmp_path):
 def test_memory_changes_the_losses(tmp_path):
     """The carried memory is used: without restoring it, a resumed run would differ (checked by
     training the same steps with mem_len=0, which must give other losses from step 2 on)."""
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain
 
     rng = np.random.default_rng(1)
     words = "the a cat dog sat ran on under mat house red big small and then saw it".split()

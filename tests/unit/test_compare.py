@@ -10,11 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ptmkit.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, run_overrides, shared_corpus
+from ptmkit.workflows.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, run_overrides, shared_corpus
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
-from ptmkit.evaluate import Protocol
+from ptmkit.workflows.evaluate import Protocol
 from ptmkit.flops import counter
 
 TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
@@ -108,7 +108,7 @@ def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
         return TaskSplit([("good fun " if v else "bad dull ") + "film plot" for v in y], y)
 
     data = TaskData("toy", [0, 1], split(24), split(12), split(12))
-    monkeypatch.setattr("ptmkit.data.tasks.load_task", lambda name: data)
+    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: data)
     contenders = [parse_contender("mlm=bert-tiny:objective.nsp=false"), parse_contender("clm=gpt2-tiny:model.max_position=32")]
     budget = Budget(flops=6e7)
     protocol = Protocol(train_size=16, eval_size=12, seeds=(1, 2), lrs=(1e-3,), epochs=1, modes=("finetune",))

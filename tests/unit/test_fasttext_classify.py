@@ -13,7 +13,7 @@ from ptmkit.errors import PtmError
 from ptmkit.static.classify_data import LabelledLines, parse_label_lines, read_label_file
 from ptmkit.static.fasttext_classify import FastTextClassifier, train_classifier
 from ptmkit.static.huffman import build_huffman
-from ptmkit.static.kernels_w2v import MAX_EXP, exp_table
+from ptmkit.static.kernels.w2v import MAX_EXP, exp_table
 
 TOY = LabelledLines(
     ["good fine film", "bad dull film", "fine good", "dull plot bad bad", "a film with a plot", "fine fine"],

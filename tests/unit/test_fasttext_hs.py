@@ -7,8 +7,8 @@ import pytest
 
 from ptmkit.static.fasttext import FastTextConfig, subwords, train_fasttext
 from ptmkit.static.huffman import build_huffman
-from ptmkit.static.kernels_ft import train_ft_chunk
-from ptmkit.static.kernels_w2v import _EXP_SCALE, MAX_EXP, exp_table
+from ptmkit.static.kernels.ft import train_ft_chunk
+from ptmkit.static.kernels.w2v import _EXP_SCALE, MAX_EXP, exp_table
 from ptmkit.static.sampling import negative_table
 
 WORDS = ["the", "cat", "sat", "mat", "on"]

@@ -11,7 +11,10 @@ from ptmkit.errors import PtmError
 from ptmkit.build import build_model
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.tasks.classification import SequenceClassifier, collate, encode_inputs
-from ptmkit.tasks.finetune import FinetuneConfig, finetune, format_table, run_seeds, summarize
+from ptmkit.tasks.finetune import FinetuneConfig, finetune
+from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.report import format_table
+from ptmkit.workflows.report import summarize_inits as summarize
 from ptmkit.tokenization import Tokenizer
 from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.objectives.base import PretrainModel

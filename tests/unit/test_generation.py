@@ -19,10 +19,10 @@ from ptmkit.generation import (
     filter_top_k,
     filter_top_p,
     generate_ids,
-    generation_kind,
     left_pad,
     next_token_probs,
 )
+from ptmkit.workflows.generate import generation_kind
 
 V = 40
 GPT = TransformerConfig(

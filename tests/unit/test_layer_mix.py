@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ptmkit.build import build_model
-from ptmkit.commands.finetune import parse_overrides
+from ptmkit.workflows.finetune import parse_overrides
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError

@@ -12,8 +12,8 @@ from ptmkit.build import build_model
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
-from ptmkit.evaluate import Protocol
-from ptmkit.learning_curve import gains, learning_curve, markdown, parse_train_sizes
+from ptmkit.workflows.evaluate import Protocol
+from ptmkit.workflows.learning_curve import gains, learning_curve, markdown, parse_train_sizes
 from ptmkit.pretrained import save_pretrained
 from ptmkit.tokenization import Tokenizer
 
@@ -45,7 +45,8 @@ def test_learning_curve_runs_each_size_once(tmp_path, monkeypatch):
         return TaskSplit([("good " if v else "bad ") + "film plot" for v in y], y)
 
     data = TaskData("toy", [0, 1], split(24), split(10), split(10))
-    monkeypatch.setattr("ptmkit.data.tasks.load_task", lambda name: data)
+    monkeypatch.setattr("ptmkit.workflows.evaluate.load_task", lambda name: data)
+    monkeypatch.setattr("ptmkit.workflows.learning_curve.load_task", lambda name: data)
     (tmp_path / "t.txt").write_text("good film plot\nbad film plot\n")
     tok = Tokenizer.train([tmp_path / "t.txt"], kind="wordpiece", vocab_size=40, min_frequency=1)
     cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ptmkit.build import build_model, resolve_config
-from ptmkit.commands.finetune import parse_overrides
+from ptmkit.workflows.finetune import parse_overrides
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained

@@ -16,7 +16,8 @@ from ptmkit import registry
 from ptmkit.config import from_dict
 from ptmkit.encoders.transformer import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
-from ptmkit.generation import GenerationConfig, generate_ids, generation_kind
+from ptmkit.generation import GenerationConfig, generate_ids
+from ptmkit.workflows.generate import generation_kind
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.unilm import (
     MODES, PAPER_MIX, SEQ2SEQ, UniLM, UniLMConfig, attention_pattern, write_pairs,

@@ -96,7 +96,7 @@ def test_negative_table_unigram_power():
     # and the kernel's sampler draws from it
     import numba as nb
 
-    from ptmkit.static.kernels_w2v import draw_negative
+    from ptmkit.static.kernels.w2v import draw_negative
 
     @nb.njit
     def draws(n, accept, alias):
@@ -306,7 +306,7 @@ def test_thread_private_hot_rows_train_the_same_rows(model, loss):
     """``hot_rows``: a thread's private copy of the most-updated output rows, merged every
     ``sync_words``, trains what the shared rows would (alone, up to float32 rounding at the merges):
     a wrong row mapping or a lost merge would show as a large difference."""
-    from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
+    from ptmkit.static.kernels.w2v import exp_table, train_w2v_chunk
     from ptmkit.static.word2vec import init_input_vectors
 
     vocab, corpus = load_corpus(_lee_sentences(), 5)
@@ -345,7 +345,7 @@ def test_hot_rows_and_sync_words_are_validated():
 def test_negatives_leave_the_ring_in_the_order_they_were_drawn():
     """The ring only delays the negatives' stream by NEG_RING draws (so their rows can be
     prefetched): out come the pre-drawn words, then the stream's next draws, in order."""
-    from ptmkit.static.kernels_w2v import NEG_RING, draw_negative, negative_ring, next_negative
+    from ptmkit.static.kernels.w2v import NEG_RING, draw_negative, negative_ring, next_negative
 
     table = negative_table(np.array([50, 30, 20, 10, 5, 1]), 0.75)
     syn1neg = np.zeros((6, 4), dtype=np.float32)
@@ -367,7 +367,7 @@ def test_a_score_of_exactly_max_exp_reads_inside_the_sigmoid_table():
     """Negative sampling skips scores strictly beyond ±MAX_EXP, so f == MAX_EXP looks up entry
     EXP_TABLE_SIZE: the table has it (as word2vec.c's), holding sigmoid(MAX_EXP).  The table is
     handed over as the head of a NaN-filled buffer, so a read past its end would show as NaN."""
-    from ptmkit.static.kernels_w2v import EXP_TABLE_SIZE, MAX_EXP, exp_table, ns_update
+    from ptmkit.static.kernels.w2v import EXP_TABLE_SIZE, MAX_EXP, exp_table, ns_update
 
     tab = exp_table()
     assert tab.shape == (EXP_TABLE_SIZE + 1,)

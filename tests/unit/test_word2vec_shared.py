@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ptmkit.errors import PtmError
-from ptmkit.static.kernels_w2v import _EXP_SCALE, MAX_EXP, exp_table
-from ptmkit.static.kernels_w2v_shared import cbow_batch, sg_window
+from ptmkit.static.kernels.w2v import _EXP_SCALE, MAX_EXP, exp_table
+from ptmkit.static.kernels.w2v_shared import cbow_batch, sg_window
 from ptmkit.static.run import resolve_config, run_static
 from ptmkit.static.vocab import load_corpus
 from ptmkit.static.word2vec import Word2VecConfig, train_on_ids
@@ -206,7 +206,7 @@ def _hs_reference(syn0, syn1, codes, points, length, ins, target):
 @pytest.mark.parametrize("seed", [0, 3])
 def test_skipgram_hs_window_matches_float64_reference(seed):
     from ptmkit.static.huffman import build_huffman
-    from ptmkit.static.kernels_w2v_shared import sg_hs_window
+    from ptmkit.static.kernels.w2v_shared import sg_hs_window
 
     rng = np.random.default_rng(seed)
     tree = build_huffman(np.array([40, 30, 20, 12, 9, 7, 5, 4, 3, 2, 2, 1]))

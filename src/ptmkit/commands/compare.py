@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+
+from ptmkit.errors import PtmError
 
 HELP = "pre-train several objectives at equal compute, fine-tune each the same way, tabulate and plot"
 DESCRIPTION = """\
@@ -56,8 +59,6 @@ def duration(seconds: float) -> str:
 def check_budget(budget, text: str, runs: int) -> None:
     """Refuse a non-finite ``budget`` or one beyond the sanity limits, with the training time it
     would take for each objective and for all ``runs`` pre-trainings together."""
-    from ptmkit.errors import PtmError
-
     value = budget.flops if budget.flops is not None else budget.minutes
     if not math.isfinite(value):
         raise PtmError(f"--budget {text} is not a finite number; give FLOPs (3e13, 30T) or minutes (15min)")
@@ -106,18 +107,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.compare import compare, parse_budget, parse_contender
-    from ptmkit.evaluate import Protocol
+    from ptmkit.workflows import compare as workflow  # the one heavy import, when the command runs
 
-    contenders = [parse_contender(s) for s in args.objectives]
-    budget = parse_budget(args.budget)
+    contenders = [workflow.parse_contender(s) for s in args.objectives]
+    budget = workflow.parse_budget(args.budget)
     check_budget(budget, args.budget, len(contenders))
     tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip())
-    protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+    protocol = workflow.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         epochs=args.epochs, modes=("finetune",), baseline=not args.no_baseline)
-    result = compare(contenders, args.data, args.out, budget, tasks, protocol, common=args.common, points=args.points,
+    result = workflow.compare(contenders, args.data, args.out, budget, tasks, protocol, common=args.common, points=args.points,
                      resume=args.resume)
-    from pathlib import Path
-
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 HELP = "end to end: pre-train a small BERT, fine-tune on MR with vs. without pre-training"
 
@@ -46,25 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
+    from ptmkit.workflows import demo, demo_zh  # the one heavy import, when the command runs
 
     if args.lang == "zh":
-        from ptmkit.demo_zh import ZhDemoConfig, run_zh_demo, zh_quick_config
-
-        zh = zh_quick_config() if args.quick else ZhDemoConfig()
+        zh = demo_zh.zh_quick_config() if args.quick else demo_zh.ZhDemoConfig()
         if args.seeds:
             zh = replace(zh, seeds=tuple(args.seeds))
         if args.threads is not None:
             zh = replace(zh, num_threads=args.threads)
-        run_zh_demo(zh, args.out)
+        demo_zh.run_zh_demo(zh, args.out)
         return 0
-
-    from ptmkit.demo import DemoConfig, quick_config, run_demo
-
-    cfg = quick_config() if args.quick else DemoConfig()
+    cfg = demo.quick_config() if args.quick else demo.DemoConfig()
     if args.seeds:
         cfg = replace(cfg, seeds=tuple(args.seeds))
     if args.threads is not None:
         cfg = replace(cfg, num_threads=args.threads)
-    run_demo(cfg, args.out)
+    demo.run_demo(cfg, args.out)
     return 0

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from ptmkit import outputs
+from ptmkit.commands.compare import add_protocol_args
 
 HELP = "fine-tune models on a suite of tasks under one protocol and tabulate the scores"
 DESCRIPTION = """\
@@ -31,8 +35,6 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ptmkit.commands.compare import add_protocol_args
-
     p = subparsers.add_parser("evaluate", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
@@ -50,30 +52,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from ptmkit.workflows import evaluate, learning_curve  # the one heavy import, when the command runs
 
-    from ptmkit import outputs
-    from ptmkit.evaluate import SUITES, Protocol, evaluate
-
-    suite = args.suite if args.suite in SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
+    suite = args.suite if args.suite in evaluate.SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
     labels = {}
     for m in args.models:
         label = Path(m).name or str(m)
         while label in labels:
             label += "'"
         labels[label] = m
-    protocol = Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
+    protocol = evaluate.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
     if args.train_sizes is not None:
-        from ptmkit.learning_curve import learning_curve, parse_train_sizes
-
-        sizes = parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
+        sizes = learning_curve.parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
         names = ["learning_curve.json", "learning_curve.md", "learning_curve.png"]
         with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, names=names, keep=lambda: True):
-            result = learning_curve(labels, suite, args.out, protocol, sizes, resume=args.resume)
+            result = learning_curve.learning_curve(labels, suite, args.out, protocol, sizes, resume=args.resume)
         print((Path(args.out) / "learning_curve.md").read_text())
         return 0 if result["runs"] else 1
     with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, keep=lambda: True):
-        result = evaluate(labels, suite, args.out, protocol, resume=args.resume)
+        result = evaluate.evaluate(labels, suite, args.out, protocol, resume=args.resume)
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import json
-from pathlib import Path
-
 from ptmkit.commands import RegistryHelpParser
 
 HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
@@ -145,111 +142,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_overrides(overrides: list[str], recipe: str | None = None):
-    """``lr=1e-4 epochs=3 crf=true`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting
-    from the named recipe's settings (``ulmfit``) when given.  A key of a task type's own settings
-    (``crf``, ``doc_stride``, ``task_schedule``, ...) goes into ``FinetuneConfig.task``, where the
-    task type reads it; a key that is neither is an error naming the nearest valid key."""
-    from dataclasses import fields
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.workflows import finetune as workflow  # the one heavy import, when the command runs
 
-    from ptmkit.config import apply_overrides, from_dict, to_dict
-    from ptmkit.errors import PtmError, suggest
-    from ptmkit.tasks.base import option_keys
-    from ptmkit.tasks.finetune import FinetuneConfig, recipe_config
-
-    common = {f.name for f in fields(FinetuneConfig)} - {"task"}
-    typed = set(option_keys())
-    items = []
-    for o in overrides:
-        key, eq, value = o.partition("=")
-        key = key.strip().removeprefix("finetune.")
-        top = key.split(".")[0]
-        if eq and top not in common and top != "task":
-            if top not in typed:
-                known = sorted(common | typed)
-                raise PtmError(f"unknown config key {top!r}{suggest(top, known)}; fine-tuning settings: {', '.join(known)}")
-            key = f"task.{key}"
-        items.append(f"finetune.{key}{eq}{value}")
-    raw = apply_overrides({"finetune": to_dict(recipe_config(recipe))}, items)
-    return from_dict(FinetuneConfig, raw["finetune"], "finetune")
-
-
-def load_data(args: argparse.Namespace):
-    from ptmkit.data.tasks import load_task
-    from ptmkit.errors import PtmError
-    from ptmkit.tasks.base import read_task_files
-
-    files = (args.train, args.dev, args.test)
-    if args.task and any(files):
-        raise PtmError("give either --task or --train/--dev/--test, not both")
-    if getattr(args, "tasks", None):
-        if args.task or any(files):
-            raise PtmError("--tasks trains several built-in tasks together; leave out --task and --train/--dev/--test")
-        from ptmkit.tasks.multitask import load_tasks
-
-        return load_tasks(args.tasks)
-    if args.task:
-        return load_task(args.task)
-    if not all(files):
-        missing = [n for n, f in zip(("--train", "--dev", "--test"), files) if not f]
-        raise PtmError(f"no task given: use --task mr (--tasks mr,brown-pos for several), or give all of --train --dev --test (missing {', '.join(missing)})")
+    cfg = workflow.parse_overrides(list(args.overrides), args.recipe)
     columns = dict(args.columns or [])
     for name, value in (("text", args.text_column), ("text_pair", args.pair_column), ("label", args.label_column)):
         if value is not None:
             columns[name] = value
-    return read_task_files(args.type, *files, **columns)
+    files = (args.train, args.dev, args.test)
 
-
-def run(args: argparse.Namespace) -> int:
-    from ptmkit import outputs
-    from ptmkit.errors import PtmError
-    from ptmkit.tasks.finetune import _resumable, load_model
-
-    cfg = parse_overrides(list(args.overrides), args.recipe)
-    inputs = [args.model, args.train, args.dev, args.test, args.after]
-    if args.resume and args.overwrite:
-        raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
-    outputs.check(args.out, "finetune", inputs, args.overwrite, reuse=args.resume)  # before any slow loading
-    pretrained = load_model(args.model)  # fail on a bad checkpoint before fetching or reading data
-    if args.after:
-        from ptmkit.tasks.finetune import after_intermediate_task
-
-        pretrained = after_intermediate_task(pretrained, args.after)
-    data = load_data(args)
-    if args.train_size is not None:
-        data = data.with_train_size(args.train_size)
-    # The runs write in place, epoch checkpoints included, so an interrupted fine-tuning can be
-    # resumed; --overwrite removes ptm's earlier results only now that every input has been read.
-    # A run that fails before anything resumable exists leaves nothing behind, so the corrected
-    # retry is not refused.
-    out = Path(args.out)
-    with outputs.writing(out, "finetune", inputs, overwrite=args.overwrite, reuse=args.resume, names=["summary.json"],
-                         keep=lambda: _resumable(out)) as session:
-        if args.overwrite and session.state == "own":
-            outputs.clean(out)
-        _run(args, cfg, pretrained, data, out)
-    print(f"results: {out / 'summary.json'}")
-    return 0
-
-
-def _run(args: argparse.Namespace, cfg, pretrained, data, out: Path) -> None:
-    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
+    def load_data():
+        return workflow.task_data(args.task, getattr(args, "tasks", None), files, args.type, columns)
 
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
-    kind = getattr(data, "task_type", "classification")
-    labels = f", {len(data.label_names)} labels ({', '.join(map(str, data.label_names[:12]))})" if hasattr(data, "num_labels") else ""
-    print(
-        f"fine-tune {data.name} ({kind}): {len(data.train)} train / {len(data.dev)} dev / {len(data.test)} test"
-        f"{labels}; inits {', '.join(inits)}; seeds {' '.join(map(str, args.seeds))}",
-        flush=True,
-    )
-    results = run_seeds(pretrained, data, out, cfg, inits, list(args.seeds), progress=not args.quiet, lrs=args.lrs,
-                        resume=args.resume)
-    for r in results:
-        r["model"] = str(args.model)
-    summary = summarize(results)
-    table = format_table(summary)
-    (out / "summary.json").write_text(
-        json.dumps({"model": str(Path(args.model)), "task": data.name, "summary": summary, "runs": results}, indent=2) + "\n"
-    )
-    print(table)
+    workflow.finetune_runs(args.model, load_data, args.out, cfg, inits, list(args.seeds), lrs=args.lrs,
+                           train_size=args.train_size, after=args.after, inputs=[args.model, *files, args.after],
+                           overwrite=args.overwrite, resume=args.resume, progress=not args.quiet)
+    return 0

@@ -100,19 +100,18 @@ def _early_stopping(value: str) -> bool | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.devices import resolve_device
-    from ptmkit.generation import CAUSAL_LM, GenerationConfig, generate, generation_kind, load_config
+    from ptmkit.workflows import generate as workflow  # the one heavy import, when the command runs
 
     search = dict(num_beams=args.num_beams, length_penalty=args.length_penalty, early_stopping=args.early_stopping,
                   no_repeat_ngram_size=args.no_repeat_ngram_size, num_return_sequences=args.num_return_sequences)
     # Check everything the user typed before loading the model.
-    GenerationConfig(args.max_new_tokens, args.greedy, args.temperature, args.top_k, args.top_p, args.seed, **search)
-    device = resolve_device(args.device)
-    kind = generation_kind(load_config(args.source))
-    texts = generate(args.source, list(args.prompts), args.max_new_tokens, greedy=args.greedy,
+    workflow.GenerationConfig(args.max_new_tokens, args.greedy, args.temperature, args.top_k, args.top_p, args.seed, **search)
+    device = workflow.resolve_device(args.device)
+    kind = workflow.generation_kind(workflow.load_config(args.source))
+    texts = workflow.generate(args.source, list(args.prompts), args.max_new_tokens, greedy=args.greedy,
                      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                      device=device, **search)
-    arrow = ">>" if kind == CAUSAL_LM else "=>"
+    arrow = ">>" if kind == workflow.CAUSAL_LM else "=>"
     for prompt, out in zip(args.prompts, texts):
         for text in ([out] if isinstance(out, str) else out):  # several per prompt: best first
             print(f"{prompt} {arrow} {text}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ptmkit.commands import IntermixedParser
+from ptmkit.errors import PtmError
 
 HELP = "pre-train a Transformer (BERT, GPT-2, ...) or static word vectors (word2vec, GloVe, ...)"
 
@@ -115,8 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.errors import PtmError
-    from ptmkit.pretraining import pretrain
+    from ptmkit.workflows.pretrain import pretrain  # the one heavy import, when the command runs
 
     if args.resume and args.overwrite:
         raise PtmError("--resume and --overwrite exclude each other")
@@ -132,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _split(items: list[str], overrides: list[str]) -> str | list[str]:
-    from pathlib import Path
-
     paths = []
     for item in items:
         if "=" in item and not Path(item).exists():

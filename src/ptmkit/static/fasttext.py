@@ -5,7 +5,7 @@ A word is represented by the mean of its own vector and the vectors of its chara
 out-of-vocabulary words get vectors from their n-grams.  Training is Skip-gram or CBOW with
 negative sampling (``loss="ns"``) or hierarchical softmax over the Huffman tree of the word counts
 (``loss="hs"``), with subsampling, reduced window and linear learning-rate decay as word2vec, run by
-the Hogwild kernel of :mod:`ptmkit.static.kernels_ft`.
+the Hogwild kernel of :mod:`ptmkit.static.kernels.ft`.
 
 Memory: the input matrix is (nwords + bucket) × dim float32 and the output matrix nwords × dim,
 i.e. about (2·nwords + bucket)·dim·4 bytes: 0.8 GB for the default 2M buckets at dim 100
@@ -26,10 +26,10 @@ from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
-from ptmkit.static.kernels_ft import mean_rows, subword_csr, train_ft_chunk
+from ptmkit.static.kernels.ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import build_huffman
-from ptmkit.static.kernels_w2v import exp_table
+from ptmkit.static.kernels.w2v import exp_table
 from ptmkit.static.output import check_out_dir, require_finite, save_run
 from ptmkit.static.sampling import keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors

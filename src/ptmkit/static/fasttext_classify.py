@@ -6,7 +6,7 @@ A linear model: a line's hidden vector is the mean of the embeddings of its word
 over the labels or a hierarchical softmax over the Huffman tree of the label counts.  Training is
 plain SGD, one line at a time in file order (no shuffling, as the fastText tool), with the
 learning rate falling linearly from ``lr`` to 0 over ``epochs`` passes, Hogwild over chunks of lines
-in ``workers`` threads (:mod:`ptmkit.static.kernels_classify`, :mod:`ptmkit.static.hogwild`).
+in ``workers`` threads (:mod:`ptmkit.static.kernels.classify`, :mod:`ptmkit.static.hogwild`).
 
 As the fastText tool: text is split on whitespace (no lowercasing), each line ends with the token
 ``</s>``, words are kept from ``min_count`` (1) occurrences and sorted by decreasing count, word
@@ -38,8 +38,8 @@ from ptmkit.errors import PtmError
 from ptmkit.static.classify_data import LabelledLines, read_label_file
 from ptmkit.static.hogwild import run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_classify import input_rows, label_log_probs, train_sup_chunk, word_hashes_utf8
-from ptmkit.static.kernels_w2v import exp_table
+from ptmkit.static.kernels.classify import input_rows, label_log_probs, train_sup_chunk, word_hashes_utf8
+from ptmkit.static.kernels.w2v import exp_table
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class ClassifierConfig:
 @dataclass(frozen=True)
 class EncodedLines:
     """A data set as arrays: token offsets of the lines ``line_ptr`` int64 [N+1] (``</s>`` included);
-    input rows ``row_ptr`` int64 [N+1] / ``row_idx`` int32 (see :func:`kernels_classify.input_rows`);
+    input rows ``row_ptr`` int64 [N+1] / ``row_idx`` int32 (see :func:`ptmkit.static.kernels.classify.input_rows`);
     labels ``lab_ptr`` int64 [N+1] / ``lab_idx`` int32 (-1: a label the model does not know)."""
 
     line_ptr: np.ndarray

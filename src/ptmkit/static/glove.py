@@ -38,7 +38,7 @@ from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.configs import as_config
 from ptmkit.static.output import train_and_save
-from ptmkit.static.prefetch import prefetch_row
+from ptmkit.static.kernels.prefetch import prefetch_row
 from ptmkit.static.cooccurrence import Cooccurrence, count_cooccurrence
 
 

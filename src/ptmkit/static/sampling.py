@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ptmkit.static.kernels_w2v import alias_table
+from ptmkit.static.kernels.w2v import alias_table
 
 
 def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:

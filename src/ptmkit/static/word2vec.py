@@ -1,7 +1,7 @@
 """word2vec: CBOW and Skip-gram with hierarchical softmax or negative sampling (Mikolov et al. 2013).
 
 ``train_word2vec(data, cfg)`` counts the corpus, encodes it to ids (cached), and runs the compiled
-Hogwild kernel of :mod:`ptmkit.static.kernels_w2v` on ~10k-word chunks in ``workers`` threads
+Hogwild kernel of :mod:`ptmkit.static.kernels.w2v` on ~10k-word chunks in ``workers`` threads
 (the kernel releases the GIL), with a progress bar.  The details follow the original tool (and gensim):
 
 - frequent-word subsampling, keep probability ``(sqrt(c/(s·T)) + 1)·(s·T)/c`` for a word with
@@ -20,7 +20,7 @@ Where word2vec.c and gensim differ, this follows word2vec.c: a negative-sampling
 ±6 still gives the saturated gradient ``(label - σ)·alpha`` with σ ∈ {0, 1} (gensim skips the pair).
 
 ``kernel="shared_negatives"`` (negative sampling, CPU) trains instead with negatives shared across a
-window (Ji et al. 2016, :mod:`ptmkit.static.kernels_w2v_shared`): a Skip-gram window's context
+window (Ji et al. 2016, :mod:`ptmkit.static.kernels.w2v_shared`): a Skip-gram window's context
 words, or the context means of ``cbow_batch`` consecutive CBOW targets, are scored against one
 draw of K negatives as a small dense block.  ``kernel="shared_path"`` (Skip-gram HS, CPU) scores a
 window's context words against the centre word's Huffman path as one block.  ``kernel="exact"``
@@ -40,8 +40,8 @@ from ptmkit.registry import register
 from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import exp_table, train_w2v_chunk
-from ptmkit.static.kernels_w2v_shared import train_sg_hs_shared_chunk, train_w2v_shared_chunk
+from ptmkit.static.kernels.w2v import exp_table, train_w2v_chunk
+from ptmkit.static.kernels.w2v_shared import train_sg_hs_shared_chunk, train_w2v_shared_chunk
 from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.kernels_w2v import MAX_EXP
+from ptmkit.static.kernels.w2v import MAX_EXP
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vocab import IdCorpus, Vocab
 

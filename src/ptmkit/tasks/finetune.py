@@ -37,7 +37,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ptmkit import outputs
@@ -348,15 +347,6 @@ def _lowest_trainable(clf: SequenceClassifier, cfg: FinetuneConfig):
     return lowest
 
 
-# ------------------------------------------------------------------------------------ evaluation
-
-
-def _better(metric: str, new: float, best: float | None) -> bool:
-    if best is None:
-        return True
-    return new < best if metric == "loss" else new > best
-
-
 # -------------------------------------------------------------------------------------- outputs
 
 
@@ -520,107 +510,3 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
     return result
-
-
-# ---------------------------------------------------------------------------- several seeds / inits
-
-
-def run_seeds(
-    model: Any,
-    task_data: TaskData,
-    out_dir: str | Path | None,
-    cfg: FinetuneConfig,
-    inits: list[str],
-    seeds: list[int],
-    overwrite: bool = False,
-    progress: bool = True,
-    lrs: list[float] | None = None,
-    resume: bool = False,
-) -> list[dict[str, Any]]:
-    """``finetune`` for every (init, seed); run ``i`` writes into ``out_dir/{init}-seed{seed}``.
-
-    lrs: optional grid of peak learning rates; each (init, seed) is then trained once per LR
-    (in ``.../lr-{lr}``) and the LR with the best dev score is kept, as Devlin et al. (2019)
-    select the LR on dev.  Every condition gets the same grid, so neither is favoured by the
-    choice of a single LR.  The result records all candidates under ``lr_search``.
-    resume: continue an interrupted grid: finished runs are read back, an interrupted one
-    resumes from its last epoch, the rest start.
-    """
-    pretrained = load_model(model)
-    results = []
-    grid = list(lrs) if lrs else [cfg.lr]
-    n = len(inits) * len(seeds) * len(grid)
-    done = 0
-    for seed in seeds:  # seeds outermost: a partial run still compares the inits on equal seeds
-        for init in inits:
-            sub = Path(out_dir) / f"{init}-seed{seed}" if out_dir is not None else None
-            candidates = []
-            for lr in grid:
-                done += 1
-                run_cfg = replace(cfg, lr=float(lr))
-                run_dir = (sub / f"lr-{lr:g}" if lrs else sub) if sub is not None else None
-                desc = f"[{done}/{n}] {init} seed={seed}" + (f" lr={lr:g}" if lrs else "")
-                r = finetune(pretrained, task_data, run_dir, run_cfg, init=init, seed=seed, overwrite=overwrite,
-                             progress=progress, desc=desc, resume=resume)
-                if isinstance(model, (str, os.PathLike)):
-                    r["model"] = str(model)
-                key = r["select"]
-                log.info("%s: dev %s %.4f (epoch %d), test %s %.4f", desc, key, r["dev"][key], r["best_epoch"], key, r["test"][key])
-                candidates.append(r)
-            best = candidates[0]
-            for r in candidates[1:]:
-                if _better(r["select"], r["dev"][r["select"]], best["dev"][r["select"]]):
-                    best = r
-            if lrs:
-                best = {**best, "lr_search": [{"lr": r["config"]["lr"], "dev": r["dev"], "test": r["test"]} for r in candidates]}
-            results.append(best)
-    return results
-
-
-def summarize(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per init: mean and sample sd over seeds of each test metric, plus the per-seed values."""
-    out: dict[str, dict[str, Any]] = {}
-    for init in dict.fromkeys(r["init"] for r in results):
-        rows = [r for r in results if r["init"] == init]
-        entry: dict[str, Any] = {"seeds": [r["seed"] for r in rows], "n": len(rows)}
-        for split in ("test", "dev"):
-            for metric in rows[0][split]:
-                values = np.array([r[split][metric] for r in rows], dtype=np.float64)
-                entry[f"{split}_{metric}"] = {
-                    "mean": float(values.mean()),
-                    "sd": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-                    "values": values.tolist(),
-                }
-        entry["best_epochs"] = [r["best_epoch"] for r in rows]
-        if rows[0].get("metrics"):
-            entry["metrics"] = list(rows[0]["metrics"])
-        out[init] = entry
-    return out
-
-
-def format_table(summary: dict[str, dict[str, Any]], labels: dict[str, str] | None = None) -> str:
-    """A plain-text table: condition | main test metric mean ± sd | second metric | per-seed values.
-
-    The main and second metrics are the task type's first two (``TaskType.metrics``: accuracy and
-    F1 for classification, F1 and exact match for span QA, BLEU and chrF for seq2seq, ...)."""
-    labels = labels or {}
-    entries = list(summary.values())
-    has = lambda key: all(key in e for e in entries)  # noqa: E731
-    declared = [f"test_{m}" for m in entries[0].get("metrics", []) if has(f"test_{m}")] if entries else []
-    if declared:
-        main, second = declared[0], (declared[1] if len(declared) > 1 else declared[0])
-    else:  # results written before they named their type's metrics
-        main = next(k for k in ("test_accuracy", "test_f1", "test_pearson", "test_mean") if has(k))
-        second = next((k for k in ("test_f1", "test_macro_f1", "test_exact_match", "test_spearman") if k != main and has(k)), main)
-    name = {"test_accuracy": "accuracy", "test_f1": "F1", "test_macro_f1": "macro-F1", "test_exact_match": "exact match",
-            "test_pearson": "Pearson r", "test_spearman": "Spearman rho", "test_mean": "mean over tasks"}
-    name = lambda key, _known=name: _known.get(key, key.removeprefix("test_"))  # noqa: E731
-    head = ["condition", f"test {name(main)} (mean ± sd)", name(second), f"per-seed {name(main)}"]
-    rows = []
-    for init, e in summary.items():
-        a, b = e[main], e[second]
-        per_seed = "  ".join(f"s{s}:{v:.3f}" for s, v in zip(e["seeds"], a["values"]))
-        rows.append([labels.get(init, init), f"{a['mean']:.4f} ± {a['sd']:.4f}", f"{b['mean']:.4f} ± {b['sd']:.4f}", per_seed])
-    widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    line = lambda cells: " | ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(head), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows])

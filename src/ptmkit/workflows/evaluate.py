@@ -11,7 +11,7 @@ accuracy (classification, POS tagging, multiple choice), chunk F1 (segmentation,
 
 Writes ``OUT/results.json`` (every run), ``OUT/table.md`` (mean ± sd over seeds per model, mode
 and task) and ``OUT/table.png``; each run's directory is ``OUT/<model>/<task>/<mode>``.
-The same protocol at several training sizes is a learning curve (:mod:`ptmkit.learning_curve`).
+The same protocol at several training sizes is a learning curve (:mod:`ptmkit.workflows.learning_curve`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError, suggest
+from ptmkit.tasks.finetune import FinetuneConfig, load_model
+from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.report import bars_per_task, markdown_table, mean_sd, summarize
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +64,8 @@ def protocol_data(data: Any, protocol: Protocol) -> Any:
     return replace(data, dev=first(data.dev), test=first(data.test))
 
 
-def protocol_config(data: Any, mode: str, protocol: Protocol):
+def protocol_config(data: Any, mode: str, protocol: Protocol) -> FinetuneConfig:
     """The protocol's fine-tuning settings for ``data`` in ``mode`` (features: a BiLSTM head)."""
-    from ptmkit.tasks.finetune import FinetuneConfig
-
     chunked = getattr(data, "chunked", False)  # a tagging task whose tags mark chunks
     return FinetuneConfig(epochs=protocol.epochs, mode=mode, max_seq_len=protocol.max_seq_len,
                           select="f1" if chunked else "accuracy",
@@ -85,9 +87,6 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
 
     resume: continue an interrupted evaluation in ``out_dir``: finished fine-tuning runs are read
     back, an interrupted one continues from its last epoch (``run_seeds(resume=True)``)."""
-    from ptmkit.data.tasks import load_task
-    from ptmkit.tasks.finetune import load_model, run_seeds
-
     tasks = suite_tasks(suite)
     for mode in protocol.modes:
         if mode not in MODES:
@@ -114,53 +113,15 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
     (out / "results.json").write_text(json.dumps({"suite": list(tasks), "protocol": protocol.__dict__, "runs": rows,
                                                   "table": table}, indent=2, default=list) + "\n")
     (out / "table.md").write_text(markdown(table, list(tasks)) + "\n")
-    plot(table, list(tasks), out / "table.png")
+    bars_per_task(table, list(tasks), out / "table.png")
     return {"runs": rows, "table": table}
 
 
-def summarize(rows: list[dict[str, Any]], keys: tuple[str, ...] = ("model", "mode", "task")) -> list[dict[str, Any]]:
-    """Mean and sample sd of the test scores over seeds per group of equal ``keys``; each group
-    also keeps the ``metric`` and any field of its first row that is not per seed."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(tuple(r[k] for k in keys), []).append(r)
-    per_seed = {"seed", "test", "dev", "lr"}
-    out = []
-    for rs in groups.values():
-        v = np.array([r["test"] for r in rs], dtype=np.float64)
-        shared = {k: x for k, x in rs[0].items() if k not in per_seed}
-        out.append({**shared, "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "n": len(v)})
-    return out
-
-
 def markdown(table: list[dict[str, Any]], tasks: list[str]) -> str:
+    """One row per (model, mode), one column per task: mean ± sd over seeds."""
     metric = {t["task"]: t["metric"] for t in table}
-    head = "| model | mode | " + " | ".join(f"{t} ({metric.get(t, '')})" for t in tasks) + " |"
-    lines = [head, "|---|---|" + "---|" * len(tasks)]
+    rows = []
     for model, mode in dict.fromkeys((t["model"], t["mode"]) for t in table):
-        cells = {t["task"]: f"{t['mean']:.3f} ± {t['sd']:.3f}" for t in table if t["model"] == model and t["mode"] == mode}
-        lines.append(f"| {model} | {mode} | " + " | ".join(cells.get(t, "–") for t in tasks) + " |")
-    return "\n".join(lines)
-
-
-def plot(table: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
-    """Grouped bars: one group per task, one bar per (model, mode), error bars = sd over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = list(dict.fromkeys((t["model"], t["mode"]) for t in table))
-    width = 0.8 / max(len(keys), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tasks)), 4))
-    for k, key in enumerate(keys):
-        cells = {t["task"]: t for t in table if (t["model"], t["mode"]) == key}
-        xs = [i + (k - (len(keys) - 1) / 2) * width for i in range(len(tasks))]
-        ax.bar(xs, [cells[t]["mean"] if t in cells else 0 for t in tasks], width,
-               yerr=[cells[t]["sd"] if t in cells else 0 for t in tasks], label=f"{key[0]} ({key[1]})")
-    ax.set_xticks(range(len(tasks)), tasks, rotation=15)
-    ax.set_ylabel("test score (task metric)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        cells = {t["task"]: mean_sd(t) for t in table if t["model"] == model and t["mode"] == mode}
+        rows.append([model, mode, *(cells.get(t, "–") for t in tasks)])
+    return "\n".join(markdown_table(["model", "mode", *(f"{t} ({metric.get(t, '')})" for t in tasks)], rows))

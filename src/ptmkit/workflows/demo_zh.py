@@ -28,10 +28,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ptmkit.config import to_dict
-from ptmkit.demo import _pretrain_curve, _Stages, default_out_dir, plot
+from ptmkit.data.prepare import prepare
+from ptmkit.data.sources.base import fetch
+from ptmkit.data.tasks import load_task
+from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig
+from ptmkit.tokenization import Tokenizer
+from ptmkit.tokenization.segmenters import get_segmenter
+from ptmkit.workflows.demo import (Stages, count_lines, demo_output, head_copies, pretrain_record, report_gain, verdict,
+                                   write_results)
+from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.pretrain import pretrain
+from ptmkit.workflows.report import demo_figure
 
 CONDITIONS = {
     "pretrained": "with pre-training (whole-word MLM)",
@@ -123,31 +134,11 @@ def zh_quick_config() -> ZhDemoConfig:
     )
 
 
-def _head_copies(files: list[Path], n: int, out: Path) -> list[Path]:
-    """Copies of the first ``n`` lines of each distinct file, named after its data set and file."""
-    out.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for f in files:
-        dst = out / "-".join(f.parts[-3:])
-        if not dst.exists():
-            with open(f, encoding="utf-8") as src:
-                dst.write_text("".join(line for _, line in zip(range(n), src)), encoding="utf-8")
-        copies.append(dst)
-    return copies
-
-
 def _summary_md(result: dict[str, Any], table: str) -> str:
-    g, s, pre = result["gain"], result["settings"], result["pretrain"]
-    verdict = (
-        f"Pre-training raised mean test accuracy by {g['mean'] * 100:+.2f} points "
-        f"({g['positive_seeds']}/{len(g['per_seed'])} seeds gained)."
-        if g["mean"] > 0
-        else f"No gain: pre-training changed mean test accuracy by {g['mean'] * 100:+.2f} points "
-        f"({g['positive_seeds']}/{len(g['per_seed'])} seeds gained)."
-    )
+    s, pre = result["settings"], result["pretrain"]
     return (
         "# ptmkit demo (Chinese): whole-word pre-training vs. random initialisation on zh-reviews\n\n"
-        f"{verdict}\n\n```\n{table}\n```\n\n"
+        f"{verdict(result['gain'])}\n\n```\n{table}\n```\n\n"
         f"- pre-training text: {', '.join(result['text_files'])} ({result['sizes']['pretrain_text_lines']:,} lines); "
         f"character tokenizer ({result['tokenizer']['vocab_size']} tokens), jieba words"
         f"{' with a user dictionary' if s['user_dict'] else ''}\n"
@@ -162,26 +153,13 @@ def _summary_md(result: dict[str, Any], table: str) -> str:
 
 def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Run every stage; return (and write to ``out_dir/results.json``) the measured results."""
-    import torch
-
-    from ptmkit import outputs
-    from ptmkit.data.prepare import prepare
-    from ptmkit.data.sources.base import fetch
-    from ptmkit.data.tasks import load_task
-    from ptmkit.pretrained import load_pretrained
-    from ptmkit.pretraining import pretrain
-    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
-    from ptmkit.tokenization import Tokenizer
-    from ptmkit.tokenization.segmenters import get_segmenter
-
     t0 = time.perf_counter()
     get_segmenter("jieba")  # jieba missing: stop now, with the install command, before any download
-    out = Path(out_dir if out_dir is not None else default_out_dir())
-    names = [*outputs.KINDS["demo"].names, "pretrain", "finetune", "finetune-word2vec"]
-    with outputs.writing(out, "demo", names=names, keep=lambda: True):
+    out, writing = demo_output(out_dir)
+    with writing:
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        stages = _Stages(6)
+        stages = Stages(6)
         print(f"ptmkit demo, Chinese{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
 
         stages.start("data", "data: People's Daily + chinese-poetry (pre-training text), zh-reviews (polarity)")
@@ -191,8 +169,8 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
         text_files = [pd_dir / "text" / "train.txt", poetry / "text" / "train.txt"]
         text_files += [reviews / "unlabeled_train.txt"] * max(0, cfg.review_text_copies)  # train split only
         if cfg.max_text_lines:
-            text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
-        n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
+            text_files = head_copies(text_files, cfg.max_text_lines, out / "text")
+        n_lines = count_lines(text_files)
         print(f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
               f"   zh-reviews: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
               f"fine-tuning on a fixed subset of {len(small.train)}", flush=True)
@@ -209,7 +187,6 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
         stages.start("pretrain", f"pre-train {cfg.preset} with whole-word masking")
         run_dir = pretrain(cfg.preset, out / "corpus", out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
         pre = load_pretrained(run_dir)
-        train_curve, eval_curve = _pretrain_curve(run_dir)
 
         stages.start("finetune", f"fine-tune on {len(small.train)} reviews: {len(cfg.seeds)} seeds x (pre-trained, random init)")
         lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
@@ -217,20 +194,11 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
                             progress=progress, lrs=lrs)
 
         stages.start("report", "results on the held-out zh-reviews test split")
-        summary = summarize(results)
-        table = format_table(summary, CONDITIONS)
-        random_acc = {r["seed"]: r["test"]["accuracy"] for r in results if r["init"] == "random"}
-        per_seed = {r["seed"]: r["test"]["accuracy"] - random_acc[r["seed"]] for r in results if r["init"] == "pretrained"}
-        gains = np.array(list(per_seed.values()))
-        gain = {"mean": float(gains.mean()), "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
-                "per_seed": {str(k): float(v) for k, v in per_seed.items()}, "positive_seeds": int((gains > 0).sum())}
-        print(table)
-        print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
-              f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
+        summary, table, gain = report_gain(results, CONDITIONS)
 
         stages.start("plot", "writing demo.png, results.json, summary.md")
-        plot(run_dir, summary, out / "demo.png", f"zh-reviews test accuracy, {len(small.train)} training texts",
-             text_label="People's Daily + poetry + review text", task_label="zh-reviews")
+        demo_figure(run_dir, summary, CONDITIONS, out / "demo.png", f"zh-reviews test accuracy, {len(small.train)} training texts",
+                    text_label="People's Daily + poetry + review text", task_label="zh-reviews")
         stages.stop()
         result = {
             "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
@@ -238,21 +206,12 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
             "tokenizer": {"kind": "char", "vocab_size": tok.vocab_size, "user_dict": str(user_dict) if user_dict else None},
             "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines,
                       "pretrain_characters": corpus.n_tokens, "pretrain_words": words},
-            "pretrain": {
-                "run_dir": str(run_dir),
-                "n_parameters": sum(p.numel() for p in pre.backbone.parameters()),
-                "steps": train_curve[-1]["step"] if train_curve else 0,
-                "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
-                "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
-                "time_s": stages.times.get("pretrain", 0.0),
-            },
+            "pretrain": pretrain_record(run_dir, pre, stages),
             "summary": summary,
             "gain": gain,
             "runs": results,
             "stage_times_s": stages.times,
             "wall_time_s": round(time.perf_counter() - t0, 1),
         }
-        (out / "results.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (out / "summary.md").write_text(_summary_md(result, table), encoding="utf-8")
-        print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
+        write_results(out, result, _summary_md(result, table))
         return result

@@ -1,4 +1,4 @@
-"""A learning curve: the :mod:`ptmkit.evaluate` protocol at several training-set sizes.
+"""A learning curve: the :mod:`ptmkit.workflows.evaluate` protocol at several training-set sizes.
 
 Every size runs the whole protocol (every model, mode, seed and LR, and the from-scratch
 baseline) on a fixed random subset of that many training examples; ``None`` ("all") uses the
@@ -24,10 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
-from ptmkit.evaluate import Protocol, evaluate, suite_tasks
+from ptmkit.workflows import report
+from ptmkit.workflows.evaluate import Protocol, evaluate, suite_tasks
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,11 @@ def learning_curve(models: dict[str, Any], suite: str | tuple[str, ...], out_dir
                    protocol: Protocol = Protocol(), train_sizes: tuple[int | None, ...] = (100, 500, 2000, None),
                    progress: bool = False, resume: bool = False) -> dict[str, Any]:
     """Run the protocol of ``protocol`` (its ``train_size`` aside) once per size of ``train_sizes``
-    (``resume``: as :func:`ptmkit.evaluate.evaluate`'s).
+    (``resume``: as :func:`ptmkit.workflows.evaluate.evaluate`'s).
 
     Returns ``{"runs": [...], "table": [...]}``: every run (``evaluate``'s rows plus
     ``train_size``, the asked size or ``"all"``, and ``n_train``, the examples used) and the mean
     and sd over seeds per (model, mode, task, n_train)."""
-    from ptmkit.data.tasks import load_task
-
     sizes = parse_train_sizes(train_sizes)
     tasks = suite_tasks(suite)
     n_full = {t: len(load_task(t).train) for t in tasks}
@@ -99,17 +97,9 @@ def learning_curve(models: dict[str, Any], suite: str | tuple[str, ...], out_dir
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample sd of the test score over seeds per (model, mode, task, n_train)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["model"], r["mode"], r["task"], r["n_train"]), []).append(r)
-    out = []
-    for (model, mode, task, n_train), rs in groups.items():
-        v = np.array([r["test"] for r in rs], dtype=np.float64)
-        out.append({"model": model, "mode": mode, "task": task, "train_size": rs[0]["train_size"], "n_train": n_train,
-                    "metric": rs[0]["metric"], "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-                    "n": len(v)})
-    return sorted(out, key=lambda c: (c["task"], c["n_train"]))
+    """Mean and sample sd of the test score over seeds per (model, mode, task, n_train), by task and size."""
+    table = report.summarize(rows, keys=("model", "mode", "task", "n_train"))
+    return sorted(table, key=lambda c: (c["task"], c["n_train"]))
 
 
 def _is_scratch(model: str) -> bool:
@@ -136,30 +126,25 @@ def markdown(table: list[dict[str, Any]], tasks: list[str]) -> str:
         if not cells:
             continue
         sizes = sorted({(c["n_train"], c["train_size"]) for c in cells})
-        head = " | ".join(f"n = {n}" if label != ALL else f"all ({n})" for n, label in sizes)
-        lines = [f"### {task} (test {cells[0]['metric']}, mean ± sd over seeds)", "",
-                 f"| model | mode | {head} |", "|---|---|" + "---|" * len(sizes)]
+        head = [f"n = {n}" if label != ALL else f"all ({n})" for n, label in sizes]
+        rows = []
         for model, mode in dict.fromkeys((c["model"], c["mode"]) for c in cells):
             by_n = {c["n_train"]: c for c in cells if (c["model"], c["mode"]) == (model, mode)}
-            lines.append(f"| {model} | {mode} | " + " | ".join(
-                f"{by_n[n]['mean']:.3f} ± {by_n[n]['sd']:.3f}" if n in by_n else "–" for n, _ in sizes) + " |")
+            rows.append([model, mode, *(report.mean_sd(by_n[n]) if n in by_n else "–" for n, _ in sizes)])
         gain = gains(table, task)
         if gain:
-            lines.append("| **pre-training gain** | best − scratch | " + " | ".join(
-                f"{gain[n]:+.3f}" if n in gain else "–" for n, _ in sizes) + " |")
+            rows.append(["**pre-training gain**", "best − scratch", *(f"{gain[n]:+.3f}" if n in gain else "–" for n, _ in sizes)])
+        lines = [f"### {task} (test {cells[0]['metric']}, mean ± sd over seeds)", "",
+                 *report.markdown_table(["model", "mode", *head], rows)]
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
 
 def plot(table: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
     """Score against training size (log x), one panel per task, one line per (model, mode)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     tasks = [t for t in tasks if any(c["task"] == t for c in table)]
-    fig, axes = plt.subplots(1, max(len(tasks), 1), figsize=(4.2 * max(len(tasks), 1), 3.6), squeeze=False)
+    fig = report.figure(4.2 * max(len(tasks), 1), 3.6)
+    axes = fig.subplots(1, max(len(tasks), 1), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         cells = [c for c in table if c["task"] == task]
         for model, mode in dict.fromkeys((c["model"], c["mode"]) for c in cells):
@@ -172,6 +157,4 @@ def plot(table: list[dict[str, Any]], tasks: list[str], path: Path) -> None:
         ax.set_title(task)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save(fig, path)

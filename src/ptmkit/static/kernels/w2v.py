@@ -15,7 +15,7 @@ Negatives come from an O(1) alias table (a binary search over the cumulative tab
 does, made Skip-gram-NS ~2x slower).
 
 The time goes to rows of ``syn0`` / ``syn1neg`` that miss the caches (two 22 MB matrices at 55k
-words), so the kernel prefetches what it will need a little later (:mod:`ptmkit.static.prefetch`):
+words), so the kernel prefetches what it will need a little later (:mod:`ptmkit.static.kernels.prefetch`):
 the input row entering the window, the next centre word's output row, and each negative's row,
 drawn ``NEG_RING`` draws before it is used from a stream of its own (:func:`next_negative`).
 On english-mix (one epoch, 2 threads, fresh processes alternating with the kernel without them)
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.prefetch import prefetch_row
+from ptmkit.static.kernels.prefetch import prefetch_row
 
 EXP_TABLE_SIZE = 1000
 MAX_EXP = 6.0

@@ -5,7 +5,7 @@ in-vocabulary words (< V) and, for word n-grams (n = 2..``word_ngrams``), the ro
 ``V + h % bucket`` with h fastText's hash of the n-gram.  The hidden vector is the mean of the
 rows' embeddings (``emb`` float32 [V + bucket, D]); the output is a softmax over the labels
 (``wo`` float32 [L, D]) or a hierarchical softmax over the Huffman tree of the label counts
-(``wo`` [L-1, D], the update step of :func:`kernels_w2v.hs_update`).  As in fastText, the gradient
+(``wo`` [L-1, D], the update step of :func:`ptmkit.static.kernels.w2v.hs_update`).  As in fastText, the gradient
 w.r.t. the hidden vector is divided by the number of rows and added to each of them.
 """
 
@@ -16,8 +16,8 @@ import math
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_ft import fnv1a
-from ptmkit.static.kernels_w2v import hs_update, lcg, seed_state
+from ptmkit.static.kernels.ft import fnv1a
+from ptmkit.static.kernels.w2v import hs_update, lcg, seed_state
 
 _NGRAM_MUL = np.uint64(116049371)  # fastText's multiplier for chaining word hashes into n-grams
 
@@ -171,7 +171,7 @@ def label_log_probs(emb, wo, row_ptr, row_idx, hs, codes, points, lengths, n_lab
     """float32 [N, L]: log p(label | line) under the model (exact sigmoid/softmax, not the table).
 
     Hierarchical softmax: the sum over the label's Huffman path of log σ(±h·u), + where the code
-    is 0 (the side :func:`kernels_w2v.hs_update` trains towards σ = 1).  A line without input rows
+    is 0 (the side :func:`ptmkit.static.kernels.w2v.hs_update` trains towards σ = 1).  A line without input rows
     has a zero hidden vector.
     """
     n_lines = row_ptr.shape[0] - 1

@@ -10,7 +10,7 @@ its window and applied once (the centre's representation is computed once per wi
 
 The output layer is negative sampling (``syn1neg`` [V, D]) or hierarchical softmax (``syn1`` [V-1, D]
 over the Huffman tree of the word counts), with the very update steps of the word2vec kernel
-(:func:`kernels_w2v.ns_update`, :func:`kernels_w2v.hs_update`) applied to the subword mean.
+(:func:`ptmkit.static.kernels.w2v.ns_update`, :func:`ptmkit.static.kernels.w2v.hs_update`) applied to the subword mean.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_w2v import hot_sync, hs_update_hot, lcg, negative_ring, ns_update, seed_state, subsample
-from ptmkit.static.prefetch import prefetch_row
+from ptmkit.static.kernels.w2v import hot_sync, hs_update_hot, lcg, negative_ring, ns_update, seed_state, subsample
+from ptmkit.static.kernels.prefetch import prefetch_row
 
 _FNV_OFFSET = np.uint64(2166136261)
 _FNV_PRIME = np.uint64(16777619)
@@ -136,12 +136,12 @@ def train_ft_chunk(
     alpha0, min_alpha, words_before, words_all,
     seed, epoch, chunk, hot_nodes=0, hot_words=0, sync_words=1024,
 ):  # fmt: skip
-    """Train sentences ``s0..s1-1``; arguments and result as :func:`kernels_w2v.train_w2v_chunk`.
+    """Train sentences ``s0..s1-1``; arguments and result as :func:`ptmkit.static.kernels.w2v.train_w2v_chunk`.
 
     ``hs``: hierarchical softmax on ``syn1`` with the tree ``codes``/``points``/``lengths``; else
     ``negative`` samples on ``syn1neg``.  ``hot_nodes`` / ``hot_words``: thread-private copies of
     the top inner nodes / the most frequent words' output rows, merged every ``sync_words`` kept
-    words, as in :func:`kernels_w2v.train_w2v_chunk`.
+    words, as in :func:`ptmkit.static.kernels.w2v.train_w2v_chunk`.
     """
     dim = emb.shape[1]
     state = seed_state(seed, epoch, chunk)

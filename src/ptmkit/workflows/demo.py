@@ -18,20 +18,23 @@ Stages (each prints a heading and its wall time):
 from __future__ import annotations
 
 import json
-import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import torch
 
+from ptmkit import outputs
 from ptmkit.config import to_dict
-from ptmkit.errors import PtmError
+from ptmkit.data.sources.base import fetch
+from ptmkit.data.tasks import load_task
+from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig
-
-log = logging.getLogger(__name__)
+from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.pretrain import initial_model, pretrain
+from ptmkit.workflows.report import demo_figure, format_table, pretrain_curve, seed_gains, summarize_inits
 
 CONDITIONS = {
     "pretrained": "with pre-training (word2vec init + MLM)",
@@ -136,7 +139,8 @@ def default_out_dir() -> Path:
     return Path("runs") / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-class _Stages:
+# -- what both demos share ------------------------------------------------------------------------------
+class Stages:
     """Prints ``== [i/n] title ==`` headings and records each stage's wall time."""
 
     def __init__(self, n: int) -> None:
@@ -158,84 +162,77 @@ class _Stages:
         self._name = None
 
 
-def _head_copies(files: list[Path], n: int, out: Path) -> list[Path]:
-    """Copies of the first ``n`` lines of each file (named after the data set) in ``out``."""
+def demo_output(out_dir: str | Path | None):
+    """``(OUT, the context that holds it)``: a new or empty directory (default ``runs/demo-<time>``)
+    owned by the demo; what a failed demo wrote stays for a look."""
+    out = Path(out_dir if out_dir is not None else default_out_dir())
+    names = [*outputs.KINDS["demo"].names, "pretrain", "finetune", "finetune-word2vec"]
+    return out, outputs.writing(out, "demo", names=names, keep=lambda: True)
+
+
+def head_copies(files: list[Path], n: int, out: Path) -> list[Path]:
+    """Copies of the first ``n`` lines of each distinct file, named after its data set and file."""
     out.mkdir(parents=True, exist_ok=True)
     copies = []
     for f in files:
-        dst = out / f"{f.parent.name}-{f.name}"
-        with open(f, encoding="utf-8") as src:
-            dst.write_text("".join(line for _, line in zip(range(n), src)), encoding="utf-8")
+        dst = out / "-".join(f.parts[-3:])
+        if not dst.exists():
+            with open(f, encoding="utf-8") as src:
+                dst.write_text("".join(line for _, line in zip(range(n), src)), encoding="utf-8")
         copies.append(dst)
     return copies
 
 
-def _pretrain_curve(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from ptmkit.train.trainer import read_metrics
-
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return [], []
-    train = [r for r in read_metrics(path, "train") if "loss" in r]
-    evals = [r for r in read_metrics(path, "eval") if "loss" in r]
-    return train, evals
+def count_lines(files: list[Path]) -> int:
+    return sum(sum(1 for _ in open(f, encoding="utf-8")) for f in files)
 
 
-def plot(run_dir: Path, summary: dict[str, dict[str, Any]], out: Path, title: str = "",
-         text_label: str = "PTB + MR train text", task_label: str = "MR") -> Path:
-    """demo.png: left, the pre-training loss curve; right, test accuracy with vs without pre-training."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train, evals = _pretrain_curve(run_dir)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
-    if train:
-        left.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (MLM)", lw=1.2)
-    if evals:
-        left.plot([r["step"] for r in evals], [r["loss"] for r in evals], "o-", label="held-out", ms=4)
-    left.set_xlabel("pre-training step")
-    left.set_ylabel("masked-LM loss (nats)")
-    left.set_title(f"pre-training on {text_label}")
-    left.grid(alpha=0.3)
-    left.legend()
-
-    names = [k for k in ("random", "word2vec", "pretrained") if k in summary]
-    colors = {"random": "#9e9e9e", "word2vec": "#ff7f0e", "pretrained": "#1f77b4"}
-    for x, name in enumerate(names):
-        acc = summary[name]["test_accuracy"]
-        right.bar(x, acc["mean"], yerr=acc["sd"], capsize=8, color=colors[name], alpha=0.8, width=0.6)
-        jitter = np.linspace(-0.12, 0.12, len(acc["values"])) if len(acc["values"]) > 1 else [0.0]
-        right.scatter(x + np.asarray(jitter), acc["values"], color="black", zorder=3, s=18, label="seeds" if x == 0 else None)
-        right.text(x, acc["mean"] + acc["sd"] + 0.005, f"{acc['mean']:.3f}", ha="center", va="bottom")
-    right.axhline(0.5, color="red", lw=0.8, ls="--", label="chance")
-    right.set_xticks(range(len(names)), [CONDITIONS[n].replace(" (", "\n(") for n in names])
-    lo = min(min(summary[n]["test_accuracy"]["values"]) for n in names)
-    right.set_ylim(max(0.0, min(0.45, lo - 0.05)), min(1.0, max(max(summary[n]["test_accuracy"]["values"]) for n in names) + 0.06))
-    right.set_ylabel(f"{task_label} test accuracy")
-    right.set_title(title or f"fine-tuning on {task_label} (mean ± sd over seeds)")
-    right.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+def report_gain(results: list[dict[str, Any]], conditions: dict[str, str]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """``(summary, table, gain)`` of the fine-tuning runs; prints the table and the per-seed gain
+    of pre-training over the random initialisation in test accuracy."""
+    summary = summarize_inits(results)
+    table = format_table(summary, conditions)
+    gain = seed_gains(results, "accuracy")
+    print(table)
+    print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
+          f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in gain['per_seed'].items())})", flush=True)
+    return summary, table, gain
 
 
+def verdict(gain: dict[str, Any], note: str = "") -> str:
+    """One sentence on the gain (``note`` is added when there is none)."""
+    seeds = f"({gain['positive_seeds']}/{len(gain['per_seed'])} seeds gained)"
+    if gain["mean"] > 0:
+        return f"Pre-training raised mean test accuracy by {gain['mean'] * 100:+.2f} points {seeds}."
+    return f"No gain: pre-training changed mean test accuracy by {gain['mean'] * 100:+.2f} points {seeds}{note}."
+
+
+def pretrain_record(run_dir: Path, pre: Any, stages: Stages) -> dict[str, Any]:
+    """What ``results.json`` says of the pre-training run: size, steps, final losses, time."""
+    train_curve, eval_curve = pretrain_curve(run_dir)
+    return {
+        "run_dir": str(run_dir),
+        "n_parameters": sum(p.numel() for p in pre.backbone.parameters()),
+        "steps": train_curve[-1]["step"] if train_curve else 0,
+        "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
+        "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
+        "time_s": stages.times.get("pretrain", 0.0),
+    }
+
+
+def write_results(out: Path, result: dict[str, Any], summary_md: str) -> None:
+    (out / "results.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "summary.md").write_text(summary_md, encoding="utf-8")
+    print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}",
+          flush=True)
+
+
+# -- the English demo -----------------------------------------------------------------------------------
 def _summary_md(result: dict[str, Any], table: str) -> str:
-    g = result["gain"]
-    s = result["settings"]
-    pre = result["pretrain"]
-    verdict = (
-        f"Pre-training raised mean test accuracy by {g['mean'] * 100:+.2f} points "
-        f"({g['positive_seeds']}/{len(g['per_seed'])} seeds gained)."
-        if g["mean"] > 0
-        else f"No gain: pre-training changed mean test accuracy by {g['mean'] * 100:+.2f} points "
-        f"({g['positive_seeds']}/{len(g['per_seed'])} seeds gained); see results.json for the per-epoch dev curves."
-    )
+    s, pre = result["settings"], result["pretrain"]
     return (
         "# ptmkit demo: pre-training vs. random initialisation on MR\n\n"
-        f"{verdict}\n\n"
+        f"{verdict(result['gain'], '; see results.json for the per-epoch dev curves')}\n\n"
         "```\n" + table + "\n```\n\n"
         f"- pre-training: `{s['preset']}` {' '.join(s['pretrain_overrides'])}; {pre['n_parameters'] / 1e6:.2f}M parameters, "
         f"{pre['steps']} steps, final MLM loss {pre['final_train_loss']:.3f} (held-out {pre['final_eval_loss']:.3f}), "
@@ -249,22 +246,12 @@ def _summary_md(result: dict[str, Any], table: str) -> str:
 
 def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Run every stage; return (and write to ``out_dir/results.json``) the measured results."""
-    import torch
-
-    from ptmkit.data.sources.base import fetch
-    from ptmkit.data.tasks import load_task
-    from ptmkit.pretraining import initial_model, pretrain
-    from ptmkit import outputs
-    from ptmkit.pretrained import load_pretrained
-    from ptmkit.tasks.finetune import format_table, run_seeds, summarize
-
     t0 = time.perf_counter()
-    out = Path(out_dir if out_dir is not None else default_out_dir())
-    names = [*outputs.KINDS["demo"].names, "pretrain", "finetune", "finetune-word2vec"]
-    with outputs.writing(out, "demo", names=names, keep=lambda: True):
+    out, writing = demo_output(out_dir)
+    with writing:
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
-        stages = _Stages(5)
+        stages = Stages(5)
         print(f"ptmkit demo{' (quick settings)' if cfg.quick else ''}: output in {out}", flush=True)
 
         stages.start("data", "data: Penn Treebank (pre-training text) and MR (movie-review polarity)")
@@ -273,8 +260,8 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
         small = task.with_train_size(cfg.train_size, seed=cfg.train_subset_seed)
         text_files = [ptb / "train.txt"] + [mr / "unlabeled_train.txt"] * max(1, cfg.mr_text_copies)
         if cfg.max_text_lines:
-            text_files = _head_copies(text_files, cfg.max_text_lines, out / "text")
-        n_lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in text_files)
+            text_files = head_copies(text_files, cfg.max_text_lines, out / "text")
+        n_lines = count_lines(text_files)
         print(
             f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
             f"   MR: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
@@ -285,7 +272,6 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
         stages.start("pretrain", f"pre-train {cfg.preset} with masked-LM (tokenizer trained on the same text)")
         run_dir = pretrain(cfg.preset, text_files, out / "pretrain", overrides=list(cfg.pretrain_overrides), verbose=True)
         pre = load_pretrained(run_dir)
-        train_curve, eval_curve = _pretrain_curve(run_dir)
 
         stages.start("finetune", f"fine-tune on {len(small.train)} MR sentences: {len(cfg.seeds)} seeds x (pre-trained, random init)")
         lrs = list(cfg.finetune_lrs) if cfg.finetune_lrs else None
@@ -299,23 +285,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
             results += [{**r, "init": "word2vec"} for r in ablation]
 
         stages.start("report", "results on the held-out MR test split")
-        summary = summarize(results)
-        table = format_table(summary, CONDITIONS)
-        per_seed = {
-            r["seed"]: r["test"]["accuracy"] - next(q["test"]["accuracy"] for q in results if q["init"] == "random" and q["seed"] == r["seed"])
-            for r in results
-            if r["init"] == "pretrained"
-        }
-        gains = np.array(list(per_seed.values()))
-        gain = {
-            "mean": float(gains.mean()),
-            "sd": float(gains.std(ddof=1)) if len(gains) > 1 else 0.0,
-            "per_seed": {str(k): float(v) for k, v in per_seed.items()},
-            "positive_seeds": int((gains > 0).sum()),
-        }
-        print(table)
-        print(f"\ngain from pre-training: {gain['mean'] * 100:+.2f} ± {gain['sd'] * 100:.2f} accuracy points "
-              f"(per seed: {', '.join(f's{k} {v * 100:+.1f}' for k, v in per_seed.items())})", flush=True)
+        summary, table, gain = report_gain(results, CONDITIONS)
         if "word2vec" in summary:
             over = summary["pretrained"]["test_accuracy"]["mean"] - summary["word2vec"]["test_accuracy"]["mean"]
             gain["over_word2vec_only"] = float(over)
@@ -325,27 +295,18 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
                   "see summary.md and the per-epoch dev history in results.json", flush=True)
 
         stages.start("plot", "writing demo.png, results.json, summary.md")
-        plot(run_dir, summary, out / "demo.png", f"MR test accuracy, {len(small.train)} training sentences")
+        demo_figure(run_dir, summary, CONDITIONS, out / "demo.png", f"MR test accuracy, {len(small.train)} training sentences",
+                    text_label="PTB + MR train text", task_label="MR")
         stages.stop()
-        n_params = sum(p.numel() for p in pre.backbone.parameters())
         result = {
             "settings": {**to_dict(cfg), "finetune": to_dict(cfg.finetune)},
             "sizes": {"train": len(small.train), "dev": len(small.dev), "test": len(small.test), "pretrain_text_lines": n_lines},
-            "pretrain": {
-                "run_dir": str(run_dir),
-                "n_parameters": n_params,
-                "steps": train_curve[-1]["step"] if train_curve else 0,
-                "final_train_loss": train_curve[-1]["loss"] if train_curve else float("nan"),
-                "final_eval_loss": eval_curve[-1]["loss"] if eval_curve else float("nan"),
-                "time_s": stages.times.get("pretrain", 0.0),
-            },
+            "pretrain": pretrain_record(run_dir, pre, stages),
             "summary": summary,
             "gain": gain,
             "runs": results,
             "stage_times_s": stages.times,
             "wall_time_s": round(time.perf_counter() - t0, 1),
         }
-        (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-        (out / "summary.md").write_text(_summary_md(result, table))
-        print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}", flush=True)
+        write_results(out, result, _summary_md(result, table))
         return result

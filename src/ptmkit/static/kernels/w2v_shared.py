@@ -30,7 +30,7 @@ minibatch all reads happen before all writes, so repeated rows (a context word t
 a word that is the target of two CBOW rows, a negative drawn twice) receive the sum of their
 gradients.  Between minibatches the updates are Hogwild as in the exact kernel; subsampling, the
 reduced window, the learning-rate decay, the random stream and the sigmoid table are the exact
-kernel's (:mod:`ptmkit.static.kernels_w2v`).
+kernel's (:mod:`ptmkit.static.kernels.w2v`).
 
 Skip-gram HS needs no approximation to share: word2vec.c already scores every context word of a
 window against the same Huffman path (the centre word's), one context word after another.
@@ -48,7 +48,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels_w2v import _EXP_SCALE, MAX_EXP, draw_negative, lcg, seed_state, subsample
+from ptmkit.static.kernels.w2v import _EXP_SCALE, MAX_EXP, draw_negative, lcg, seed_state, subsample
 
 
 @nb.njit(inline="always")
@@ -202,7 +202,7 @@ def train_w2v_shared_chunk(
 ):  # fmt: skip
     """Train sentences ``s0..s1-1`` with shared negatives; returns the words kept by subsampling.
 
-    Arguments, learning rate and random stream as :func:`ptmkit.static.kernels_w2v.train_w2v_chunk`.
+    Arguments, learning rate and random stream as :func:`ptmkit.static.kernels.w2v.train_w2v_chunk`.
     Skip-gram: per target, the reduced window is drawn, then K negatives for its context words.
     CBOW: consecutive targets of a sentence are taken ``cbow_targets`` (the config's ``cbow_batch``)
     at a time; per batch, each target's reduced window is drawn, then K negatives for the batch.
@@ -344,7 +344,7 @@ def train_sg_hs_shared_chunk(
 ):  # fmt: skip
     """Skip-gram HS with one shared path per window (``kernel="shared_path"``); returns the words
     kept by subsampling.  Arguments, learning rate, subsampling, reduced window and random stream
-    as :func:`ptmkit.static.kernels_w2v.train_w2v_chunk` (HS draws no negatives, so the stream is
+    as :func:`ptmkit.static.kernels.w2v.train_w2v_chunk` (HS draws no negatives, so the stream is
     the exact kernel's, draw for draw).
     """
     dim = syn0.shape[1]

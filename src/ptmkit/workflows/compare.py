@@ -7,7 +7,7 @@ generator and ALBERT's shared layers cost their full compute), or of minutes (st
 probe, and ``train.max_seconds`` as the hard stop).  The number of steps follows from the budget;
 the LR schedule, warm-up (at most 10 % of the steps unless set) and evaluation points (ten per
 run unless set) follow the steps.  Then each contender is fine-tuned on the same tasks with the
-protocol of ``ptm evaluate`` (:class:`ptmkit.evaluate.Protocol`: a fixed training subset, the
+protocol of ``ptm evaluate`` (:class:`ptmkit.workflows.evaluate.Protocol`: a fixed training subset, the
 first ``eval_size`` dev/test examples, the LR chosen on dev, several seeds), at ``points``
 checkpoints spread over its budget, beside a from-scratch baseline (the first contender's
 architecture, randomly initialised).
@@ -39,10 +39,23 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ptmkit import outputs
+from ptmkit.build import build_model, resolve_config
+from ptmkit.config import apply_overrides, from_dict
+from ptmkit.data.batches import PretrainBatches
+from ptmkit.data.corpus import Corpus
+from ptmkit.data.prepare import prepare
+from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.flops import format_flops, step_flops
 from ptmkit.identity import differences, fingerprint
-from ptmkit.evaluate import Protocol, summarize
+from ptmkit.tokenization import Tokenizer
+from ptmkit.train import checkpoint as ckpt
+from ptmkit.train.config import TrainConfig
+from ptmkit.workflows import report
+from ptmkit.workflows.evaluate import Protocol, protocol_config, protocol_data
+from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.pretrain import load_config, pretrain
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +106,6 @@ class Budget:
     minutes: float | None = None
 
     def __str__(self) -> str:
-        from ptmkit.flops import format_flops
-
         return format_flops(self.flops) if self.flops is not None else f"{self.minutes:g} min"
 
 
@@ -116,9 +127,6 @@ def parse_budget(text: str) -> Budget:
 
 # -- the shared corpus ---------------------------------------------------------------------------------
 def _raw_config(c: Contender, common: Sequence[str]) -> dict[str, Any]:
-    from ptmkit.config import apply_overrides
-    from ptmkit.pretraining import load_config
-
     return apply_overrides(load_config(c.preset), [*common, *c.overrides])
 
 
@@ -128,9 +136,6 @@ def shared_corpus(contenders: Sequence[Contender], data: Sequence[str | Path], o
     prepared into ``out/data`` with one tokenizer, trained on it with the first contender's
     tokenizer section (after ``common``), and T5's sentinels if any contender asks for them.
     An existing ``out/data`` is reused (a resumed comparison sees the same token ids)."""
-    from ptmkit.data.prepare import prepare
-    from ptmkit.tokenization import Tokenizer
-
     paths = [Path(p) for p in data]
     if not paths:
         raise PtmError("no training data given: pass a prepared corpus directory or text file(s) with --data")
@@ -160,12 +165,6 @@ def shared_corpus(contenders: Sequence[Contender], data: Sequence[str | Path], o
 def probe(c: Contender, corpus: Any, common: Sequence[str], timed_steps: int = 0) -> dict[str, Any]:
     """Size and cost of ``c`` on ``corpus``: parameters, FLOPs per step (mean over three training
     batches) and, with ``timed_steps``, seconds per forward + backward step."""
-    from ptmkit.build import build_model, resolve_config
-    from ptmkit.config import from_dict
-    from ptmkit.data.batches import PretrainBatches
-    from ptmkit.flops import step_flops
-    from ptmkit.train.config import TrainConfig
-
     overrides = [*common, *c.overrides]
     tokenizer = corpus.load_tokenizer()
     config = resolve_config(_raw_config(c, common), tokenizer, overrides)
@@ -224,9 +223,6 @@ def run_overrides(c: Contender, common: Sequence[str], cost: dict[str, Any], bud
 def _pretrain(c: Contender, corpus_dir: Path, run_dir: Path, overrides: list[str], steps: int, progress: bool) -> list[tuple[int, Path]]:
     """Pre-train (or resume, or read back) ``c``; its checkpoints, oldest first.  A finished run
     leaves ``run_dir.done``: a run stopped by its time budget before ``steps`` is finished too."""
-    from ptmkit.pretraining import pretrain
-    from ptmkit.train import checkpoint as ckpt
-
     marker = run_dir.with_name(run_dir.name + ".done")
     done = ckpt.checkpoint_steps(run_dir)
     if not marker.is_file():
@@ -289,11 +285,6 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
     """Pre-train every contender on the same corpus at ``budget``, fine-tune each on ``tasks`` with
     ``protocol`` (finetune mode) at ``points`` checkpoints; write the table, JSON and plot (see the
     module docstring).  ``common``: overrides given to every contender before its own."""
-    from ptmkit.data.corpus import Corpus
-    from ptmkit.data.tasks import load_task
-    from ptmkit.evaluate import protocol_config, protocol_data
-    from ptmkit.tasks.finetune import run_seeds
-
     if not contenders:
         raise PtmError("nothing to compare: give at least one preset")
     labels = [c.label for c in contenders]
@@ -350,7 +341,7 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
                                  "lr": r["config"]["lr"]})
                 log.info("%s / step %d / %s done", label, step, task)
 
-        scores = summarize(rows, keys=("model", "step", "task"))
+        scores = report.summarize(rows, keys=("model", "step", "task"))
         result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
                   "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
                   "scores": scores}
@@ -363,8 +354,6 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
 # -- reporting -----------------------------------------------------------------------------------------
 def markdown(result: dict[str, Any]) -> str:
     """One row per contender at its full budget (and the from-scratch baseline)."""
-    from ptmkit.flops import format_flops
-
     tasks = result["tasks"]
     metric = {s["task"]: s["metric"] for s in result["scores"]}
     final = {}
@@ -372,35 +361,31 @@ def markdown(result: dict[str, Any]) -> str:
         key = (s["model"], s["task"])
         if key not in final or s["step"] > final[key]["step"]:
             final[key] = s
-    cell = lambda m, t: f"{final[m, t]['mean']:.3f} ± {final[m, t]['sd']:.3f}" if (m, t) in final else "–"  # noqa: E731
-    lines = ["| objective | preset | params (non-emb.) | FLOPs/step | steps | FLOPs | minutes | held-out loss | "
-             + " | ".join(f"{t} ({metric.get(t, '')})" for t in tasks) + " |",
-             "|---|---|---|---|---|---|---|---|" + "---|" * len(tasks)]
+    cells = lambda m: [report.mean_sd(final[m, t]) if (m, t) in final else "–" for t in tasks]  # noqa: E731
+    head = ["objective", "preset", "params (non-emb.)", "FLOPs/step", "steps", "FLOPs", "minutes", "held-out loss",
+            *(f"{t} ({metric.get(t, '')})" for t in tasks)]
+    rows = []
     if any(m == "from scratch" for m, _ in final):
-        lines.append("| from scratch | – | – | – | 0 | 0 | – | – | " + " | ".join(cell("from scratch", t) for t in tasks) + " |")
+        rows.append(["from scratch", "–", "–", "–", "0", "0", "–", "–", *cells("from scratch")])
     for label, r in result["contenders"].items():
         loss = f"{r['eval_curve'][-1][2]:.3f}" if r["eval_curve"] else "–"
         params = f"{r['parameters'] / 1e6:.2f}M ({r['non_embedding_parameters'] / 1e6:.2f}M)"
-        lines.append(f"| {label} | {r['preset']}{' ' + ' '.join(r['overrides']) if r['overrides'] else ''} | {params} | "
-                     f"{format_flops(r['flops_per_step'])} | {r['steps_done']} | {format_flops(r['flops'])} | "
-                     f"{r['seconds'] / 60:.1f} | {loss} | " + " | ".join(cell(label, t) for t in tasks) + " |")
-    return "\n".join(lines)
+        preset = r["preset"] + (" " + " ".join(r["overrides"]) if r["overrides"] else "")
+        rows.append([label, preset, params, format_flops(r["flops_per_step"]), str(r["steps_done"]),
+                     format_flops(r["flops"]), f"{r['seconds'] / 60:.1f}", loss, *cells(label)])
+    return "\n".join(report.markdown_table(head, rows))
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Left: each contender's held-out loss against FLOPs.  Then one panel per task: test score
     against FLOPs (mean ± sd over seeds), the from-scratch score as a dashed line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     tasks = result["tasks"]
     labels = list(result["contenders"])
     # one colour and marker per contender in every panel (tab10 repeats after ten)
-    colours = plt.get_cmap("tab20" if len(labels) > 10 else "tab10").colors
+    colours = report.colours(len(labels))
     style = {label: dict(color=colours[i % len(colours)], marker="os^vDP*Xph<>"[i % 12]) for i, label in enumerate(labels)}
-    fig, axes = plt.subplots(1, 1 + len(tasks), figsize=(5.5 * (1 + len(tasks)), 4.5), squeeze=False)
+    fig = report.figure(5.5 * (1 + len(tasks)), 4.5)
+    axes = fig.subplots(1, 1 + len(tasks), squeeze=False)
     ax = axes[0][0]
     for label, r in result["contenders"].items():
         if r["eval_curve"]:
@@ -436,6 +421,4 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set_ylabel(f"test {metric} (mean ± sd over seeds)")
         ax.set_title(f"{task}, after pre-training at equal FLOPs")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    report.save(fig, path)

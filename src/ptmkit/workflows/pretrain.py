@@ -1,0 +1,366 @@
+"""Pre-train a model from a preset on the user's corpus (the workflow behind ``ptm pretrain``).
+
+``pretrain("bert-tiny", "corpus.txt", "runs/tiny", ["train.max_steps=200"])`` resolves the
+preset with the overrides, trains a tokenizer and prepares the corpus when given raw text (or
+opens a prepared corpus directory), builds the encoder + the objective (:mod:`ptmkit.build`), and runs the
+:class:`~ptmkit.train.trainer.Trainer`.  The run directory receives ``config.json`` (the fully
+resolved config), ``metrics.jsonl``, ``loss.png`` and ``checkpoints/``; what a new, resumed,
+overwritten or continued run may find there is :mod:`ptmkit.workflows.rundir`'s to decide.
+A static model or preset goes to :mod:`ptmkit.workflows.static`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ptmkit import outputs
+from ptmkit.build import build_model, resolve_config
+from ptmkit.config import apply_overrides, from_dict
+from ptmkit.data.batches import PretrainBatches, split_spans
+from ptmkit.data.corpus import Corpus
+from ptmkit.data.prepare import prepare
+from ptmkit.errors import PtmError
+from ptmkit.presets import load_preset
+from ptmkit.pretrained import Pretrained
+from ptmkit.static.init_embeddings import init_word_embeddings
+from ptmkit.tokenization import Tokenizer
+from ptmkit.train import checkpoint as ckpt
+from ptmkit.train import distributed as dist
+from ptmkit.train.config import TrainConfig
+from ptmkit.train.trainer import Callback, Trainer, seed_everything
+from ptmkit.workflows import rundir
+from ptmkit.workflows.rundir import DATA_DIR, EVAL_DATA_DIR, RUN_CONFIG, DataArg, as_paths, is_corpus
+from ptmkit.workflows.static import static_model, train_static
+
+log = logging.getLogger(__name__)
+
+
+def pretrain(
+    preset_or_config: str | Path | dict[str, Any],
+    data: DataArg,
+    out_dir: str | Path,
+    overrides: Sequence[str] = (),
+    resume: bool = False,
+    eval_data: DataArg | None = None,
+    overwrite: bool = False,
+    callbacks: Iterable[Callback] = (),
+    verbose: bool = True,
+    init_from: str | Path | None = None,
+) -> Path:
+    """Pre-train and return the run directory (see the module docstring).
+
+    init_from: continued pre-training (ULMFiT's second stage: the LM fine-tuned on target-task
+    text): the weights (encoder and objective heads), tokenizer and config of this run or
+    checkpoint, with ``overrides`` applied; a fresh optimizer and schedule.  ``preset_or_config``
+    must describe the same model (same encoder and objective, same parameter shapes); ``data`` is
+    prepared with the run's tokenizer (text), or must have been (a prepared corpus).
+
+    A static model or static preset (``word2vec``, ``glove``, ``word2vec-cbow-hs``, ...; see
+    :mod:`ptmkit.static.presets`) is trained by :func:`ptmkit.workflows.static.train_static`
+    instead: data are text files, overrides are that model's config keys, and ``out_dir``
+    receives ``vectors.bin``.
+
+    data / eval_data: a prepared corpus directory, or text file(s) (one sentence per line, a blank
+    line between documents). Without eval_data, ``train.eval_fraction`` of the examples is held out.
+    """
+    run_dir = Path(out_dir)
+    overrides = list(overrides)
+    if static_model(preset_or_config) is not None:
+        return train_static(preset_or_config, as_paths(data), run_dir, overrides, overwrite, verbose, resume=resume,
+                            eval_data=eval_data, init_from=init_from)
+    if not isinstance(preset_or_config, dict):
+        outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
+    source = continued_start(preset_or_config, init_from, overrides) if init_from is not None else None
+    raw = source.raw if source is not None else apply_overrides(load_config(preset_or_config), overrides)
+    device = str((raw.get("train") or {}).get("device", "auto"))
+    dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
+    started = not dist.is_distributed()
+    info = dist.init_distributed(device)
+    succeeded = False
+    try:
+        with contextlib.ExitStack() as stack:  # holds RUN_DIR's lock and manifest (see rundir.open_run)
+            result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info,
+                               stack, source)
+        succeeded = True
+        return result
+    finally:
+        if started:
+            dist.cleanup(succeeded)
+
+
+def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, stack,
+              source=None) -> Path:
+    from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
+    inputs = as_paths(data) + (as_paths(eval_data) if eval_data is not None else [])
+    if source is not None:
+        inputs.append(source.checkpoint)
+    run = rundir.open_run(run_dir, resume, overwrite, info, inputs, stack)
+
+    # the data, the config resolved against their tokenizer, and what a resumed run must match
+    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run, source)
+    if source is not None:
+        rundir.check_same_tokenizer(source.checkpoint, tokenizer, corpus, "continue pre-training")
+        overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
+    config = resolve_config(raw, tokenizer, overrides)
+    record = rundir.inputs_record(data, eval_data)
+    run.check_resumed(config, tokenizer, corpus, record)
+    run.start_over(corpus)
+    train_cfg = from_dict(TrainConfig, config["train"], "train")
+
+    # the model, its training and held-out examples, and its weights at step 0
+    seed_everything(train_cfg.seed)  # identical initial weights for a given seed
+    model = build_model(config, tokenizer)
+    eval_corpus, train_spans, eval_spans = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run)
+    if not run.resuming:  # a resumed run loads its weights instead
+        _initial_weights(model, source, corpus, train_spans, train_cfg, verbose and info.is_main)
+    if len(train_spans) < train_cfg.batch_size:
+        raise PtmError(
+            f"the corpus gives {len(train_spans)} training examples of <= {train_cfg.seq_len} tokens, fewer than "
+            f"train.batch_size={train_cfg.batch_size}; use more text or a smaller batch"
+        )
+    common = dict(seq_len=train_cfg.seq_len, batch_size=train_cfg.batch_size, seed=train_cfg.seed, rank=info.rank,
+                  world_size=info.world_size)
+    batches = PretrainBatches(corpus, model.objective, train_spans, **common)
+    eval_source = PretrainBatches(eval_corpus, model.objective, eval_spans, **common) if len(eval_spans) else None
+
+    # train
+    run.write_record(config, record)
+    trainer = Trainer(model, batches, train_cfg, run_dir, eval_source, {"config": config, "tokenizer": tokenizer}, callbacks)
+    if verbose and info.is_main:
+        _print_plan(config, model, corpus, batches, train_spans, eval_spans, train_cfg, trainer, info, run_dir)
+    result = trainer.fit(resume=resume)
+    if verbose and info.is_main:
+        _print_result(result, run_dir)
+    return run_dir
+
+
+# -- configs --------------------------------------------------------------------------------------------
+def load_config(preset_or_config: str | Path | dict[str, Any]) -> dict[str, Any]:
+    """A preset name, a YAML path or an already nested dict -> a fresh nested dict."""
+    if isinstance(preset_or_config, dict):
+        return copy.deepcopy(preset_or_config)
+    return load_preset(str(preset_or_config))
+
+
+@dataclass(frozen=True)
+class ContinuedStart:
+    """Where continued pre-training starts: the source checkpoint, its tokenizer, and the raw
+    config (the source run's resolved config with the overrides applied)."""
+
+    checkpoint: Path
+    tokenizer: Any
+    raw: dict[str, Any]
+
+
+def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: str | Path, overrides: Sequence[str]) -> ContinuedStart:
+    """Read the run (or checkpoint) ``init_from``; its config with ``overrides`` applied is the new
+    run's config.  ``preset_or_config`` must name the same encoder and objective (an error
+    otherwise); where its model keys differ from the run's (a run trained with size overrides),
+    the run's are kept and a note says so.  Overrides that would change a parameter's shape are
+    refused: the weights would not fit."""
+    ck = ckpt.resolve_checkpoint(init_from)
+    ckpt.validate_checkpoint(ck)
+    stored = ckpt.read_config(ck)
+    tok_file = ck / ckpt.TOKENIZER_FILE
+    if not tok_file.is_file():
+        raise PtmError(f"--init-from {init_from}: checkpoint {ck} has no {ckpt.TOKENIZER_FILE}")
+    tokenizer = Tokenizer.load(tok_file)
+    preset = load_config(preset_or_config)
+    name = preset_or_config if not isinstance(preset_or_config, dict) else "the given config"
+
+    def names(cfg: dict[str, Any]) -> tuple[str, str]:
+        return str((cfg.get("model") or {}).get("encoder", "transformer")), str((cfg.get("objective") or {}).get("name"))
+
+    if names(preset) != names(stored):
+        (e1, o1), (e2, o2) = names(stored), names(preset)
+        raise PtmError(
+            f"--init-from {init_from}: that run trained encoder {e1!r} with objective {o1!r}, but {name} describes "
+            f"encoder {e2!r} with objective {o2!r}; give the preset the run was trained with"
+        )
+    base = {k: v for k, v in stored.items() if k in ("model", "objective", "tokenizer", "train")}
+    raw = apply_overrides(base, overrides)
+    pin = [f"model.vocab_size={stored['model']['vocab_size']}"]
+
+    def shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        with torch.device("meta"):  # shapes only, no memory
+            model = build_model(resolve_config(cfg, tokenizer, pin), tokenizer)
+        return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+    before, after = shapes(base), shapes(raw)
+    if before != after:
+        diff = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        shown = "; ".join(f"{k}: {before.get(k)} in the run, {after.get(k)} now" for k in diff[:3])
+        raise PtmError(
+            f"--init-from {init_from}: the overrides change the model's shape ({shown}{'; ...' if len(diff) > 3 else ''}), "
+            f"so the run's weights would not fit; continue with the run's sizes (drop the model size overrides)"
+        )
+    differ = sorted(k for k, v in (preset.get("model") or {}).items()
+                    if k != "vocab_size" and k in raw["model"] and raw["model"][k] != v)
+    if differ:
+        log.info("--init-from: the run's model settings differ from %s in %s; the run's are used", name, ", ".join(differ))
+    return ContinuedStart(ck, tokenizer, raw)
+
+
+# -- data -----------------------------------------------------------------------------------------------
+def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.RunDir,
+                        source: ContinuedStart | None = None):
+    """``(corpus, tokenizer)``: a prepared corpus as is, or raw text -> tokenizer + corpus in RUN_DIR/data
+    (kept and reused when resuming, so the resumed run sees the same token ids).  Continued
+    pre-training prepares raw text with the source run's tokenizer instead of a newly trained one."""
+    paths = as_paths(data)
+    if len(paths) == 1 and is_corpus(paths[0]):
+        corpus = Corpus.open(paths[0])
+        return corpus, corpus.load_tokenizer()
+    for p in paths:
+        if p.is_dir():
+            raise PtmError(f"{p} is a directory but not a prepared corpus (no meta.json); run `ptm prepare` or give text files")
+        if not p.is_file():
+            raise PtmError(f"training data not found: {p}")
+    out = run.path / DATA_DIR
+    if run.resume:  # --resume: the run's own prepared copy of the text, never re-prepared
+        run.check_text(paths)
+    if run.info.is_main and not (run.resume and is_corpus(out)):
+        if source is not None:
+            tok = source.tokenizer
+        else:
+            section = dict(tok_section)
+            kind = section.pop("kind", "wordpiece")
+            vocab_size = section.pop("vocab_size", 30522)
+            try:
+                tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, **section)
+            except TypeError as exc:
+                raise PtmError(f"invalid tokenizer section {tok_section}: {exc}") from exc
+        prepare(paths, tok, out, overwrite=True)
+    dist.barrier()
+    corpus = Corpus.open(out)
+    return corpus, corpus.load_tokenizer()
+
+
+def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir) -> Corpus:
+    paths = as_paths(data)
+    if len(paths) == 1 and is_corpus(paths[0]):
+        corpus = Corpus.open(paths[0])
+        if corpus.load_tokenizer().to_json() != tokenizer.to_json():
+            raise PtmError(f"the eval corpus {paths[0]} was prepared with a different tokenizer than the training data")
+        return corpus
+    for p in paths:
+        if not p.is_file():
+            raise PtmError(f"eval data not found: {p} (give a prepared corpus directory or text file(s))")
+    out = run.path / EVAL_DATA_DIR
+    if run.info.is_main and not (run.resume and is_corpus(out)):
+        prepare(paths, tokenizer, out, overwrite=True)
+    dist.barrier()
+    return Corpus.open(out)
+
+
+def _examples(objective, corpus, tokenizer, eval_data: DataArg | None, train_cfg: TrainConfig, run: rundir.RunDir):
+    """``(eval_corpus, train_spans, eval_spans)``: the held-out examples come from ``--eval-data``,
+    else ``train.eval_fraction`` of the training examples, else there are none."""
+    spans = objective.example_spans(corpus, train_cfg.seq_len)
+    if eval_data is not None:
+        eval_corpus = _open_eval_data(eval_data, tokenizer, run)
+        return eval_corpus, spans, objective.example_spans(eval_corpus, train_cfg.seq_len)
+    if train_cfg.eval_fraction > 0:
+        train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed,
+                                              contiguous=bool(getattr(objective, "reads_streams", False)))
+        return corpus, train_spans, eval_spans
+    return corpus, spans, spans[:0]
+
+
+# -- initial weights ------------------------------------------------------------------------------------
+def _initial_weights(model, source: ContinuedStart | None, corpus, train_spans, train_cfg: TrainConfig,
+                     verbose: bool) -> None:
+    """Step 0: every weight of the source run (continued pre-training), or fresh weights plus
+    :func:`init_from_corpus`."""
+    if source is not None:
+        ckpt.load_model_weights(model, source.checkpoint)
+        if verbose:
+            print(f"  weights, tokenizer and config from {source.checkpoint}", flush=True)
+    else:
+        init_from_corpus(model.backbone, model.objective, corpus, train_spans, train_cfg, verbose)
+
+
+def init_from_corpus(encoder, objective, corpus, train_spans, train_cfg: TrainConfig, verbose: bool = False) -> None:
+    """The data-dependent part of the initial weights (before step 1): the objective's own
+    (``Objective.init_from_corpus``), then with ``train.init_embeddings`` word2vec vectors of the
+    training examples' tokens as the word embeddings.  Deterministic (word2vec on one thread with
+    a fixed seed), so every DDP rank computes the same weights."""
+    objective.init_from_corpus(corpus, train_spans)
+    if train_cfg.init_embeddings == "none":
+        return
+    table = encoder.input_embeddings()
+    if table is None:
+        raise PtmError(f"train.init_embeddings needs a word embedding table; the {encoder.name} encoder has none")
+    n_set = init_word_embeddings(
+        table.weight, corpus, train_spans, train_cfg.init_embeddings,
+        std=float(getattr(encoder.config, "init_std", 0.02)), epochs=train_cfg.init_embeddings_epochs, seed=train_cfg.seed + 1,
+        progress=verbose,
+    )
+    if verbose:
+        print(f"  word embeddings: {n_set:,} rows initialised from {train_cfg.init_embeddings} vectors", flush=True)
+
+
+def initial_model(run_dir: str | Path) -> Pretrained:
+    """A pre-training run's starting point (step 0) as a ``Pretrained``: fresh weights from the
+    run's seed plus ``init_from_corpus`` on its prepared corpus (``RUN_DIR/data``) and training
+    split.  With ``train.init_embeddings`` this is "word vectors only, no Transformer objective".
+    (A run whose ``--eval-data`` was a prepared corpus directory left no trace of it in RUN_DIR: its
+    start is rebuilt as if ``eval_fraction`` had been held out.)"""
+    run_dir = Path(run_dir)
+    config = json.loads((run_dir / RUN_CONFIG).read_text())
+    if not is_corpus(run_dir / DATA_DIR):
+        raise PtmError(f"{run_dir} has no prepared corpus in {DATA_DIR}/ (it was trained on a corpus directory)")
+    corpus = Corpus.open(run_dir / DATA_DIR)
+    tokenizer = corpus.load_tokenizer()
+    train_cfg = from_dict(TrainConfig, config["train"], "train")
+    seed_everything(train_cfg.seed)
+    model = build_model(config, tokenizer)
+    spans = model.objective.example_spans(corpus, train_cfg.seq_len)
+    held_out = train_cfg.eval_fraction > 0 and not (run_dir / EVAL_DATA_DIR).exists()  # as _examples splits
+    contiguous = bool(getattr(model.objective, "reads_streams", False))
+    train_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed, contiguous)[0] if held_out else spans
+    init_from_corpus(model.backbone, model.objective, corpus, train_spans, train_cfg)
+    return Pretrained(config, tokenizer, model.backbone, model.objective, None, model)
+
+
+# -- what the run prints --------------------------------------------------------------------------------
+def count_parameters(model: Any) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _print_plan(config, model, corpus, batches, train_spans, eval_spans, train_cfg: TrainConfig, trainer, info,
+                run_dir: Path) -> None:
+    n_params = count_parameters(model)
+    table = model.backbone.input_embeddings()
+    n_emb = table.weight.numel() if table is not None else 0
+    seq_len = train_cfg.seq_len
+    epochs = train_cfg.max_steps / max(1, batches.steps_per_epoch)
+    print(
+        f"pretrain {config['objective']['name']}: {n_params / 1e6:.2f}M parameters "
+        f"({(n_params - n_emb) / 1e6:.2f}M without word embeddings), vocab {config['model']['vocab_size']}\n"
+        f"  data: {corpus.n_tokens:,} tokens, {len(train_spans):,} train / {len(eval_spans):,} eval examples "
+        f"of <= {seq_len} tokens\n"
+        f"  steps: {train_cfg.max_steps:,} x batch {train_cfg.batch_size} (<= {train_cfg.batch_size * seq_len:,} "
+        f"tokens/step, {epochs:.2f} epochs), {info.world_size} process(es) on {trainer.device}\n"
+        f"  run directory: {run_dir}",
+        flush=True,
+    )
+
+
+def _print_result(result: dict[str, Any], run_dir: Path) -> None:
+    parts = [f"step {result['step']}"]
+    if "train_loss" in result:
+        parts.append(f"train loss {result['train_loss']:.4f}")
+    for k in sorted(result):
+        if k.startswith("eval_"):
+            parts.append(f"{k.replace('_', ' ')} {result[k]:.4f}")
+    print("final: " + ", ".join(parts), flush=True)
+    print(f"checkpoint: {ckpt.latest_checkpoint(run_dir)}", flush=True)
