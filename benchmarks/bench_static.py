@@ -173,7 +173,8 @@ def train_w2v(impl: str, name: str, corpus: Path, hp: dict, seed: int) -> dict:
             cfg = Word2VecConfig(model=spec["model"], loss=spec["loss"], kernel=spec.get("kernel", "exact"), alpha=alpha,
                                  workers=hp["workers"], seed=seed, cache=False, **common, **hp.get("ptmkit_set", {}))  # fmt: skip
         else:
-            cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], seed=seed, cache=False, **common)
+            cfg = FastTextConfig(model=spec["model"], alpha=alpha, workers=hp["workers"], bucket=hp["bucket"], seed=seed,
+                                 cache=False, **common)
         vocab, ids = load_corpus(corpus, cfg.min_count, cache=False)
         # load the compiled kernels from numba's cache before timing (a few-sentence run)
         warm = type(cfg)(**{**cfg.__dict__, "epochs": 1, **({} if w2v else {"bucket": 1000})})
@@ -372,7 +373,8 @@ def main() -> None:
         corpus, n = prefix_corpus(src, args.max_words, args.lowercase, tmp)
         summary["corpus_words"] = n
         print(f"corpus {summary['corpus']} ({n:,} words), seeds {args.seeds}, {hp}")
-        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} {'simlex':>13s} {'peak MB':>7s}")
+        print(f"{'model':9s} {'impl':7s} {'words/s':>10s} {'words/cpu-s':>10s} {'analogy%':>12s} {'ws353':>13s} "
+              f"{'simlex':>13s} {'peak MB':>7s}")
         for name in names:
             if name == GLOVE:
                 impls = ("ptmkit", "glove-python") if glove_python_available() else ("ptmkit",)

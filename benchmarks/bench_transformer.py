@@ -606,7 +606,8 @@ def main() -> None:
                   f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")
             continue
         print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s, HF {r['hf_tok_s']:.0f} tok/s "
-              f"(x{result[workload + '_speedup']}, by CPU time x{result[workload + '_cpu_time_speedup']}); peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
+              f"(x{result[workload + '_speedup']}, by CPU time x{result[workload + '_cpu_time_speedup']}); "
+              f"peak training memory ptmkit {r['ptmkit_peak_mb']:.0f} MB, "
               f"HF {r['hf_peak_mb']:.0f} MB (ratio {result[workload + '_mem_ratio']})")
     print(json.dumps(result))
 

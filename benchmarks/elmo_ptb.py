@@ -52,10 +52,10 @@ from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.data.sources.base import fetch
 from ptmkit.presets import load_preset
-from ptmkit.workflows.pretrain import init_from_corpus
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Trainer, seed_everything
+from ptmkit.workflows.pretrain import init_from_corpus
 
 REFERENCE = {
     "zaremba2014_small_nonregularized": {"valid_ppl": 120.7, "test_ppl": 114.5, "size": "2 x 200 LSTM, 13 epochs"},

@@ -20,11 +20,11 @@ from ptmkit.config import apply_overrides, from_dict
 from ptmkit.data.batches import PretrainBatches
 from ptmkit.data.prepare import prepare
 from ptmkit.presets import load_preset
-from ptmkit.workflows.pretrain import init_from_corpus
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.metrics_log import METRICS_FILE, read_metrics
 from ptmkit.train.trainer import Trainer, seed_everything
+from ptmkit.workflows.pretrain import init_from_corpus
 
 
 def cut_lines(src: Path, dst: Path, lines: int | None) -> Path:

@@ -31,9 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_static  # noqa: E402
 import numpy as np  # noqa: E402
 
-import bench_static  # noqa: E402
 from ptmkit.static.cooccurrence import count_cooccurrence  # noqa: E402
 from ptmkit.static.glove import GloVeConfig, GloVeModel, block_size_for, epoch_block_order, shuffled_entries  # noqa: E402
 from ptmkit.static.vectors import WordVectors  # noqa: E402
@@ -73,8 +73,9 @@ def main() -> None:
     checkpoints = sorted({int(e) for e in args.epochs.split(",")})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    import numba
     import tempfile
+
+    import numba
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     with tempfile.TemporaryDirectory() as t:

@@ -39,7 +39,6 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ptb_budget import ptb_corpora, pretrain_for_budget, raw_preset  # noqa: E402
+from ptb_budget import pretrain_for_budget, ptb_corpora, raw_preset  # noqa: E402
 
 from ptmkit.build import build_model, resolve_config  # noqa: E402
 from ptmkit.encoders.base import Encoder, EncoderOutput  # noqa: E402

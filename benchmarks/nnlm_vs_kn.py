@@ -23,7 +23,15 @@ import torch
 
 from ptmkit.data.sources.base import fetch
 from ptmkit.static.kneser_ney import KneserNeyTrigram
-from ptmkit.static.nnlm import NGramWindows, NNLM, NNLMConfig, build_lm_vocab, default_train_config, encode_lm, train_nnlm
+from ptmkit.static.nnlm import (
+    NNLM,
+    NGramWindows,
+    NNLMConfig,
+    build_lm_vocab,
+    default_train_config,
+    encode_lm,
+    train_nnlm,
+)
 
 
 def mix_ppl(lp_a: np.ndarray, lp_b: np.ndarray, lam: float) -> float:

@@ -26,10 +26,10 @@ from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.data.sources.base import fetch
 from ptmkit.presets import load_preset
-from ptmkit.workflows.pretrain import init_from_corpus
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Trainer, seed_everything
+from ptmkit.workflows.pretrain import init_from_corpus
 
 SPLITS = ("train", "valid", "test")
 

@@ -56,10 +56,10 @@ from ptmkit.data.sources.base import fetch  # noqa: E402
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.objectives.stream import SentenceStream  # noqa: E402
 from ptmkit.presets import load_preset  # noqa: E402
-from ptmkit.workflows.pretrain import init_from_corpus  # noqa: E402
 from ptmkit.tokenization import Tokenizer  # noqa: E402
 from ptmkit.train.config import TrainConfig  # noqa: E402
 from ptmkit.train.trainer import Trainer, seed_everything  # noqa: E402
+from ptmkit.workflows.pretrain import init_from_corpus  # noqa: E402
 
 DEFAULT_PRESETS = ("awd-lstm-tiny", "elmo-tiny", "gpt2-tiny", "xlnet-tiny")
 WORD_TOKENIZER = {"kind": "word", "vocab_size": 16000, "lowercase": False, "min_frequency": 1}

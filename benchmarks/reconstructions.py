@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ptb_budget import ptb_corpora, ptb_files, pretrain_for_budget, raw_preset  # noqa: E402
+from ptb_budget import pretrain_for_budget, ptb_corpora, ptb_files, raw_preset  # noqa: E402
 
 from ptmkit.errors import PtmError  # noqa: E402
 
@@ -90,7 +90,7 @@ def main() -> None:
         models[preset] = {**info, "reconstructions": rows}
 
     lines = ["| # | original | model | noised input | reconstruction |", "|---|---|---|---|---|"]
-    for i, text in enumerate(texts):
+    for i, _text in enumerate(texts):
         for preset, m in models.items():
             r = m["reconstructions"][i]
             lines.append(f"| {i + 1} | {cell(r['original'])} | {preset} | {cell(r['noised'])} | {cell(r['reconstruction'])} |")

@@ -36,9 +36,9 @@ from safetensors.torch import load_file
 from ptmkit.data.sources.base import fetch
 from ptmkit.data.tasks import load_task
 from ptmkit.pretrained import load_pretrained
-from ptmkit.workflows.pretrain import pretrain
 from ptmkit.tasks.finetune import FinetuneConfig, _backbone, finetune
 from ptmkit.tasks.seq2seq import Seq2Seq, text_scores
+from ptmkit.workflows.pretrain import pretrain
 
 
 def pretraining_text(out: Path) -> Path:
@@ -69,7 +69,8 @@ def decode_test(run: Path, pre, data, cfg: FinetuneConfig, init: str, seed: int,
     task = Seq2Seq(data, task_cfg, pre.tokenizer, False, False)
     model = task.build(_backbone(pre, init, seed))
     model.load_state_dict(load_file(str(run / "best.safetensors")))
-    return task.score("test", task.predict(model, task.encode("test"), "cpu"))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return task.score("test", task.predict(model.to(device), task.encode("test"), device))
 
 
 def main() -> None:

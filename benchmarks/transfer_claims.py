@@ -69,8 +69,8 @@ def cell(c: dict[str, Any]) -> str:
 
 def part_aux_lm(gpt: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(a) aux_lm_weight 0 vs 0.5 on MR at the small and the large training size."""
-    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
 
     pre = load_model(gpt)
     rows = {}
@@ -87,8 +87,8 @@ def part_aux_lm(gpt: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
 
 def part_scalar_mix(models: dict[str, str], tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(b) features mode, ELMo's scalar mix vs the top layer, on MR and brown-pos."""
-    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
 
     result = {}
     for name, run in models.items():
@@ -105,8 +105,8 @@ def part_scalar_mix(models: dict[str, str], tasks, protocol, args, out: Path) ->
 
 def part_probing(models: dict[str, str], tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(c) one hidden state at a time (features mode, ``--probe-head``) on brown-pos and wordnet-wsd."""
-    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
 
     result = {}
     for name, run in models.items():
@@ -124,10 +124,10 @@ def part_probing(models: dict[str, str], tasks, protocol, args, out: Path) -> di
 
 def part_multitask(run: str, tasks, protocol, args, out: Path) -> dict[str, Any]:
     """(d) MR + brown-pos fine-tuned together (MT-DNN) vs one task at a time, test score per task."""
-    from ptmkit.workflows.evaluate import protocol_config, protocol_data
     from ptmkit.tasks.finetune import load_model
-    from ptmkit.workflows.finetune import run_seeds
     from ptmkit.tasks.multitask import MultiTaskData
+    from ptmkit.workflows.evaluate import protocol_config, protocol_data
+    from ptmkit.workflows.finetune import run_seeds
 
     pre = load_model(run)
     data = {t: protocol_data(tasks(t), protocol) for t in MULTI_TASKS}

@@ -103,11 +103,10 @@ def main() -> None:
 
     from ptmkit.data.sources.base import fetch
     from ptmkit.data.tasks import load_task
-    from ptmkit.workflows.demo import DemoConfig, quick_config
     from ptmkit.pretrained import load_pretrained
-    from ptmkit.workflows.pretrain import initial_model
-    from ptmkit.tasks.finetune import FinetuneConfig
+    from ptmkit.workflows.demo import DemoConfig, quick_config
     from ptmkit.workflows.finetune import run_seeds
+    from ptmkit.workflows.pretrain import initial_model
     from ptmkit.workflows.report import format_table
     from ptmkit.workflows.report import summarize_inits as summarize
 

@@ -37,7 +37,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -144,9 +143,9 @@ def main() -> None:
     from ptmkit.data.tasks import load_task
     from ptmkit.pretrained import load_pretrained
     from ptmkit.tasks.finetune import FinetuneConfig, recipe_config
+    from ptmkit.tokenization import Tokenizer
     from ptmkit.workflows.finetune import run_seeds
     from ptmkit.workflows.report import summarize_inits as summarize
-    from ptmkit.tokenization import Tokenizer
 
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)

@@ -19,6 +19,8 @@ from ptmkit import registry
 from ptmkit.config import from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.model_size import check_size
+from ptmkit.objectives.base import PretrainModel
+from ptmkit.train.config import TrainConfig
 
 DEFAULT_ENCODER = "transformer"
 
@@ -90,8 +92,6 @@ def build_objective(section: dict[str, Any], encoder: Any, tokenizer: Any):
 
 def build_model(config: dict[str, Any], tokenizer: Any):
     """``PretrainModel(encoder, objective)`` freshly initialised from a resolved config."""
-    from ptmkit.objectives.base import PretrainModel
-
     if "objective" not in config:
         raise PtmError("the config has no 'objective' section; is this a ptmkit checkpoint?")
     encoder = build_encoder(config.get("model"), tokenizer)
@@ -118,8 +118,6 @@ def resolve_config(raw: dict[str, Any], tokenizer: Any, overrides: Sequence[str]
     ``model.vocab_size`` follows the tokenizer unless pinned by an override, which must then be
     at least the tokenizer's size; ``train.seq_len`` must fit the encoder's positions.
     """
-    from ptmkit.train.config import TrainConfig
-
     raw = copy.deepcopy(raw)
     for section in ("model", "objective", "train"):
         if not isinstance(raw.get(section), dict):

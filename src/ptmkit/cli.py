@@ -16,7 +16,7 @@ import signal
 import sys
 
 from ptmkit import __version__
-from ptmkit.errors import PtmError
+from ptmkit.errors import PtmError, os_error_message
 
 # Order shown in ``ptm --help``.
 COMMANDS = (
@@ -97,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         # A full disk or a directory without write permission is the user's to fix, wherever it
         # surfaces; any other OSError is a bug and keeps its traceback.
-        from ptmkit.fileio import os_error_message
-
         message = os_error_message(exc)
         if message is None:
             raise

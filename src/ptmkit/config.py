@@ -11,6 +11,7 @@ directly).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import typing
@@ -117,8 +118,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     The first path component must already exist (``model``, ``train``, ...); deeper keys
     are checked later by :func:`from_dict` against the component's dataclass.
     """
-    import copy
-
     out = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:

@@ -8,6 +8,7 @@ and exits with status 2, without a traceback; anything else is a bug and keeps i
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,3 +33,26 @@ def require_file(path: str | os.PathLike[str], what: str = "file") -> Path:
     if not p.is_file():
         raise PtmError(f"{what} not found: {p}")
     return p
+
+
+# Errors caused by the place being written, not by ptmkit: reported without a traceback.
+USER_ERRNOS = {
+    errno.ENOSPC: "the disk is full; free some space or write somewhere else",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or write somewhere else",
+    errno.EFBIG: "the file is larger than this file system allows; write somewhere else",
+    errno.EACCES: "permission denied; choose a directory you can write to",
+    errno.EPERM: "operation not permitted; choose a directory you can write to",
+    errno.EROFS: "the file system is read-only; choose a writable directory",
+    errno.ENOTDIR: "a component of the path is a file, not a directory; choose another path",
+    errno.ENOENT: "its parent directory cannot be created there; choose another path",
+}
+
+
+def os_error_message(exc: OSError) -> str | None:
+    """``"PATH: reason; what to do"`` for an ``OSError`` the user can fix (full disk, no permission,
+    ...), ``None`` for others.  The CLI's last resort for such errors outside :func:`ptmkit.fileio.write_error`."""
+    advice = USER_ERRNOS.get(exc.errno or 0)
+    if advice is None:
+        return None
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or type(exc).__name__}; {advice}"

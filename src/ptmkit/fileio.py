@@ -29,22 +29,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ptmkit.errors import PtmError
+from ptmkit.errors import USER_ERRNOS, PtmError, os_error_message
 
 TMP_PREFIX = ".tmp-"  # temporary files and sibling directories (ignored by readers, removed on retry)
 STAGING_PREFIX = ".ptmkit-staging-"  # scratch directories of staged outputs, inside the output
 
-# Errors caused by the place being written, not by ptmkit: reported without a traceback.
-_USER_ERRNOS = {
-    errno.ENOSPC: "the disk is full; free some space or write somewhere else",
-    errno.EDQUOT: "the disk quota is exhausted; free some space or write somewhere else",
-    errno.EFBIG: "the file is larger than this file system allows; write somewhere else",
-    errno.EACCES: "permission denied; choose a directory you can write to",
-    errno.EPERM: "operation not permitted; choose a directory you can write to",
-    errno.EROFS: "the file system is read-only; choose a writable directory",
-    errno.ENOTDIR: "a component of the path is a file, not a directory; choose another path",
-    errno.ENOENT: "its parent directory cannot be created there; choose another path",
-}
 
 
 def _disk_full(exc: BaseException, where: Path | None) -> bool:
@@ -89,20 +78,10 @@ def write_error(exc: BaseException, path: str | os.PathLike[str], detail: str = 
         code, reason = errno.ENOSPC, os.strerror(errno.ENOSPC)
     else:
         return None
-    advice = _USER_ERRNOS.get(code)
+    advice = USER_ERRNOS.get(code)
     if advice is None:
         return None
     return WriteError(path, reason, advice, detail)
-
-
-def os_error_message(exc: OSError) -> str | None:
-    """``"PATH: reason; what to do"`` for an ``OSError`` the user can fix (full disk, no permission,
-    ...), ``None`` for others.  The CLI's last resort for such errors outside :func:`write_error`."""
-    advice = _USER_ERRNOS.get(exc.errno or 0)
-    if advice is None:
-        return None
-    where = f"{exc.filename}: " if exc.filename else ""
-    return f"{where}{exc.strerror or type(exc).__name__}; {advice}"
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:

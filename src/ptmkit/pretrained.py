@@ -18,8 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ptmkit.build import build_encoder, build_model, is_causal
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
+from ptmkit.objectives.base import PretrainModel
+from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 
 
@@ -41,7 +44,6 @@ class Pretrained:
         if self._model is None:
             if self.objective is None:
                 raise PtmError("this model was loaded without its pre-training heads (heads=False)")
-            from ptmkit.objectives.base import PretrainModel
 
             self._model = PretrainModel(self.backbone, self.objective)
         return self._model
@@ -60,8 +62,6 @@ class Pretrained:
     @property
     def causal(self) -> bool:
         """Whether the encoder was trained to read left to right (downstream use must too)."""
-        from ptmkit.build import is_causal
-
         return is_causal(self.config)
 
 
@@ -97,9 +97,6 @@ def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads:
     heads: build and load the objective's heads too (``False``: the encoder alone, for
     downstream use).
     """
-    from ptmkit.build import build_encoder, build_model
-    from ptmkit.tokenization import Tokenizer
-
     ck = ckpt.resolve_checkpoint(path)
     ckpt.validate_checkpoint(ck)
     config = ckpt.read_config(ck)

@@ -43,8 +43,6 @@ def _import_all() -> None:
     if _imported:
         return
     _imported = True
-    import ptmkit
-
     for sub in _PACKAGES:
         try:
             pkg = importlib.import_module(f"ptmkit.{sub}")
@@ -52,7 +50,6 @@ def _import_all() -> None:
             continue
         for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{pkg.__name__}."):
             importlib.import_module(info.name)
-    del ptmkit
 
 
 def get(kind: str, name: str) -> Any:

@@ -12,8 +12,8 @@ import torch
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained
-from ptmkit.workflows.pretrain import pretrain
 from ptmkit.train.trainer import TrainerCallback, read_metrics
+from ptmkit.workflows.pretrain import pretrain
 
 SMALL = [
     "model.embedding_size=24", "model.hidden_size=48", "model.dropout=0.1", "model.dropouth=0.1",

@@ -5,34 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY, W2V, write_corpus
 
 from ptmkit.cli import main
 
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64",
-    "tokenizer.vocab_size=200", "tokenizer.min_frequency=1",
-    "train.batch_size=4", "train.seq_len=32", "train.max_steps=2", "train.eval_batches=1", "train.num_threads=1",
-]
-W2V = ["dim=8", "epochs=1", "min_count=1", "workers=1", "cache=false"]
 TASK = ["--train", "t.csv", "--dev", "t.csv", "--test", "t.csv", "-o", "ft", "epochs=1", "max_seq_len=32"]
-
-
-def write_corpus(path: Path, seed: int = 0, docs: int = 20) -> Path:
-    rng = random.Random(seed)
-    words = "the a cat dog sat ran on under mat house red big small and then saw it king queen".split()
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(6):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "\n")
-            f.write("\n")
-    return path
 
 
 def call(argv: list[str], capsys) -> tuple[int, str]:

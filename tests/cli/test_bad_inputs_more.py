@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,26 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY, write_corpus
 
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
-
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64",
-    "tokenizer.vocab_size=200", "tokenizer.min_frequency=1",
-    "train.batch_size=4", "train.seq_len=32", "train.max_steps=2", "train.eval_batches=1", "train.num_threads=1",
-]
-
-
-def write_corpus(path: Path, docs: int = 20) -> Path:
-    rng = random.Random(0)
-    words = "the a cat dog sat ran on under mat house red big small and then saw it king queen".split()
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(6):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "\n")
-            f.write("\n")
-    return path
 
 
 def call(argv, capsys) -> tuple[int, str]:

@@ -11,52 +11,9 @@ succeed without touching them or refuse with a clear message and a non-zero exit
 
 from __future__ import annotations
 
-import hashlib
-import random
-from pathlib import Path
-
-import pytest
+from conftest import TINY, W2V, checksums, run_cli, write_corpus
 
 from ptmkit.cli import main
-
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64",
-    "tokenizer.vocab_size=200", "tokenizer.min_frequency=1",
-    "train.batch_size=4", "train.seq_len=32", "train.max_steps=2", "train.eval_batches=1", "train.num_threads=1",
-]
-W2V = ["dim=8", "epochs=1", "min_count=1", "workers=1", "cache=false"]
-
-
-def write_corpus(path: Path, docs: int = 20) -> Path:
-    rng = random.Random(0)
-    words = "the a cat dog sat ran on under mat house red big small and then saw it".split()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(6):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "\n")
-            f.write("\n")
-    return path
-
-
-def checksums(root: Path) -> dict[str, str]:
-    """Every file under ``root``: relative path -> SHA-256."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("tok")
-    text = write_corpus(root / "text.txt")
-    assert main(["tokenizer", "train", str(text), "--vocab-size", "120", "--min-frequency", "1", "-o", str(root / "tok.json")]) == 0
-    return root / "tok.json"
-
-
-def run_cli(argv, capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    rc = main([str(a) for a in argv])
-    return rc, capsys.readouterr().err
 
 
 def assert_refused_and_intact(rc, err, before, root, fragment):
@@ -77,10 +34,10 @@ def test_1_text_inside_the_run_directory(tmp_path, capsys):
     assert_refused_and_intact(rc, err, before, proj, "lies inside the output directory")
 
 
-def test_2_overwrite_a_run_whose_corpus_is_the_input(tmp_path, tokenizer, capsys):
+def test_2_overwrite_a_run_whose_corpus_is_the_input(tmp_path, tiny_tokenizer, capsys):
     proj = tmp_path / "proj3"
     text = write_corpus(tmp_path / "text.txt")
-    assert main(["prepare", str(text), "-t", str(tokenizer), "-o", str(proj / "data"), "--workers", "1"]) == 0
+    assert main(["prepare", str(text), "-t", str(tiny_tokenizer), "-o", str(proj / "data"), "--workers", "1"]) == 0
     before = checksums(proj)
     rc, err = run_cli(["pretrain", "bert-tiny", "--data", proj / "data", "-o", proj, "--overwrite", *TINY], capsys)
     assert_refused_and_intact(rc, err, before, proj, "lies inside the output directory")
@@ -101,11 +58,11 @@ def test_3_static_model_overwrites_the_directory_of_its_corpus(tmp_path, capsys)
     assert_refused_and_intact(rc, err, before, sdir, "lies inside the output directory")
 
 
-def test_4_prepare_overwrites_the_directory_of_its_input(tmp_path, tokenizer, capsys):
+def test_4_prepare_overwrites_the_directory_of_its_input(tmp_path, tiny_tokenizer, capsys):
     pdir = tmp_path / "pdir"
     corpus = write_corpus(pdir / "in.txt")
     before = checksums(pdir)
-    rc, err = run_cli(["prepare", corpus, "-t", tokenizer, "-o", pdir, "--overwrite", "--workers", "1"], capsys)
+    rc, err = run_cli(["prepare", corpus, "-t", tiny_tokenizer, "-o", pdir, "--overwrite", "--workers", "1"], capsys)
     assert_refused_and_intact(rc, err, before, pdir, "lies inside the output directory")
 
 
@@ -124,20 +81,20 @@ def test_5_pretrain_into_a_directory_that_is_not_ptms(tmp_path, capsys):
         assert_refused_and_intact(rc, err, before, tmp_path, "was not written by ptm")
 
 
-def test_overwrite_keeps_the_users_files_in_ptms_own_directories(tmp_path, tokenizer, capsys):
+def test_overwrite_keeps_the_users_files_in_ptms_own_directories(tmp_path, tiny_tokenizer, capsys):
     """Where ptm may write (its own output), --overwrite replaces only what ptm wrote."""
     corpus = write_corpus(tmp_path / "corpus.txt")
     vec, run, prepared = tmp_path / "vec", tmp_path / "run", tmp_path / "prepared"
     assert main(["pretrain", "word2vec", "--data", str(corpus), "-o", str(vec), *W2V]) == 0
     assert main(["pretrain", "bert-tiny", "--data", str(corpus), "-o", str(run), *TINY]) == 0
-    assert main(["prepare", str(corpus), "-t", str(tokenizer), "-o", str(prepared), "--workers", "1"]) == 0
+    assert main(["prepare", str(corpus), "-t", str(tiny_tokenizer), "-o", str(prepared), "--workers", "1"]) == 0
     for d in (vec, run, prepared):
         (d / "notes.txt").write_text(f"my notes on {d.name}\n")
     notes = {d: (d / "notes.txt").read_text() for d in (vec, run, prepared)}
     corpus_sum = checksums(tmp_path)["corpus.txt"]
     assert main(["pretrain", "word2vec", "--data", str(corpus), "-o", str(vec), "--overwrite", *W2V, "dim=4"]) == 0
     assert main(["pretrain", "bert-tiny", "--data", str(corpus), "-o", str(run), "--overwrite", *TINY]) == 0
-    assert main(["prepare", str(corpus), "-t", str(tokenizer), "-o", str(prepared), "--overwrite", "--workers", "1"]) == 0
+    assert main(["prepare", str(corpus), "-t", str(tiny_tokenizer), "-o", str(prepared), "--overwrite", "--workers", "1"]) == 0
     for d, text in notes.items():
         assert (d / "notes.txt").read_text() == text
     assert checksums(tmp_path)["corpus.txt"] == corpus_sum

@@ -16,8 +16,8 @@ from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.clm import CausalLM, CLMConfig  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
-from ptmkit.tokenization import Tokenizer  # noqa: E402
 from ptmkit.pretrained import load_pretrained, save_pretrained  # noqa: E402
+from ptmkit.tokenization import Tokenizer  # noqa: E402
 
 TEXT = """\
 the cat sat on the mat .

@@ -5,12 +5,11 @@ import json
 import numpy as np
 import pytest
 
+from ptmkit.build import build_model
 from ptmkit.cli import main
 from ptmkit.encoders import TransformerConfig
-from ptmkit.objectives.base import PretrainModel
-from ptmkit.tokenization import Tokenizer
-from ptmkit.build import build_model
 from ptmkit.pretrained import save_pretrained
+from ptmkit.tokenization import Tokenizer
 
 
 @pytest.fixture(scope="module")

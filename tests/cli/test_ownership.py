@@ -17,13 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY, W2V, checksums, run_cli, write_corpus
 
 from ptmkit import outputs
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
-
-from test_data_loss import TINY, W2V, checksums, run_cli, write_corpus
-from test_data_loss import tokenizer  # noqa: F401 (a fixture)
 
 
 def look_alikes(root: Path) -> dict[str, Path]:
@@ -64,7 +62,7 @@ def writing_commands(out: Path, corpus: Path, tok: Path, model: Path) -> list[li
     ]
 
 
-def test_every_writing_command_refuses_folders_that_only_look_like_ptm_output(tmp_path, tokenizer, capsys):
+def test_every_writing_command_refuses_folders_that_only_look_like_ptm_output(tmp_path, tiny_tokenizer, capsys):
     corpus = write_corpus(tmp_path / "in" / "corpus.txt")
     model = tmp_path / "in" / "model"  # never reached: the output is checked first
     model.mkdir()
@@ -73,7 +71,7 @@ def test_every_writing_command_refuses_folders_that_only_look_like_ptm_output(tm
     folders = look_alikes(tmp_path / "out")
     before = checksums(tmp_path)
     for name, d in folders.items():
-        for argv in writing_commands(d, corpus, tokenizer, model):
+        for argv in writing_commands(d, corpus, tiny_tokenizer, model):
             rc, err = run_cli(argv, capsys)
             assert rc == 2, (name, argv, err)
             assert "was not written by ptm" in err, (name, argv, err)
@@ -94,7 +92,7 @@ def test_failure_keeps_a_sibling_run_and_the_users_notes(tmp_path, capsys):
     assert checksums(exp) == before and not (exp / "b").exists()
 
 
-def test_interrupted_prepare_keeps_notes_written_meanwhile(tmp_path, tokenizer, capsys, monkeypatch):
+def test_interrupted_prepare_keeps_notes_written_meanwhile(tmp_path, tiny_tokenizer, capsys, monkeypatch):
     from ptmkit.data import prepare as prepare_mod
 
     corpus = write_corpus(tmp_path / "corpus.txt")
@@ -106,16 +104,16 @@ def test_interrupted_prepare_keeps_notes_written_meanwhile(tmp_path, tokenizer, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(prepare_mod, "_write_corpus", interrupted)
-    rc = main(["prepare", str(corpus), "-t", str(tokenizer), "-o", str(newproj / "corpus"), "--workers", "1"])
+    rc = main(["prepare", str(corpus), "-t", str(tiny_tokenizer), "-o", str(newproj / "corpus"), "--workers", "1"])
     assert rc == 130  # interrupted, as a shell reports Ctrl-C
     assert checksums(newproj) == {"notes.md": checksums(newproj)["notes.md"]}
     assert sorted(p.name for p in newproj.iterdir()) == ["notes.md"]
 
 
-def test_overwrite_removes_ptms_files_not_look_alike_names(tmp_path, tokenizer, capsys):
+def test_overwrite_removes_ptms_files_not_look_alike_names(tmp_path, tiny_tokenizer, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt")
     prepared = tmp_path / "prepared"
-    assert main(["prepare", str(corpus), "-t", str(tokenizer), "-o", str(prepared), "--workers", "1"]) == 0
+    assert main(["prepare", str(corpus), "-t", str(tiny_tokenizer), "-o", str(prepared), "--workers", "1"]) == 0
     run = tmp_path / "run"
     rc, err = run_cli(["pretrain", "bert-tiny", "--data", prepared, "-o", run, *TINY], capsys)
     assert rc == 0, err
@@ -167,10 +165,10 @@ with outputs.writing(sys.argv[1], sys.argv[2]):
 """
 
 
-def test_one_writer_per_output_directory(tmp_path, tokenizer, capsys):
+def test_one_writer_per_output_directory(tmp_path, tiny_tokenizer, capsys):
     corpus = write_corpus(tmp_path / "corpus.txt")
     for kind, argv in (("run", ["pretrain", "bert-tiny", "--data", corpus, *TINY]),
-                       ("corpus", ["prepare", corpus, "-t", tokenizer, "--workers", "1", "--overwrite"])):
+                       ("corpus", ["prepare", corpus, "-t", tiny_tokenizer, "--workers", "1", "--overwrite"])):
         out = tmp_path / kind
         proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out), kind], stdout=subprocess.PIPE, text=True)
         try:
@@ -197,7 +195,7 @@ def step5(tmp_path_factory):
     return corpus, run
 
 
-def test_resume_refuses_a_shorter_budget_other_data_and_a_corrupt_config(step5, tmp_path, tokenizer, capsys):
+def test_resume_refuses_a_shorter_budget_other_data_and_a_corrupt_config(step5, tmp_path, tiny_tokenizer, capsys):
     corpus, run = step5
     before = checksums(run)
     rc, err = run_cli(["pretrain", "bert-tiny", "--data", corpus, "-o", run, "--resume", *TINY, "train.max_steps=2"], capsys)
@@ -217,12 +215,12 @@ def test_resume_refuses_a_shorter_budget_other_data_and_a_corrupt_config(step5, 
         (run / "config.json").write_text(saved)
 
 
-def test_resume_on_another_prepared_corpus_with_the_same_tokenizer_is_refused(tmp_path, tokenizer, capsys):
+def test_resume_on_another_prepared_corpus_with_the_same_tokenizer_is_refused(tmp_path, tiny_tokenizer, capsys):
     a = write_corpus(tmp_path / "a.txt", docs=30)
     b = tmp_path / "b.txt"
     b.write_text(a.read_text().replace("the", "a"))
     for name, text in (("ca", a), ("cb", b)):
-        assert main(["prepare", str(text), "-t", str(tokenizer), "-o", str(tmp_path / name), "--workers", "1"]) == 0
+        assert main(["prepare", str(text), "-t", str(tiny_tokenizer), "-o", str(tmp_path / name), "--workers", "1"]) == 0
     run = tmp_path / "run"
     rc, err = run_cli(["pretrain", "bert-tiny", "--data", tmp_path / "ca", "-o", run, *TINY], capsys)
     assert rc == 0, err
@@ -279,14 +277,14 @@ def test_finetune_resume_refuses_other_settings_and_other_data(tmp_path):
 
 
 def test_compare_resume_refuses_other_settings(tmp_path):
-    from ptmkit.workflows.compare import SETTINGS, _check_settings
+    from ptmkit.workflows.rundir import SETTINGS, check_settings
 
     out = tmp_path / "cmp"
     out.mkdir()
     settings = {"data": [{"name": "a.txt", "bytes": 3, "sha256": "0" * 64}], "budget": {"flops": 1e12, "minutes": None}}
-    _check_settings(out, settings, resume=False)
+    check_settings(out, settings, resume=False)
     assert json.loads((out / SETTINGS).read_text()) == settings
-    _check_settings(out, settings, resume=True)
+    check_settings(out, settings, resume=True)
     other = {**settings, "budget": {"flops": 2e12, "minutes": None}}
     with pytest.raises(PtmError, match=r"budget.flops: 1000000000000.0 in the run, 2000000000000.0 now"):
-        _check_settings(out, other, resume=True)
+        check_settings(out, other, resume=True)

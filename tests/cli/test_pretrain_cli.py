@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
+from conftest import write_corpus
 
 from ptmkit.build import build_model
 from ptmkit.cli import main
@@ -23,21 +23,10 @@ TINY = [
 ]
 
 
-def write_corpus(path, docs=30, seed=0):
-    rng = random.Random(seed)
-    words = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(6):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "\n")
-            f.write("\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
-    text = write_corpus(root / "train.txt")
+    text = write_corpus(root / "train.txt", docs=30)
     run = root / "run"
     rc = main(["pretrain", "bert-tiny", "--data", str(text), "-o", str(run), *TINY])
     assert rc == 0
@@ -135,7 +124,7 @@ def test_init_embeddings_start_is_reproducible(tmp_path):
 
     from ptmkit.workflows.pretrain import initial_model
 
-    text = write_corpus(tmp_path / "train.txt")
+    text = write_corpus(tmp_path / "train.txt", docs=30)
     run = tmp_path / "run"
     # One step at a negligible LR: the checkpoint is the starting point to ~1e-9.
     over = [o for o in TINY if not o.startswith(("train.max_steps", "train.warmup_steps", "train.save_every", "train.eval_every"))]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from test_finetune_cli import files  # noqa: F401 (a fixture: three CSV splits and a tiny checkpoint)
 
 from ptmkit import registry
 from ptmkit.build import build_model
@@ -15,13 +16,11 @@ from ptmkit.cli import main
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
+from ptmkit.pretrained import Pretrained
 from ptmkit.tasks.base import read_task_files, sniff_type, task_type_names
 from ptmkit.tasks.classification import Classification
-from ptmkit.pretrained import Pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tokenization import Tokenizer
-
-from test_finetune_cli import files  # noqa: F401 (a fixture: three CSV splits and a tiny checkpoint)
 
 
 def write_jsonl(path, rows):

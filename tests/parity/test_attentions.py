@@ -10,16 +10,23 @@ gate, which HF 4 returned); a pruned HF BERT is cut with HF's ``prune_linear_lay
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
-from transformers import (BartConfig, BartForConditionalGeneration, BertConfig, BertModel, GPT2Config,  # noqa: E402
-                          GPT2Model, T5Config, T5ForConditionalGeneration)
+from conftest import special_ids
+from transformers import (  # noqa: E402
+    BartConfig,
+    BartForConditionalGeneration,
+    BertConfig,
+    BertModel,
+    GPT2Config,
+    GPT2Model,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 from transformers.models.bart import modeling_bart  # noqa: E402
 from transformers.models.bert import modeling_bert  # noqa: E402
 from transformers.models.t5 import modeling_t5  # noqa: E402
@@ -322,7 +329,7 @@ def test_t5_attentions_and_head_masks_match_hf(monkeypatch, gated: bool) -> None
 
 @torch.no_grad()
 def test_xlnet_content_and_query_attentions_match_hf() -> None:
-    tok = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(V)
     config = {"model": {"encoder": "xlnet", "vocab_size": V, "hidden_size": H, "num_layers": 2, "num_heads": HEADS,
                         "intermediate_size": I, "mem_len": 8}, "objective": {"name": "plm"}}
     torch.manual_seed(0)

@@ -10,7 +10,6 @@ hypotheses finish at different lengths and the stopping rules matter.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest

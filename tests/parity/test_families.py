@@ -22,6 +22,8 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import special_ids
+
 from ptmkit import registry  # noqa: E402
 from ptmkit.build import build_model  # noqa: E402
 from ptmkit.interop import export_hf, load_hf  # noqa: E402
@@ -29,7 +31,7 @@ from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V = 100
 TOL = dict(rtol=1e-5, atol=1e-5)
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 @torch.no_grad()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
+from conftest import special_ids
 from transformers import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel  # noqa: E402
 
 from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
@@ -24,7 +24,7 @@ from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V, E, H, L, HEADS, I, P = 100, 16, 32, 3, 4, 64, 64
 TOL = dict(rtol=1e-5, atol=1e-5)
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 @torch.no_grad()

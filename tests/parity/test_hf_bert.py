@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
+from conftest import special_ids
 from transformers import BertConfig, BertForMaskedLM, BertForPreTraining, BertModel  # noqa: E402
 
+from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.interop.hf_bert import export_bert, import_bert, to_hf_config  # noqa: E402
-from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
 from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V, H, L, HEADS, I, P = 100, 32, 2, 4, 64, 64
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-def special_ids(vocab_size: int = V) -> SimpleNamespace:
-    """Ids an MLM objective needs; the parity tests never collate, so any valid ids do."""
-    return SimpleNamespace(vocab_size=vocab_size, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 
 
 @torch.no_grad()

@@ -4,26 +4,25 @@ factorized embeddings) computes the same hidden states and replaced-token logits
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
+from conftest import special_ids
 from transformers import ElectraConfig, ElectraForPreTraining  # noqa: E402
 
 from ptmkit.build import build_model  # noqa: E402
 from ptmkit.config import to_dict  # noqa: E402
+from ptmkit.encoders import TransformerConfig  # noqa: E402
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.interop import infer_format  # noqa: E402
 from ptmkit.interop.hf_electra import import_electra, to_hf_config  # noqa: E402
-from ptmkit.encoders import TransformerConfig  # noqa: E402
 from ptmkit.objectives.electra import ELECTRAConfig  # noqa: E402
 from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V = 100
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 @torch.no_grad()

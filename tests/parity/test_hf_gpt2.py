@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,11 +11,12 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
+from conftest import special_ids
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model  # noqa: E402
 
+from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.errors import PtmError  # noqa: E402
 from ptmkit.interop.hf_gpt2 import export_gpt2, import_gpt2, to_hf_config  # noqa: E402
-from ptmkit.encoders import TransformerConfig, TransformerEncoder  # noqa: E402
 from ptmkit.objectives.base import PretrainModel  # noqa: E402
 from ptmkit.objectives.clm import CausalLM, CLMConfig  # noqa: E402
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig  # noqa: E402
@@ -24,10 +24,6 @@ from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V, H, L, HEADS, P = 100, 32, 2, 4, 64
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-def special_ids(vocab_size: int = V) -> SimpleNamespace:
-    return SimpleNamespace(vocab_size=vocab_size, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 
 
 @torch.no_grad()
@@ -158,7 +154,7 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path) -> None:
         to_hf_config(replace(GPT2_CFG, type_vocab_size=2))
     # An MLM-trained pre-LN model has heads GPT-2 cannot hold.
     encoder = TransformerEncoder(GPT2_CFG)
-    model = PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, special_ids()))
+    model = PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, special_ids(V)))
     pre = Pretrained({"objective": {"name": "mlm"}}, None, model.backbone, model.objective, None, model)
     with pytest.raises(PtmError):
         export_gpt2(pre, tmp_path / "hf")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+from conftest import special_ids
 from transformers import GenerationConfig as HFGenerationConfig  # noqa: E402
 from transformers import GPT2LMHeadModel  # noqa: E402
 
@@ -31,7 +30,7 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [14, 15], [16, 17, 18, 19, 20]]
 def models(tmp_path_factory):
     torch.manual_seed(11)
     encoder = TransformerEncoder(GPT2_CFG)
-    tok = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(V)
     model = PretrainModel(encoder, CausalLM(CLMConfig(), encoder, tok)).eval()
     g = torch.Generator().manual_seed(11)
     with torch.no_grad():  # larger weights than at initialisation: the arg-max changes from step to step

@@ -5,7 +5,6 @@ forward with memory (and the memory it returns), both directions of the key map.
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -16,6 +15,8 @@ from torch.testing import assert_close
 
 transformers = pytest.importorskip("transformers")
 
+from conftest import special_ids
+
 from ptmkit.build import build_model  # noqa: E402
 from ptmkit.interop.hf_xlnet import build_hf_xlnet, import_xlnet  # noqa: E402
 from ptmkit.objectives.plm import factorisation_masks  # noqa: E402
@@ -23,7 +24,7 @@ from ptmkit.pretrained import Pretrained  # noqa: E402
 
 V = 100
 TOL = dict(rtol=1e-5, atol=1e-5)
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 MODEL = dict(encoder="xlnet", vocab_size=V, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, mem_len=8)
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_PRETRAIN as TINY
+from conftest import write_corpus
 
 from ptmkit.cli import main
 from ptmkit.train import checkpoint as ckpt
@@ -19,29 +20,11 @@ from ptmkit.train.trainer import read_metrics
 
 pytest.importorskip("ptmkit.data.batches")
 
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=48", "model.num_heads=2",
-    "train.batch_size=8", "train.seq_len=40", "train.warmup_steps=4", "train.lr=3e-3", "train.log_every=1",
-    "train.eval_batches=2", "train.num_threads=1", "train.device=cpu",
-]
-
-
-def write_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    words = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(5):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))) + "\n")
-            f.write("\n")
-    return path
-
-
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     """``ptm pretrain bart-tiny --data TEXT``: tokenizer and corpus made from raw text."""
     root = tmp_path_factory.mktemp("bart")
-    text = write_corpus(root / "train.txt")
+    text = write_corpus(root / "train.txt", docs=40, sentences=5, lengths=(4, 10))
     run = root / "run"
     rc = main(["pretrain", "bart-tiny", "--data", str(text), "-o", str(run), "tokenizer.vocab_size=120",
                "tokenizer.min_frequency=1", "train.max_steps=40", "train.eval_every=20", "train.save_every=20", *TINY])

@@ -100,8 +100,8 @@ def test_ddp_pretrain_cli_matches_single_process(tmp_path):
 
     pytest.importorskip("ptmkit.data.batches")
     from ptmkit.data.prepare import prepare
-    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
+    from ptmkit.workflows.pretrain import pretrain
 
     rng = random.Random(0)
     words = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()

@@ -75,7 +75,8 @@ def test_resume_matches_uninterrupted_toy(tmp_path):
     a, b = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
     assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 15))
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=0, atol=1e-6)
-    np.testing.assert_allclose([l for _, l in _losses(tmp_path / "cut", "eval")], [l for _, l in _losses(tmp_path / "full", "eval")], atol=1e-6)
+    np.testing.assert_allclose([l for _, l in _losses(tmp_path / "cut", "eval")],
+                               [l for _, l in _losses(tmp_path / "full", "eval")], atol=1e-6)
     assert resumed["eval_loss"] == pytest.approx(full["eval_loss"], abs=1e-6)
 
 
@@ -104,8 +105,8 @@ def test_resume_matches_uninterrupted_bert_mlm(tmp_path):
     """The real pipeline: bert-tiny (MLM + NSP, dropout on), killed after its first checkpoint."""
     pytest.importorskip("ptmkit.data.batches")
     from ptmkit.data.prepare import prepare
-    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
+    from ptmkit.workflows.pretrain import pretrain
 
     text = _write_corpus(tmp_path / "corpus.txt")
     tok = Tokenizer.train([text], kind="wordpiece", vocab_size=100, min_frequency=1)

@@ -4,40 +4,24 @@ the HF export, and an exact resume after a kill."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_PRETRAIN, write_corpus
 
 from ptmkit.cli import main
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.trainer import read_metrics
 
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=48", "model.num_heads=2",
-    "tokenizer.vocab_size=120", "tokenizer.min_frequency=1", "tokenizer.extra_ids=20",
-    "train.batch_size=8", "train.seq_len=40", "train.warmup_steps=4", "train.lr=3e-3", "train.log_every=1",
-    "train.eval_batches=2", "train.num_threads=1", "train.device=cpu",
-]
-
-
-def write_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    words = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(5):
-                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))) + "\n")
-            f.write("\n")
-    return path
+TINY = [*TINY_PRETRAIN, "tokenizer.vocab_size=120", "tokenizer.min_frequency=1", "tokenizer.extra_ids=20"]
 
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     """``ptm pretrain t5-tiny --data TEXT``: tokenizer (with sentinels) and corpus made from raw text."""
     root = tmp_path_factory.mktemp("t5")
-    text = write_corpus(root / "train.txt")
+    text = write_corpus(root / "train.txt", docs=40, sentences=5, lengths=(4, 10))
     run = root / "run"
     rc = main(["pretrain", "t5-tiny", "--data", str(text), "-o", str(run), "train.max_steps=40", "train.eval_every=20",
                "train.save_every=20", *TINY])

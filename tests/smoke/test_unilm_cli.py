@@ -6,37 +6,22 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_PRETRAIN, WORDS, write_corpus
 
 from ptmkit.cli import main
-from ptmkit.workflows.generate import generate
 from ptmkit.objectives.unilm import write_pairs
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.trainer import read_metrics
+from ptmkit.workflows.generate import generate
 
-TINY = [
-    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=48", "model.num_heads=2",
-    "train.batch_size=16", "train.seq_len=40", "train.warmup_steps=4", "train.lr=3e-3", "train.log_every=1",
-    "train.eval_batches=2", "train.num_threads=1", "train.device=cpu",
-]
-WORDS = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
-
-
-def write_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(docs):
-            for _ in range(5):
-                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + "\n")
-            f.write("\n")
-    return path
+TINY = [*TINY_PRETRAIN, "train.batch_size=16"]
 
 
 def test_pretrain_then_seq2seq_finetune_and_generate(tmp_path, capsys) -> None:
-    text = write_corpus(tmp_path / "train.txt")
+    text = write_corpus(tmp_path / "train.txt", docs=40, sentences=5, lengths=(4, 10))
     run = tmp_path / "run"
     rc = main(["pretrain", "unilm-tiny", "--data", str(text), "-o", str(run), "tokenizer.vocab_size=120",
                "tokenizer.min_frequency=1", "train.max_steps=50", "train.eval_every=50", "train.save_every=50", *TINY])
@@ -76,7 +61,7 @@ def test_resume_matches_uninterrupted(tmp_path) -> None:
     run's step for step (modes, masks, dropout and data order all restored)."""
     from ptmkit.workflows.pretrain import pretrain
 
-    text = write_corpus(tmp_path / "train.txt", docs=20)
+    text = write_corpus(tmp_path / "train.txt", docs=20, sentences=5, lengths=(4, 10))
     overrides = [*TINY, "tokenizer.vocab_size=120", "tokenizer.min_frequency=1", "train.max_steps=6",
                  "train.save_every=3", "train.eval_every=6"]
 

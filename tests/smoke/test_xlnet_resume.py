@@ -26,8 +26,8 @@ def test_resume_with_memory_matches_uninterrupted(tmp_path):
     from safetensors import safe_open
 
     from ptmkit.data.prepare import prepare
-    from ptmkit.workflows.pretrain import pretrain
     from ptmkit.tokenization import Tokenizer
+    from ptmkit.workflows.pretrain import pretrain
 
     rng = np.random.default_rng(0)
     words = "the a cat dog sat ran on under mat house red big small and then saw it".split()

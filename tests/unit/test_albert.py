@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.build import build_encoder
@@ -19,13 +20,13 @@ from ptmkit.config import from_dict
 from ptmkit.data.corpus import PackedBits
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.albert import ALBERT, ALBERTConfig
 from ptmkit.objectives.base import PretrainModel
-from ptmkit.objectives.masking import IGNORE
 from ptmkit.presets import load_preset
 
 V = 120
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 def corpus(n_docs: int = 40, seed: int = 0) -> SimpleNamespace:
@@ -83,7 +84,7 @@ def test_sop_pairs_are_consecutive_segments_swapped_half_the_time() -> None:
         assert not ((doc_tok > st) & (doc_tok < en)).any()  # one document
         ids = batch["input_ids"][b].numpy().copy()
         lab = batch["mlm_labels"][b].numpy()
-        ids[batch["mlm_positions"][b].numpy()[lab != IGNORE]] = lab[lab != IGNORE]  # undo the masking
+        ids[batch["mlm_positions"][b].numpy()[lab != IGNORE_INDEX]] = lab[lab != IGNORE_INDEX]  # undo the masking
         seg = batch["token_type_ids"][b].numpy()
         length = int(batch["attention_mask"][b].sum())
         assert ids[0] == TOK.cls_id and ids[length - 1] == TOK.sep_id
@@ -119,7 +120,7 @@ def test_loss_equals_direct_computation() -> None:
     losses = []
     for b in range(len(batch["input_ids"])):
         for pos, lab in zip(batch["mlm_positions"][b], batch["mlm_labels"][b]):
-            if lab != IGNORE:
+            if lab != IGNORE_INDEX:
                 h = m.objective.mlm_head(enc.last_hidden_state[b, pos][None], m.backbone.output_embeddings())
                 losses.append(F.cross_entropy(h, lab[None]))
     mlm = torch.stack(losses).mean()

@@ -95,7 +95,6 @@ def test_siatl_schedule_decays_the_lm_weight_per_epoch(tmp_path) -> None:
     from ptmkit.tokenization import Tokenizer
     from ptmkit.train.trainer import TrainerCallback
 
-    rng = np.random.default_rng(0)
     texts = [("good " if i % 2 else "bad ") + "film plot" for i in range(32)]
     split = TaskSplit(texts, np.array([i % 2 for i in range(32)]))
     task = TaskData("toy", [0, 1], split, split, split)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
-from torch.nn import functional as F
 
 from ptmkit import registry
-from ptmkit.build import build_encoder, build_model, resolve_config
+from ptmkit.build import build_model, resolve_config
 from ptmkit.encoders.awd_lstm import AWDLSTMConfig, AWDLSTMEncoder, embedding_dropout, locked_dropout
 from ptmkit.errors import PtmError
 from ptmkit.presets import load_preset

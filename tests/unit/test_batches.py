@@ -106,9 +106,8 @@ def test_real_objectives_over_a_prepared_corpus(name, tmp_path):
     from ptmkit import registry
     from ptmkit.config import from_dict
     from ptmkit.data.prepare import prepare
-    from ptmkit.tokenization import Tokenizer
-
     from ptmkit.encoders import TransformerConfig, TransformerEncoder
+    from ptmkit.tokenization import Tokenizer
 
     cls = registry.get("objective", name)
     text = tmp_path / "t.txt"

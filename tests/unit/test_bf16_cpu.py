@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import special_ids
 from torch import nn
 
 from ptmkit.data.batches import PretrainBatches
@@ -18,7 +19,7 @@ from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Trainer
 
-TOK = SimpleNamespace(vocab_size=300, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(300)
 
 
 def corpus(n_sent: int = 300, seed: int = 0) -> SimpleNamespace:

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from ptmkit import registry
 from ptmkit.build import build_encoder, build_model, resolve_config

@@ -3,16 +3,15 @@ encoder alone; preset inheritance."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
+from conftest import special_ids
 
 from ptmkit.build import build_encoder, build_model, is_causal, resolve_config
 from ptmkit.errors import PtmError
 from ptmkit.presets import load_preset
 
-TOK = SimpleNamespace(vocab_size=80, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(80)
 SMALL = {"hidden_size": 16, "num_layers": 1, "num_heads": 2, "intermediate_size": 32, "max_position": 32}
 
 
@@ -73,7 +72,7 @@ def test_load_encoder_alone_skips_the_heads(tmp_path) -> None:
     ids = torch.tensor([tok.encode("a b c word1 d", add_special_tokens=True)])
     torch.testing.assert_close(enc.backbone(ids).last_hidden_state, full.backbone(ids).last_hidden_state)
     with pytest.raises(PtmError, match="heads=False"):
-        enc.model
+        enc.model  # noqa: B018 (the attribute access is what raises)
     # a checkpoint read as another architecture is refused with the tensors named
     import json
 

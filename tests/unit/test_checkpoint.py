@@ -150,7 +150,6 @@ def test_weights_that_do_not_fit_raise(tmp_path):
 
 
 def _tiny_pretrained(tmp_path):
-    from ptmkit.objectives.base import PretrainModel
     from ptmkit.tokenization import Tokenizer
 
     text = tmp_path / "t.txt"

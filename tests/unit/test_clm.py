@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import special_ids
 
 from ptmkit import registry
-from ptmkit.errors import PtmError
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
+from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.clm import CausalLM, CLMConfig
 
-TOK = SimpleNamespace(vocab_size=100, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(100)
 
 
 def gpt_cfg(**kw) -> TransformerConfig:

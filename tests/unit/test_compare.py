@@ -10,12 +10,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ptmkit.workflows.compare import Budget, Contender, compare, parse_budget, parse_contender, probe, run_overrides, shared_corpus
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
-from ptmkit.workflows.evaluate import Protocol
 from ptmkit.flops import counter
+from ptmkit.workflows.compare import (
+    Budget,
+    Contender,
+    compare,
+    parse_budget,
+    parse_contender,
+    probe,
+    run_overrides,
+    shared_corpus,
+)
+from ptmkit.workflows.evaluate import Protocol
 
 TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
         "model.max_position=32", "tokenizer.vocab_size=120", "train.seq_len=16", "train.batch_size=4",
@@ -115,7 +124,7 @@ def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
     out = corpus_dir / "cmp"
     result = compare(contenders, [corpus_dir / "text.txt"], out, budget, ("toy",), protocol, common=TINY, points=2,
                      progress=False)
-    for label, r in result["contenders"].items():
+    for r in result["contenders"].values():
         # as many steps as the budget buys, not one more
         assert r["steps_done"] * r["flops_per_step"] <= budget.flops < (r["steps_done"] + 1) * r["flops_per_step"]
         assert len(r["checkpoints"]) == 2 and r["eval_curve"]

@@ -140,7 +140,7 @@ def test_span_scores_equal_seqeval(scheme):
     import seqeval.metrics as seqeval  # a test dependency (pyproject: [test])
 
     rng = np.random.default_rng(len(scheme))
-    for trial in range(30):
+    for _trial in range(30):
         lengths = rng.integers(1, 12, size=rng.integers(1, 6))
         gold = [_random_tags(rng, int(n), scheme) for n in lengths]
         pred = [[g if rng.random() < 0.6 else t for g, t in zip(sent, _random_tags(rng, len(sent), scheme))] for sent in gold]

@@ -7,15 +7,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.config import from_dict
-from ptmkit.errors import PtmError
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
+from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.electra import ELECTRA, ELECTRAConfig, generator_config, gumbel_sample
 
-TOK = SimpleNamespace(vocab_size=200, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(200)
 
 
 def corpus(n_sent: int = 300, seed: int = 0) -> SimpleNamespace:
@@ -148,7 +149,7 @@ def test_learns_to_detect_replacements() -> None:
     tokens = np.tile(sentence, 60).astype(np.uint16)
     c = SimpleNamespace(tokens=tokens, sentences=np.arange(0, len(tokens) + 1, 12, dtype=np.int64),
                         documents=np.array([0, 60], dtype=np.int64))
-    tok = SimpleNamespace(vocab_size=40, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(40)
     cfg = model_cfg(vocab_size=40, dropout=0.0, attention_dropout=0.0)
     encoder = TransformerEncoder(cfg)
     m = PretrainModel(encoder, ELECTRA(ELECTRAConfig(mask_prob=0.3), encoder, tok))

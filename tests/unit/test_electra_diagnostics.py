@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import special_ids
 
 from ptmkit.config import from_dict
 from ptmkit.data.batches import PretrainBatches
@@ -22,7 +23,7 @@ from ptmkit.train.binary_metrics import precision_recall, roc_auc
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Trainer
 
-TOK = SimpleNamespace(vocab_size=200, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(200)
 
 
 def corpus(n_sent: int = 300, seed: int = 0) -> SimpleNamespace:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.encoders import Encoder, TransformerConfig, TransformerEncoder
@@ -61,11 +62,10 @@ def test_factorized_embeddings() -> None:
     enc = TransformerEncoder(cfg(embedding_size=8))
     assert enc.input_embeddings().weight.shape == (60, 8) and enc.embeddings.project.weight.shape == (32, 8)
     assert enc(torch.randint(0, 60, (2, 5))).last_hidden_state.shape == (2, 5, 32)
-    from types import SimpleNamespace
 
     from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
-    tok = SimpleNamespace(vocab_size=60, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(60)
     mlm = MaskedLM(MLMConfig(nsp=False), enc, tok)
     assert mlm.mlm_head.dense.weight.shape == (8, 32)  # H -> E, then the tied [V, E] decoder
 

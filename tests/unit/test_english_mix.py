@@ -13,6 +13,7 @@ import pytest
 
 from ptmkit import registry
 from ptmkit.data.sources import english_mix as em
+from ptmkit.data.sources import text_formats
 
 
 def test_split_sentences_respects_abbreviations_and_initials():
@@ -95,7 +96,8 @@ def test_wordnet_fortunes_jargon_foldoc_readers():
     assert em.wordnet_synset("  1 This software and database is provided\n") == []
     cookies = "A clash of doctrine is not a disaster.\n\t\t-- Whitehead\n%\nSecond one\nspans lines.\n%\n"
     assert em.fortune_file(cookies) == [["A clash of doctrine is not a disaster."], ["Second one spans lines."]]
-    jargon = "Front matter.\n\n   :cruft: /kruhft/, n.\n\n   1. An unpleasant substance. See {crufty}.\n\n   :foo: n.\n\n   A metasyntactic variable.\n"
+    jargon = ("Front matter.\n\n   :cruft: /kruhft/, n.\n\n   1. An unpleasant substance. See {crufty}.\n\n"
+              "   :foo: n.\n\n   A metasyntactic variable.\n")
     assert em.jargon_text(jargon) == [["An unpleasant substance. See crufty."], ["A metasyntactic variable."]]
     foldoc = "Aiken code\n\n   <code> A {BCD} code.\n\n   (2007-07-16)\n"
     assert em.foldoc_entry(foldoc) == ["A BCD code."]
@@ -115,8 +117,8 @@ def _write_ztext(d, verses: list[str], width: int):
             bzv.append((b, off, len(v.encode())))
             off += len(v.encode())
     bzv.insert(0, (0, 0, 0))  # an empty entry (book introduction)
-    np.array(bzs, dtype=em._ZBLOCK).tofile(d / "ot.bzs")
-    np.array(bzv, dtype=em._ZVERSE[width]).tofile(d / "ot.bzv")
+    np.array(bzs, dtype=text_formats._ZBLOCK).tofile(d / "ot.bzs")
+    np.array(bzv, dtype=text_formats._ZVERSE[width]).tofile(d / "ot.bzv")
     (d / "ot.bzz").write_bytes(bzz)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.knowledge_units import (
     EntityTable,
     PhraseTable,
@@ -18,7 +19,7 @@ from ptmkit.objectives.knowledge_units import (
     sequence_hashes,
     window_hashes,
 )
-from ptmkit.objectives.masking import IGNORE, Masker, mark_units, select_bernoulli
+from ptmkit.objectives.masking import Masker, mark_units, select_bernoulli
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 V = 300
@@ -142,7 +143,7 @@ def test_entities_found_and_always_masked_whole(tmp_path) -> None:
     assert names == ["李小龙", "香港"]
     table = EntityTable.from_strings(names, tok)
     text = tok.encode_batch(["我爱李小龙在香港拍电影"])[0]
-    B, T = 300, len(text) + 2
+    B = 300
     ids = np.tile(np.array([CLS, *text, SEP]), (B, 1))
     att = np.ones_like(ids)
     cand = ~np.isin(ids, UNMASKABLE)
@@ -238,7 +239,7 @@ def test_ernie_objective_collate(tmp_path) -> None:
     assert set(batch) >= {"input_ids", "attention_mask", "mlm_positions", "mlm_labels"}
     # the entity [11, 12] at positions 1..2 is chosen whole or not at all, in every row
     pos = batch["mlm_positions"].numpy()
-    used = batch["mlm_labels"].numpy() != IGNORE
+    used = batch["mlm_labels"].numpy() != IGNORE_INDEX
     for b in range(50):
         p = set(pos[b, used[b]].tolist())
         assert len(p & {1, 2}) in (0, 2)

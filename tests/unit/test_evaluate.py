@@ -12,9 +12,9 @@ from ptmkit.build import build_model
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
-from ptmkit.workflows.evaluate import Protocol, evaluate, markdown, summarize
 from ptmkit.pretrained import save_pretrained
 from ptmkit.tokenization import Tokenizer
+from ptmkit.workflows.evaluate import Protocol, evaluate, markdown, summarize
 
 
 def test_summary_and_table_over_seeds():

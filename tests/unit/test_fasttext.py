@@ -15,7 +15,6 @@ from gensim.models.fasttext import ft_ngram_hashes  # noqa: E402
 from gensim.test.utils import datapath  # noqa: E402
 
 
-
 def _topic_corpus(n_topics=8, words_per_topic=12, n_sent=3000, sent_len=10, seed=0):
     """Sentences drawn from one topic each: words of a topic only co-occur with each other."""
     rng = np.random.default_rng(seed)

@@ -6,18 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from ptmkit.data.tasks import TaskData, TaskSplit
-from ptmkit.errors import PtmError
 from ptmkit.build import build_model
+from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
+from ptmkit.errors import PtmError
+from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.tasks.classification import SequenceClassifier, collate, encode_inputs
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
+from ptmkit.tokenization import Tokenizer
 from ptmkit.workflows.finetune import run_seeds
 from ptmkit.workflows.report import format_table
 from ptmkit.workflows.report import summarize_inits as summarize
-from ptmkit.tokenization import Tokenizer
-from ptmkit.pretrained import load_pretrained, save_pretrained
-from ptmkit.objectives.base import PretrainModel
 
 WORDS = "the a film movie plot actors scene story was is very quite rather".split()
 

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import special_ids
 from torch.testing import assert_close
 
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.generation import (
     CausalLMStepper,
-    choose,
     GenerationConfig,
+    choose,
     decode,
     filter_top_k,
     filter_top_p,
@@ -219,7 +219,7 @@ def test_bart_greedy_decode_equals_a_direct_reference_loop() -> None:
     generated = generate_ids(enc, "seq2seq", [ids[0].tolist(), ids[1, :6].tolist()],
                              GenerationConfig(max_new_tokens=10, greedy=True))
     assert generated == [ref[0].tolist(), ref[1].tolist()]
-    tok = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(V)
     from ptmkit.objectives.bart import BartDenoising, DenoisingConfig
 
     assert torch.equal(BartDenoising(DenoisingConfig(), enc, tok).generate(enc, ids, mask, max_length=10)[0],

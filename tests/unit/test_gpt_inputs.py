@@ -11,8 +11,7 @@ from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
-from ptmkit.tasks.classification import SequenceClassifier, collate
-from ptmkit.tasks.classification import encode_split
+from ptmkit.tasks.classification import SequenceClassifier, collate, encode_split
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
 from ptmkit.tasks.multiple_choice import ChoiceSplit, encode_choices

@@ -46,10 +46,10 @@ def reference_model(sentences, V, eos, bos):
         return D[min(c, 3)] if c > 0 else 0.0
 
     ctx3 = defaultdict(list)
-    for (u, v, w), c in tri.items():
+    for (u, v, _w), c in tri.items():
         ctx3[(u, v)].append(c)
     ctx2 = defaultdict(list)
-    for (v, w), c in cont2.items():
+    for (v, _w), c in cont2.items():
         ctx2[v].append(c)
     T1 = sum(cont1.values())
     g1 = sum(disc(D1, c) for c in cont1.values()) / T1

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from ptmkit.build import build_model
-from ptmkit.workflows.finetune import parse_overrides
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
@@ -18,6 +17,7 @@ from ptmkit.tasks.classification import SequenceClassifier
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.tagging import TokenTagger
 from ptmkit.tokenization import Tokenizer
+from ptmkit.workflows.finetune import parse_overrides
 
 LAYERS = 3  # hidden states 0..3
 

@@ -12,10 +12,10 @@ from ptmkit.build import build_model
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
-from ptmkit.workflows.evaluate import Protocol
-from ptmkit.workflows.learning_curve import gains, learning_curve, markdown, parse_train_sizes
 from ptmkit.pretrained import save_pretrained
 from ptmkit.tokenization import Tokenizer
+from ptmkit.workflows.evaluate import Protocol
+from ptmkit.workflows.learning_curve import gains, learning_curve, markdown, parse_train_sizes
 
 
 def test_parse_train_sizes():

@@ -11,7 +11,13 @@ import torch
 from ptmkit import registry
 from ptmkit.encoders import Encoder
 from ptmkit.encoders.lstm import (
-    BEGIN_OF_WORD, END_OF_WORD, FIRST_SPECIAL_CHAR, NUM_CHARS, LSTMConfig, LSTMEncoder, char_table,
+    BEGIN_OF_WORD,
+    END_OF_WORD,
+    FIRST_SPECIAL_CHAR,
+    NUM_CHARS,
+    LSTMConfig,
+    LSTMEncoder,
+    char_table,
 )
 from ptmkit.errors import PtmError
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.masking import (
-    IGNORE,
     Masker,
     geometric_lengths,
     length_probs,
@@ -79,7 +79,7 @@ def bert_reference(ids, attention, rng, mask_prob=0.15, ratios=(0.8, 0.1), max_p
     positions = np.argsort(keys, axis=1)[:, :P]
     used = np.arange(P)[None, :] < k[:, None]
     rows = np.arange(B)[:, None]
-    labels = np.where(used, ids[rows, positions], IGNORE).astype(np.int64)
+    labels = np.where(used, ids[rows, positions], IGNORE_INDEX).astype(np.int64)
     u = rng.random((B, P))
     to_mask = used & (u < ratios[0])
     to_random = used & (u >= ratios[0]) & (u < ratios[0] + ratios[1])
@@ -313,7 +313,7 @@ def test_mlm_whole_word_masks_corpus_words(nsp: bool) -> None:
     batch = obj.collate(c, spans[:64], np.random.default_rng(0))
     labels, pos = batch["mlm_labels"].numpy(), batch["mlm_positions"].numpy()
     ids = batch["input_ids"].numpy()
-    used = labels != IGNORE
+    used = labels != IGNORE_INDEX
     assert used.sum() > 0
     if not nsp:  # check against the corpus: position j of row r is token spans[r, 0] + j - 1
         src = spans[:64, 0][:, None] + np.arange(ids.shape[1])[None, :] - 1

@@ -18,6 +18,7 @@ from ptmkit.build import encoder_config
 from ptmkit.config import from_dict
 from ptmkit.encoders.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.mass import MASS, MASSConfig, draw_spans, greedy_span_decode, span_lengths
 from ptmkit.presets import load_preset
@@ -26,7 +27,6 @@ from ptmkit.train.config import TrainConfig
 V = 80
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 TOK = SimpleNamespace(vocab_size=V, pad_id=PAD, unk_id=UNK, cls_id=CLS, sep_id=SEP, mask_id=MASK)
-IGNORE = -100
 
 
 def corpus(lengths, seed: int = 0) -> SimpleNamespace:
@@ -149,12 +149,12 @@ def test_batch_matches_direct_reference(ratio: float, first_input: str) -> None:
         for i, (st, en) in enumerate(spans.tolist()):
             x = [int(t) for t in c.tokens[st:en]]
             m = len(x)
-            k = int((b["labels"][i] != IGNORE).sum())
+            k = int((b["labels"][i] != IGNORE_INDEX).sum())
             assert k == k_of(ratio, m)
             u = int(b["decoder_position_ids"][i, 0]) - 1
             assert 0 <= u <= m - k
             ref = reference_row(x, u, k, first_input)
-            assert b["labels"][i, :k].tolist() == ref["labels"] and (b["labels"][i, k:] == IGNORE).all()
+            assert b["labels"][i, :k].tolist() == ref["labels"] and (b["labels"][i, k:] == IGNORE_INDEX).all()
             assert b["decoder_input_ids"][i, :k].tolist() == ref["decoder_input_ids"]
             assert b["decoder_position_ids"][i, :k].tolist() == ref["decoder_position_ids"]
             assert (b["decoder_input_ids"][i, k:] == PAD).all()
@@ -170,7 +170,7 @@ def test_encoder_corruption_is_80_10_10() -> None:
     obj = model(span_ratio=0.5).objective
     c = corpus([20] * 2000, seed=5)
     b = obj.collate(c, obj.example_spans(c, 30), np.random.default_rng(0))
-    rows, cols = torch.nonzero(b["labels"] != IGNORE, as_tuple=True)
+    rows, cols = torch.nonzero(b["labels"] != IGNORE_INDEX, as_tuple=True)
     seen = b["input_ids"][rows, b["decoder_position_ids"][rows, cols]]
     truth = b["labels"][rows, cols]
     n = len(truth)
@@ -265,7 +265,7 @@ def test_loss_equals_a_direct_computation() -> None:
     total, count = torch.zeros((), dtype=torch.float64), 0
     for i in range(b["input_ids"].shape[0]):
         n_src = int(b["attention_mask"][i].sum())
-        k = int((b["labels"][i] != IGNORE).sum())
+        k = int((b["labels"][i] != IGNORE_INDEX).sum())
         src = b["input_ids"][i : i + 1, :n_src]
         memory = enc64.encode(src).last_hidden_state
         h = enc64.decode(b["decoder_input_ids"][i : i + 1, :k], memory,
@@ -273,7 +273,7 @@ def test_loss_equals_a_direct_computation() -> None:
         logits = h @ enc64.word_embeddings.weight.T + enc64.final_logits_bias
         total = total + F.cross_entropy(logits, b["labels"][i, :k], reduction="sum")
         count += k
-    assert count == int((b["labels"] != IGNORE).sum()) == m(b).n_predictions
+    assert count == int((b["labels"] != IGNORE_INDEX).sum()) == m(b).n_predictions
     assert abs(loss.item() - (total / count).item()) < 1e-5
     assert m(b).metrics["mass_loss"] == loss
 
@@ -287,7 +287,7 @@ def test_loss_reads_only_the_fragment_positions() -> None:
     b = obj.collate(c, obj.example_spans(c, 20), np.random.default_rng(0))
     base = m(b).loss
     noisy = dict(b)
-    pad = b["labels"] == IGNORE
+    pad = b["labels"] == IGNORE_INDEX
     assert pad.any()
     noisy["decoder_input_ids"] = torch.where(pad, torch.full_like(b["decoder_input_ids"], 17), b["decoder_input_ids"])
     assert_close(m(noisy).loss, base, rtol=0, atol=1e-6)

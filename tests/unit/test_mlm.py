@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.config import from_dict
-from ptmkit.errors import PtmError
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
+from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
-TOK = SimpleNamespace(vocab_size=200, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(200)
 SPECIAL = {0, 1, 2, 3, 4}
 
 
@@ -203,14 +204,14 @@ def test_loss_falls_on_repeated_corpus() -> None:
     tokens = np.tile(sentence, 40).astype(np.uint16)
     c = SimpleNamespace(tokens=tokens, sentences=np.arange(0, len(tokens) + 1, 12, dtype=np.int64),
                         documents=np.array([0, 20, 40], dtype=np.int64))
-    tok = SimpleNamespace(vocab_size=40, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    tok = special_ids(40)
     cfg = model_cfg(vocab_size=40, dropout=0.0, attention_dropout=0.0)
     encoder = TransformerEncoder(cfg)
     model = PretrainModel(encoder, MaskedLM(MLMConfig(nsp=True), encoder, tok))
     spans = model.objective.example_spans(c, 32)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
-    for step in range(30):
+    for _step in range(30):
         batch = model.objective.collate(c, spans[rng.integers(0, len(spans), 16)], rng)
         out = model(batch)
         opt.zero_grad()

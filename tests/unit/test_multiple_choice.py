@@ -14,7 +14,14 @@ from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
-from ptmkit.tasks.multiple_choice import ChoiceData, ChoiceScorer, ChoiceSplit, collate_choices, encode_choices, read_choices
+from ptmkit.tasks.multiple_choice import (
+    ChoiceData,
+    ChoiceScorer,
+    ChoiceSplit,
+    collate_choices,
+    encode_choices,
+    read_choices,
+)
 from ptmkit.tokenization import Tokenizer
 
 FILLER = "the film plot was very quite".split()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ptmkit.errors import PtmError
-from ptmkit.static.nnlm import NGramWindows, NNLM, NNLMConfig, build_lm_vocab, encode_lm, train_nnlm
+from ptmkit.static.nnlm import NNLM, NGramWindows, NNLMConfig, build_lm_vocab, encode_lm, train_nnlm
 from ptmkit.train.config import TrainConfig
 
 

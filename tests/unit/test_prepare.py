@@ -148,7 +148,8 @@ def test_open_detects_damage(files, tok, tmp_path):
 
 def test_cli_train_and_prepare(files, tmp_path, capsys):
     tok_path = tmp_path / "tok.json"
-    assert cli_main(["tokenizer", "train", *map(str, files), "--kind", "char", "--vocab-size", "60", "--min-frequency", "1", "-o", str(tok_path)]) == 0
+    assert cli_main(["tokenizer", "train", *map(str, files), "--kind", "char", "--vocab-size", "60", "--min-frequency", "1",
+                     "-o", str(tok_path)]) == 0
     assert cli_main(["tokenizer", "train", str(files[0]), "--kind", "char", "-o", str(tok_path)]) == 2  # exists
     assert cli_main(["tokenizer", "train", str(files[0]), "--kind", "bpee", "-o", str(tmp_path / "x.json")]) == 2
     out = tmp_path / "corpus"

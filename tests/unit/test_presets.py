@@ -7,11 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ptmkit import registry
-from ptmkit.config import from_dict
-from ptmkit.errors import PtmError
 from ptmkit.build import build_model, encoder_config
-from ptmkit.encoders import TransformerConfig
+from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.presets import list_presets, load_preset
 

@@ -10,20 +10,21 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.build import build_encoder
 from ptmkit.config import from_dict
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import PretrainModel
-from ptmkit.objectives.masking import IGNORE
 from ptmkit.objectives.roberta import RoBERTa, RoBERTaConfig
 from ptmkit.objectives.spans import pack_across_documents
 from ptmkit.presets import load_preset
 
 V = 120
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 def corpus(n_docs: int = 12, seed: int = 0, empty_docs: bool = False) -> SimpleNamespace:
@@ -80,7 +81,8 @@ def test_full_sentences_cross_documents_with_a_separator() -> None:
         length = int(batch["attention_mask"][b].sum())
         assert length == (en - st) + len(inner) + 2 <= seq_len
         ids = batch["input_ids"][b, :length].numpy().copy()
-        ids[masked[b][batch["mlm_labels"][b].numpy() != IGNORE]] = batch["mlm_labels"][b][batch["mlm_labels"][b] != IGNORE].numpy()
+        labels = batch["mlm_labels"][b]
+        ids[masked[b][labels.numpy() != IGNORE_INDEX]] = labels[labels != IGNORE_INDEX].numpy()
         # Expected: [CLS] doc-part [SEP] doc-part ... [SEP], a separator before each document start.
         pieces = np.split(np.asarray(c.tokens[st:en], dtype=np.int64), inner - st)
         expected = [TOK.cls_id]
@@ -135,8 +137,8 @@ def test_static_masks_repeat_across_epochs_and_dynamic_masks_do_not() -> None:
         assert torch.equal(a[k], b[k]), k
     # The mask belongs to the example, not to the batch it falls in.
     alone = static.objective.collate(c, spans[5:6], np.random.default_rng(9))
-    used = a["mlm_labels"][5] != IGNORE
-    assert torch.equal(alone["mlm_positions"][0][alone["mlm_labels"][0] != IGNORE], a["mlm_positions"][5][used])
+    used = a["mlm_labels"][5] != IGNORE_INDEX
+    assert torch.equal(alone["mlm_positions"][0][alone["mlm_labels"][0] != IGNORE_INDEX], a["mlm_positions"][5][used])
     # Another seed gives other masks.
     other = model(mask_schedule="static", dupe_factor=1, mask_seed=1).objective.collate(c, spans, np.random.default_rng(0))
     assert not torch.equal(other["mlm_positions"], a["mlm_positions"])
@@ -155,7 +157,7 @@ def test_static_masks_come_from_dupe_factor_fixed_copies() -> None:
     for epoch in range(40):
         batch = m.objective.collate(c, spans, np.random.default_rng([0, epoch]))
         for i in range(len(spans)):
-            seen[i].add(tuple(batch["mlm_positions"][i][batch["mlm_labels"][i] != IGNORE].tolist()))
+            seen[i].add(tuple(batch["mlm_positions"][i][batch["mlm_labels"][i] != IGNORE_INDEX].tolist()))
     assert all(len(s) == 3 for s in seen)  # exactly the three fixed masks, each visited
 
 
@@ -165,7 +167,7 @@ def test_static_masking_keeps_the_masking_rate() -> None:
     m = model(mask_schedule="static", dupe_factor=10)
     spans = m.objective.example_spans(c, 40)
     batch = m.objective.collate(c, spans, np.random.default_rng(0))
-    n_pred = (batch["mlm_labels"] != IGNORE).sum(1).numpy()
+    n_pred = (batch["mlm_labels"] != IGNORE_INDEX).sum(1).numpy()
     expected = np.maximum(1, np.rint(0.15 * (spans[:, 1] - spans[:, 0])))
     assert np.array_equal(n_pred, expected)
 

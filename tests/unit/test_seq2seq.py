@@ -13,12 +13,12 @@ import torch
 from ptmkit.build import build_model
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.presets import load_preset
 from ptmkit.pretrained import Pretrained, save_pretrained
 from ptmkit.tasks.base import read_task_files, sniff_type
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
-from ptmkit.tasks.seq2seq import (IGNORE_INDEX, Seq2SeqData, collate_pairs, encode_pairs, load_pair_files, read_pairs,
-                                  text_scores)
+from ptmkit.tasks.seq2seq import Seq2SeqData, collate_pairs, encode_pairs, load_pair_files, read_pairs, text_scores
 from ptmkit.tokenization import Tokenizer
 
 WORDS = "thou thee hath doth art saith unto ye said has does are to you the king came went and".split()

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from ptmkit.nn import bits
 from ptmkit.nn.bits import bf16_to_f32, exp_f32, f32_to_bf16
-from ptmkit.nn.softmax_ce import IGNORE, softmax_cross_entropy, softmax_nll_
+from ptmkit.nn.softmax_ce import softmax_cross_entropy, softmax_nll_
+from ptmkit.nn.targets import IGNORE_INDEX
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def _case(dtype, N=96, C=700, seed=0):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(N, C, generator=g) * 4).to(dtype)
     target = torch.randint(0, C, (N,), generator=g)
-    target[[3, 50]] = IGNORE
+    target[[3, 50]] = IGNORE_INDEX
     target[7] = int(logits[7].float().argmax())  # at least one row right
     return logits, target
 
@@ -35,7 +36,7 @@ def test_loss_accuracy_and_gradient_match_float64(dtype):
     loss.backward()
 
     ref_x = logits.double().requires_grad_()
-    ref = F.cross_entropy(ref_x, target, ignore_index=IGNORE)
+    ref = F.cross_entropy(ref_x, target, ignore_index=IGNORE_INDEX)
     ref.backward()
     assert loss.dtype == torch.float32 and acc.dtype == torch.float32
     assert abs(loss.item() - ref.item()) < 1e-5 * ref.item()
@@ -72,7 +73,7 @@ def test_nan_logit_gives_nan_loss_and_all_ignored_gives_nan():
     logits[10, 20] = float("nan")
     loss, _ = softmax_cross_entropy(logits, target)
     assert math.isnan(loss.item())
-    loss, acc = softmax_cross_entropy(_case(torch.float32)[0], torch.full((96,), IGNORE))
+    loss, acc = softmax_cross_entropy(_case(torch.float32)[0], torch.full((96,), IGNORE_INDEX))
     assert math.isnan(loss.item()) and acc.item() == 0.0  # as F.cross_entropy
 
 
@@ -80,7 +81,7 @@ def test_large_logits_do_not_overflow():
     logits, target = _case(torch.float32)
     logits = logits + 1e4  # exp(1e4) overflows float32: the row maximum is subtracted first
     loss, _ = softmax_cross_entropy(logits, target)
-    ref = F.cross_entropy(logits.double(), target, ignore_index=IGNORE)
+    ref = F.cross_entropy(logits.double(), target, ignore_index=IGNORE_INDEX)
     assert abs(loss.item() - ref.item()) < 1e-3
 
 
@@ -95,7 +96,7 @@ def test_bad_target_and_shape_raise():
 
 def test_small_inputs_take_the_pytorch_path_with_the_same_result():
     logits = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)  # float64: PyTorch's path
-    target = torch.tensor([0, 1, 1, IGNORE])
+    target = torch.tensor([0, 1, 1, IGNORE_INDEX])
     loss, _ = softmax_cross_entropy(logits, target)
     assert loss.item() == pytest.approx(F.cross_entropy(logits, target).item())
 
@@ -165,4 +166,4 @@ def test_softmax_nll_rejects_bad_and_ignored_targets():
     with pytest.raises(IndexError, match="out of bounds"):
         softmax_nll_(z, torch.tensor([0, 1, 9, 2]))
     with pytest.raises(IndexError, match="ignored"):
-        softmax_nll_(z, torch.tensor([0, 1, IGNORE, 2]))
+        softmax_nll_(z, torch.tensor([0, 1, IGNORE_INDEX, 2]))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.config import from_dict
@@ -21,7 +22,7 @@ from ptmkit.objectives.spanbert import SpanBERT, SpanBERTConfig
 from ptmkit.presets import load_preset
 
 V = 120
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 
 
 def corpus(n_sent: int = 200, seed: int = 0, repeat: bool = False) -> SimpleNamespace:

@@ -16,7 +16,8 @@ from torch.testing import assert_close
 
 from ptmkit import registry
 from ptmkit.build import build_model, encoder_config
-from ptmkit.encoders.encoder_decoder import EncoderDecoder, EncoderDecoderConfig, make_norm
+from ptmkit.encoders.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
+from ptmkit.encoders.encoder_decoder_layers import make_norm
 from ptmkit.errors import PtmError
 from ptmkit.nn.positions import relative_position_bucket
 from ptmkit.objectives.bart import greedy_decode

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from ptmkit.build import build_model
 from ptmkit.encoders import TransformerConfig
@@ -15,7 +14,13 @@ from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.tagging import (
-    TaggingData, TaggingSplit, collate_words, encode_words, load_tagging_files, read_tagged, score_tags,
+    TaggingData,
+    TaggingSplit,
+    collate_words,
+    encode_words,
+    load_tagging_files,
+    read_tagged,
+    score_tags,
 )
 from ptmkit.tokenization import Tokenizer
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from ptmkit.errors import PtmError
 from ptmkit.encoders import EncoderOutput, TransformerConfig, TransformerEncoder
+from ptmkit.errors import PtmError
 
 
 def bert_cfg(**kw) -> TransformerConfig:

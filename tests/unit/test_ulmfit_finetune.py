@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from ptmkit.build import build_model, resolve_config
-from ptmkit.workflows.finetune import parse_overrides
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained, save_pretrained
@@ -20,6 +19,7 @@ from ptmkit.tasks.finetune import RECIPES, FinetuneConfig, _lowest_trainable, bu
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.optim import build_schedule, param_groups, parameter_depths
 from ptmkit.train.trainer import TrainerCallback
+from ptmkit.workflows.finetune import parse_overrides
 
 WORDS = "the a film movie plot actors scene story was is very quite rather".split()
 

@@ -17,17 +17,23 @@ from ptmkit.config import from_dict
 from ptmkit.encoders.transformer import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.generation import GenerationConfig, generate_ids
-from ptmkit.workflows.generate import generation_kind
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.unilm import (
-    MODES, PAPER_MIX, SEQ2SEQ, UniLM, UniLMConfig, attention_pattern, write_pairs,
+    MODES,
+    PAPER_MIX,
+    SEQ2SEQ,
+    UniLM,
+    UniLMConfig,
+    attention_pattern,
+    write_pairs,
 )
 from ptmkit.presets import load_preset
+from ptmkit.workflows.generate import generation_kind
 
 V = 60
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 TOK = SimpleNamespace(vocab_size=V, pad_id=PAD, unk_id=UNK, cls_id=CLS, sep_id=SEP, mask_id=MASK)
-IGNORE = -100
 
 
 def corpus(doc_lines, seed: int = 0) -> SimpleNamespace:
@@ -205,7 +211,7 @@ def test_seq2seq_finetune_masks_only_the_target() -> None:
     for _ in range(30):
         batch = m.objective.collate(c, spans, rng)
         assert (batch["unilm_mode"] == SEQ2SEQ).all()
-        used = batch["mlm_labels"] != IGNORE
+        used = batch["mlm_labels"] != IGNORE_INDEX
         pos, s = batch["mlm_positions"], batch["source_len"][:, None]
         n = batch["attention_mask"].sum(1, keepdim=True)
         assert (pos[used] >= s.expand_as(pos)[used]).all(), "a source token was predicted"
@@ -256,7 +262,7 @@ def test_loss_equals_mlm_head_on_the_masked_positions() -> None:
     for b in range(len(spans)):
         for slot in range(batch["mlm_labels"].shape[1]):
             label = int(batch["mlm_labels"][b, slot])
-            if label != IGNORE:
+            if label != IGNORE_INDEX:
                 logits = m.objective.mlm_head(h[b, batch["mlm_positions"][b, slot]][None], m.backbone.output_embeddings())
                 terms.append(-torch.log_softmax(logits[0].double(), -1)[label])
     assert_close(out.loss.double(), torch.stack(terms).mean(), rtol=1e-5, atol=1e-6)

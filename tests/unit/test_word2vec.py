@@ -10,11 +10,11 @@ import pytest
 from scipy import stats
 
 from ptmkit.errors import PtmError
-from ptmkit.static.huffman import HuffmanTree, build_huffman
-from ptmkit.static.vectors import WordVectors
-from ptmkit.static.sampling import keep_probabilities, negative_probs, negative_table
-from ptmkit.static.vocab import encode, load_corpus, vocab_from_counts
 from ptmkit.static.hogwild import chunk_starts
+from ptmkit.static.huffman import HuffmanTree, build_huffman
+from ptmkit.static.sampling import keep_probabilities, negative_probs, negative_table
+from ptmkit.static.vectors import WordVectors
+from ptmkit.static.vocab import encode, load_corpus, vocab_from_counts
 from ptmkit.static.word2vec import Word2VecConfig, train_on_ids, train_word2vec
 
 gensim = pytest.importorskip("gensim")

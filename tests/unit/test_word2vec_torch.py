@@ -9,10 +9,10 @@ import torch
 from ptmkit.config import from_dict
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import build_huffman
-from ptmkit.static.vectors import WordVectors
 from ptmkit.static.sampling import negative_probs
+from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, load_corpus
-from ptmkit.static.word2vec import Word2VecConfig, train_on_ids, train_word2vec
+from ptmkit.static.word2vec import Word2VecConfig, train_word2vec
 from ptmkit.static.word2vec_torch import (
     Params,
     Tables,
@@ -53,7 +53,7 @@ def _hs_loss(h, nodes, codes):
 
 def test_ns_update_is_sgd_on_the_sgns_loss():
     rng = np.random.default_rng(0)
-    v, d, k, alpha = 7, 5, 3, 0.3
+    v, d, alpha = 7, 5, 0.3
     syn1neg = torch.tensor(rng.normal(0, 0.5, (v, d)), dtype=torch.float64)
     h = torch.tensor(rng.normal(0, 0.5, (2, d)), dtype=torch.float64)
     targets = torch.tensor([2, 4])

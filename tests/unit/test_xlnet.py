@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import special_ids
 
 from ptmkit import registry
 from ptmkit.build import build_model
@@ -19,7 +20,7 @@ from ptmkit.errors import PtmError
 from ptmkit.objectives.plm import PermutationLM, PLMConfig, StreamMemory, factorisation_masks
 
 V = 60
-TOK = SimpleNamespace(vocab_size=V, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+TOK = special_ids(V)
 MODEL = dict(encoder="xlnet", vocab_size=V, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, mem_len=5)
 
 

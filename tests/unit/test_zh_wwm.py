@@ -4,11 +4,11 @@ fallback to single tokens where the segmenter and the tokens disagree."""
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 from ptmkit.data.prepare import prepare
 from ptmkit.errors import PtmError

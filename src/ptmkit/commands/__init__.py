@@ -8,6 +8,10 @@ Each module defines ``register(subparsers)`` which adds its parser and sets
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
+
+from ptmkit import registry
 
 
 class IntermixedParser(argparse.ArgumentParser):
@@ -26,17 +30,36 @@ class IntermixedParser(argparse.ArgumentParser):
             self._inside = False
 
 
-class RegistryHelpParser(IntermixedParser):
+# Lists a help text may name that are derived from the registered components rather than
+# registered themselves, by the function that computes them (imported only when a help text asks).
+DERIVED_NAMES = {
+    "hf_format": ("ptmkit.interop", "formats"),  # every export format some HF family writes
+    "hf_model_type": ("ptmkit.interop", "importable"),  # every HF model_type some family imports
+    "task": ("ptmkit.data.tasks", "builtin_tasks"),  # the tasks the data recipes declare
+}
+
+
+def help_names(kind: str) -> list[str]:
+    """The names ``{names:KIND}`` expands to: those registered under ``KIND`` (:mod:`ptmkit.registry`)
+    or, for the kinds of :data:`DERIVED_NAMES`, the list their function gives."""
+    if kind in DERIVED_NAMES:
+        module, function = DERIVED_NAMES[kind]
+        return list(dict.fromkeys(getattr(importlib.import_module(module), function)()))
+    return registry.names(kind)
+
+
+class HelpFromRegistry(argparse.ArgumentParser):
     """Expands ``{names:KIND}`` in the help text to the names registered under ``KIND`` (task
-    types, HF families, export formats, ...) when the help is printed: the texts stay true as
-    components are added, and ``ptm`` starts without importing them for other commands."""
+    types, HF families, encoders, objectives, ...; :func:`help_names`) when the help is printed:
+    the texts stay true as components are added, and ``ptm`` starts without importing them for
+    other commands.  Sub-commands opt in with ``p.__class__ = HelpFromRegistry``."""
 
     def format_help(self) -> str:
         text = super().format_help()
         if "{names:" not in text:
             return text
-        import re
+        return re.sub(r"\{names:([a-z_]+)\}", lambda m: ", ".join(help_names(m.group(1))), text)
 
-        from ptmkit import registry
 
-        return re.sub(r"\{names:([a-z_]+)\}", lambda m: ", ".join(registry.names(m.group(1))), text)
+class RegistryHelpParser(HelpFromRegistry, IntermixedParser):
+    """:class:`HelpFromRegistry` for a parser that also takes ``KEY=VALUE`` positionals anywhere."""

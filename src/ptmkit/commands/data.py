@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from ptmkit import paths, registry
+from ptmkit.data.sources.base import check_cache, fetch, is_ready
+
 HELP = "list or fetch built-in data sets (PTB, MR, MiniLM weights, ...)"
 
 DESCRIPTION = """\
@@ -31,9 +34,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from ptmkit import paths, registry
-    from ptmkit.data.sources.base import check_cache, is_ready
-
     print(f"cache: {paths.data_dir()}")
     damaged = []
     for name in registry.names("source"):
@@ -81,9 +81,6 @@ def describe(root) -> list[str]:
 
 
 def run_get(args: argparse.Namespace) -> int:
-    from ptmkit import registry
-    from ptmkit.data.sources.base import check_cache, fetch, is_ready
-
     for name in args.names:
         registry.get("source", name)  # unknown names fail before any download
     for name in args.names:

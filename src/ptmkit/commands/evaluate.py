@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
             label += "'"
         labels[label] = m
     protocol = evaluate.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
-                        features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs, modes=tuple(args.modes), baseline=not args.no_baseline)
+                        features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs,
+                        modes=tuple(args.modes), baseline=not args.no_baseline)
     if args.train_sizes is not None:
         sizes = learning_curve.parse_train_sizes(args.train_sizes)  # a bad list fails before the output is claimed
         names = ["learning_curve.json", "learning_curve.md", "learning_curve.png"]

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "export a run or checkpoint to an HF transformers directory (BERT, GPT-2)"
+from ptmkit import outputs
+from ptmkit.commands import HelpFromRegistry
+from ptmkit.errors import PtmError, suggest
+
+HELP = "export a run or checkpoint to an HF transformers directory (BERT, GPT-2, BART, T5, ...)"
 
 DESCRIPTION = """\
 Export a pre-trained ptmkit model to an HF transformers directory (config.json,
@@ -12,13 +16,15 @@ model.safetensors and the tokenizer files) that `from_pretrained` loads.
 
 RUN_OR_CKPT is a run directory (its latest checkpoint is used) or a checkpoint directory.
 
-formats (default: inferred from the model):
+formats (default: inferred from the model: the format of the family the objective prefers, else
+the first that can express it): {names:hf_format}; among them
   bert      BertModel: the encoder and its pooler (post-LN, bidirectional models)
   bert-mlm  with the MLM head (BertForMaskedLM), and the NSP head when the model has one
             (BertForPreTraining); the default for models trained with the mlm objective
   gpt2      GPT2LMHeadModel (pre-LN causal models, the clm objective); the LM head is tied
   electra   ElectraForPreTraining: the discriminator and its replaced-token head; the default
             for models trained with the electra objective (the generator is not exported)
+and each other family's model with the heads it can carry (HF families: {names:hf_family}).
 
 HF_DIR must not exist or be empty: nothing is overwritten.  It is written to a scratch
 directory inside HF_DIR and moved into place only when complete.
@@ -41,22 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", "-o", required=True, metavar="HF_DIR", help="output directory (new or empty)")
     p.add_argument("--format", "-f", default=None, metavar="FORMAT",
                    help="HF model format, one of those listed above (default: inferred from the model)")
+    p.__class__ = HelpFromRegistry
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit import outputs
-    from ptmkit.errors import PtmError, suggest
-    from ptmkit.interop import export_hf, formats, infer_format
-    from ptmkit.pretrained import load_pretrained
+    from ptmkit import interop, pretrained  # the one heavy import (torch), when the command runs
 
-    known = formats()
+    known = interop.formats()
     if args.format is not None and args.format not in known:
         raise PtmError(f"unknown --format {args.format!r}{suggest(args.format, known)}; formats: {', '.join(known)}")
 
     outputs.check(args.out, "export", inputs=[args.source])  # before loading the model
-    pretrained = load_pretrained(args.source)
-    fmt = args.format or infer_format(pretrained)
-    out = export_hf(pretrained, args.out, fmt)
-    print(f"exported {pretrained.path} as {fmt} to {out}")
+    model = pretrained.load_pretrained(args.source)
+    fmt = args.format or interop.infer_format(model)
+    out = interop.export_hf(model, args.out, fmt)
+    print(f"exported {model.path} as {fmt} to {out}")
     return 0

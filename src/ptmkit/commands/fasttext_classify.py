@@ -19,6 +19,10 @@ import json
 import math
 import sys
 
+from ptmkit import outputs
+from ptmkit.config import to_dict
+from ptmkit.errors import PtmError
+
 HELP = "train, test and apply fastText's supervised text classifier"
 
 
@@ -83,28 +87,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ptmkit import outputs
-    from ptmkit.config import to_dict
-    from ptmkit.errors import PtmError
-    from ptmkit.static.classify_data import read_label_file, task_lines
-    from ptmkit.static.fasttext_classify import ClassifierConfig, train_classifier
+    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
 
     if args.valid and args.task:
         raise PtmError("--valid goes with --input; a --task is evaluated on its own dev and test splits")
     try:
-        cfg = ClassifierConfig(dim=args.dim, epochs=args.epoch, lr=args.lr, word_ngrams=args.word_ngrams,
+        cfg = fasttext_classify.ClassifierConfig(dim=args.dim, epochs=args.epoch, lr=args.lr, word_ngrams=args.word_ngrams,
                                bucket=args.bucket, min_count=args.min_count, loss=args.loss, workers=args.thread,
                                seed=args.seed)  # fmt: skip
     except ValueError as exc:
         raise PtmError(f"bad option: {exc}") from None
     outputs.check(args.out, "classifier", [args.input, args.valid], args.overwrite)  # before reading data
     if args.task:
-        train = task_lines(args.task, "train")
-        evals = {split: task_lines(args.task, split) for split in ("dev", "test")}
+        train = classify_data.task_lines(args.task, "train")
+        evals = {split: classify_data.task_lines(args.task, split) for split in ("dev", "test")}
     else:
-        train = read_label_file(args.input)
-        evals = {"valid": read_label_file(args.valid)} if args.valid else {}
-    clf = train_classifier(train, cfg, progress=sys.stderr.isatty())
+        train = classify_data.read_label_file(args.input)
+        evals = {"valid": classify_data.read_label_file(args.valid)} if args.valid else {}
+    clf = fasttext_classify.train_classifier(train, cfg, progress=sys.stderr.isatty())
     scores = {name: clf.test(data) for name, data in evals.items()}
     result = {"task": args.task or args.input, "train": len(train), "labels": len(clf.labels),
               "config": to_dict(cfg), "stats": clf.train_stats, "scores": scores}  # fmt: skip
@@ -118,14 +118,12 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from ptmkit.errors import PtmError
-    from ptmkit.static.classify_data import task_lines
-    from ptmkit.static.fasttext_classify import FastTextClassifier
+    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
 
     if (args.task is None) == (args.file is None):
         raise PtmError("give either a FILE in __label__ format or --task NAME (with --split)")
-    clf = FastTextClassifier.load(args.model)
-    data = task_lines(args.task, args.split) if args.task else args.file
+    clf = fasttext_classify.FastTextClassifier.load(args.model)
+    data = classify_data.task_lines(args.task, args.split) if args.task else args.file
     s = clf.test(data, k=args.k)
     print(f"N\t{s['n']}")
     print(f"P@{args.k}\t{s[f'precision_at_{args.k}']:.4f}")
@@ -135,17 +133,16 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from ptmkit.static.classify_data import LABEL_PREFIX, parse_label_lines, read_label_file
-    from ptmkit.static.fasttext_classify import FastTextClassifier
+    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
 
-    clf = FastTextClassifier.load(args.model)
+    clf = fasttext_classify.FastTextClassifier.load(args.model)
     if args.file == "-":
-        data = parse_label_lines(sys.stdin, "stdin", require_labels=False)
+        data = classify_data.parse_label_lines(sys.stdin, "stdin", require_labels=False)
     else:
-        data = read_label_file(args.file, require_labels=False)
+        data = classify_data.read_label_file(args.file, require_labels=False)
     for row in clf.predict(data, k=args.k):
         if args.prob:
-            print(" ".join(f"{LABEL_PREFIX}{lab} {p:.5f}" for lab, p in row))
+            print(" ".join(f"{classify_data.LABEL_PREFIX}{lab} {p:.5f}" for lab, p in row))
         else:
-            print(" ".join(f"{LABEL_PREFIX}{lab}" for lab, _ in row))
+            print(" ".join(f"{classify_data.LABEL_PREFIX}{lab}" for lab, _ in row))
     return 0

@@ -17,9 +17,9 @@ and --resume continues an interrupted run exactly where it stopped.
 
 RUN_OR_CKPT is a pre-training run directory (its latest checkpoint), a checkpoint directory, or a
 word-vectors file (word2vec binary or text, GloVe, fastText .vec: a static-vectors encoder).
-The task is either built in (fetched on first use; --task mr: movie-review polarity, zh-reviews,
-bible-paraphrase; tagging: brown-pos, peoples-daily-seg/-pos/-ner, where crf=true adds a CRF and
-select=f1 picks epochs by chunk F1) or given as
+The task is either built in (fetched on first use: {names:task}; for example --task mr,
+movie-review polarity; for tagging, crf=true adds a CRF and select=f1 picks epochs by chunk F1),
+of one of the task types {names:task_type}, or given as
 three files --train/--dev/--test in JSONL, CSV or TSV (by extension, else sniffed), with the
 columns named by --text-column, --pair-column (sentence pairs) and --label-column.  The label
 vocabulary comes from the training file.
@@ -90,8 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="RUN_OR_CKPT", help="pre-training run directory, checkpoint directory, or a word2vec / "
                                                        "GloVe / fastText vectors file (static word features)")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. lr=5e-5 epochs=5")
-    p.add_argument("--task", help="built-in task: mr, zh-reviews, bible-paraphrase (classification); brown-pos, "
-                                  "peoples-daily-seg, peoples-daily-pos, peoples-daily-ner (tagging)")
+    p.add_argument("--task", help="built-in task: {names:task}")
     p.add_argument("--tasks", metavar="T1,T2,...", default=None,
                    help="multi-task fine-tuning (MT-DNN) on several built-in tasks of any types, e.g. mr,brown-pos: "
                         "a shared encoder, one head per task, one task's batch per step (task_schedule=proportional "

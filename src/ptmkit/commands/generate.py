@@ -12,9 +12,10 @@ Generate text with a pre-trained model.
 RUN_OR_CKPT is a run directory (its latest checkpoint is used) or a checkpoint directory of a
 model that can generate: one pre-trained with the clm objective (GPT, GPT-2), which continues
 PROMPT, or with the bart objective, which rewrites PROMPT (its denoising task: a text with
-[MASK]s comes back filled in), or with unilm (after seq2seq fine-tuning: it writes PROMPT's target).  Generation stops at the end-of-sentence token ([SEP]) or after
---max-new-tokens tokens.  Each PROMPT is printed with its generated text; several prompts are
-decoded in one batch (with --greedy or --num-beams, each gets the text it would get alone).
+[MASK]s comes back filled in), or with unilm (after seq2seq fine-tuning: it writes PROMPT's
+target).  Generation stops at the end-of-sentence token ([SEP]) or after --max-new-tokens tokens.
+Each PROMPT is printed with its generated text; several prompts are decoded in one batch (with
+--greedy or --num-beams, each gets the text it would get alone).
 
 decoding (each new token is chosen from the model's next-token distribution):
   --greedy           the most likely token every time (deterministic; ignores the sampling

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "import an HF transformers BERT or GPT-2 directory as a ptmkit checkpoint"
+from ptmkit.commands import HelpFromRegistry
+
+HELP = "import an HF transformers directory (BERT, GPT-2, BART, T5, ...) as a ptmkit checkpoint"
 
 DESCRIPTION = """\
 Convert an HF transformers model directory (config.json + weights + tokenizer files) into a
 ptmkit checkpoint directory (config.json, model.safetensors, tokenizer.json) that
 `ptm finetune CKPT_DIR` and the Python API load.
 
-Supported: BERT (model_type "bert": BertModel, BertForMaskedLM, BertForPreTraining; the MLM and
-NSP heads come along when present, missing heads are freshly initialised) and GPT-2 (model_type
-"gpt2"; the LM head is tied).  The tokenizer is read from tokenizer.json or vocab.txt and must
+Supported model types (config.json's model_type): {names:hf_model_type}; one HF family each
+({names:hf_family}).  For example BERT (model_type "bert": BertModel, BertForMaskedLM,
+BertForPreTraining; the MLM and NSP heads come along when present, missing heads are freshly
+initialised) and GPT-2 (model_type "gpt2"; the LM head is tied).  The tokenizer is read from tokenizer.json or vocab.txt and must
 hold the special tokens [PAD] [UNK] [CLS] [SEP] [MASK].  The weights are read locally: set
 HF_HUB_OFFLINE=1 to be sure nothing is downloaded.
 
@@ -35,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", metavar="HF_DIR", help="HF transformers model directory")
     p.add_argument("--out", "-o", required=True, metavar="CKPT_DIR", help="output checkpoint directory (new or empty)")
+    p.__class__ = HelpFromRegistry
     p.set_defaults(func=run)
 
 

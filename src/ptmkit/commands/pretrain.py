@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ptmkit.commands import IntermixedParser
+from ptmkit.commands import RegistryHelpParser
 from ptmkit.errors import PtmError
 
 HELP = "pre-train a Transformer (BERT, GPT-2, ...) or static word vectors (word2vec, GloVe, ...)"
@@ -15,6 +15,7 @@ Pre-train a Transformer from a preset on your own corpus.
 
 PRESET is a bundled preset name (bert-tiny, bert-mini, bert-small, bert-base, gpt2-tiny,
 gpt2-small, ...) or the path of a YAML file with the sections model, objective, tokenizer, train.
+Its model.encoder is one of {names:encoder}; its objective.name one of {names:objective}.
 
 DATA is either a corpus prepared by `ptm prepare` (a directory with tokens.bin, meta.json and
 tokenizer.json) or one or more text files (one sentence per line, a blank line between documents):
@@ -52,7 +53,7 @@ prepared with it.
 Several processes (data parallel): torchrun --nproc_per_node N -m ptmkit.cli pretrain ...
 (batch_size stays the global batch; gloo on CPU, NCCL on GPUs).
 
-Static word vectors (first generation): PRESET may also be a static model,
+Static word vectors (first generation): PRESET may also be a static model ({names:static}),
   word2vec   Skip-gram / CBOW with negative sampling or hierarchical softmax (Mikolov et al. 2013)
   fasttext   Skip-gram / CBOW over character n-gram buckets (Bojanowski et al. 2017)
   glove      weighted least squares on log co-occurrences (Pennington et al. 2014)
@@ -98,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file, or a static model (word2vec, fasttext, glove, svd-ppmi, nnlm)")
+    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file, or a static model ({names:static})")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
     p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
@@ -112,7 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="start over: remove what ptm wrote in RUN_DIR (checkpoints, logs, config, prepared data) once "
                         "the inputs are read; other files stay (static models: replace RUN_DIR's vectors)")
-    p.__class__ = IntermixedParser
+    p.__class__ = RegistryHelpParser
     p.set_defaults(func=run)
 
 

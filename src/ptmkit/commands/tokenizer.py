@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from ptmkit.errors import PtmError
 
@@ -51,12 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from ptmkit.tokenization import tokenizer  # the one heavy import, when the command runs
 
-    from ptmkit.tokenization import Tokenizer
-    from ptmkit.tokenization.tokenizer import check_kind
-
-    check_kind(args.kind)
+    tokenizer.check_kind(args.kind)
     out = Path(args.output)
     if out.is_dir():
         out = out / "tokenizer.json"
@@ -64,7 +62,7 @@ def run_train(args: argparse.Namespace) -> int:
         raise PtmError(f"{out} is one of the training files; write the tokenizer to another file")
     if out.exists() and not args.force:
         raise PtmError(f"{out} exists; pass --force to overwrite it")
-    tok = Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
+    tok = tokenizer.Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
                           lowercase=args.lowercase, show_progress=sys.stderr.isatty())
     path = tok.save(out)
     print(f"{tok} -> {path}")
@@ -100,9 +98,9 @@ def _argument_texts(texts: list[str]) -> list[str]:
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    from ptmkit.tokenization import Tokenizer
+    from ptmkit.tokenization import tokenizer  # the one heavy import, when the command runs
 
-    tok = Tokenizer.load(args.tokenizer)
+    tok = tokenizer.Tokenizer.load(args.tokenizer)
     texts = _argument_texts(args.text) if args.text else _stdin_lines()
     for text in texts:
         ids = tok.encode(text, add_special_tokens=args.special)

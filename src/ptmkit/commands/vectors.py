@@ -16,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ptmkit.errors import PtmError
+from ptmkit.data.sources.base import fetch
+from ptmkit.errors import PtmError, suggest
 
 
 def positive_int(text: str) -> int:
@@ -31,9 +32,9 @@ def positive_int(text: str) -> int:
 
 
 def _load(args):
-    from ptmkit.static.vectors import WordVectors
+    from ptmkit.static import vectors  # the one heavy import, when the command runs
 
-    return WordVectors.load(args.vectors, format=args.format, skip_nonfinite=args.skip_nonfinite)
+    return vectors.WordVectors.load(args.vectors, format=args.format, skip_nonfinite=args.skip_nonfinite)
 
 
 def _neighbors(args) -> int:
@@ -79,14 +80,10 @@ def resolve_eval_file(name_or_path: str, kind: str = "pairs") -> tuple[str, Path
     through its data recipe when needed) or by path."""
     table = PAIR_SETS if kind == "pairs" else ANALOGY_SETS
     if name_or_path in table:
-        from ptmkit.data.sources.base import fetch
-
         recipe, fname = table[name_or_path]
         return name_or_path, fetch(recipe) / fname
     p = Path(name_or_path)
     if not p.exists():
-        from ptmkit.errors import suggest
-
         raise PtmError(f"{kind} set {name_or_path!r} is neither a file nor a known name{suggest(name_or_path, table)}; "
                        f"names: {', '.join(table)}")  # fmt: skip
     return p.stem, p
@@ -98,13 +95,13 @@ def evaluate_all(wv, pairs: list[str], analogies: list[str], methods=METHODS, re
     -> {label: evaluate_pairs result, or {"error": why}} and {label: {method: evaluate_analogies result}}.
     A set none of whose items is in the vocabulary gets an "error" entry; all failing is a PtmError.
     """
-    from ptmkit.static.vectors import read_analogies, read_pairs
+    from ptmkit.static import vectors  # the one heavy import, when the command runs
 
     results: dict = {"pairs": {}, "analogies": {}}
     ok = 0
     for item in pairs:
         label, path = resolve_eval_file(item, "pairs")
-        triples = read_pairs(path)  # a malformed file is that file's error, not the vectors'
+        triples = vectors.read_pairs(path)  # a malformed file is that file's error, not the vectors'
         try:
             results["pairs"][label] = wv.evaluate_pairs(triples)
             ok += 1
@@ -112,7 +109,7 @@ def evaluate_all(wv, pairs: list[str], analogies: list[str], methods=METHODS, re
             results["pairs"][label] = {"error": str(exc)}
     for item in analogies:
         label, path = resolve_eval_file(item, "analogies")
-        read_analogies(path)
+        vectors.read_analogies(path)
         results["analogies"][label] = {}
         for method in methods:
             try:

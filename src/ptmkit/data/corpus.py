@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ptmkit.errors import PtmError
+from ptmkit.tokenization import Tokenizer
 
 TOKENS, SENTENCES, DOCUMENTS, META, TOKENIZER = "tokens.bin", "sentences.npy", "documents.npy", "meta.json", "tokenizer.json"
 WORD_STARTS = "word_starts.bin"
@@ -159,8 +160,6 @@ class Corpus:
 
     def load_tokenizer(self) -> Any:
         """The corpus's :class:`~ptmkit.tokenization.Tokenizer`."""
-        from ptmkit.tokenization import Tokenizer
-
         return Tokenizer.load(self.tokenizer_path)
 
     # ------------------------------------------------------------------ access

@@ -16,8 +16,8 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import multiprocessing as mp
 import logging
+import multiprocessing as mp
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
 from tqdm.auto import tqdm
 
 from ptmkit import outputs
@@ -41,7 +42,7 @@ from ptmkit.data.corpus import (
 )
 from ptmkit.data.sources.base import sha256
 from ptmkit.errors import PtmError, require_file
-from ptmkit.tokenization import Tokenizer
+from ptmkit.tokenization import Tokenizer, kinds
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,6 @@ def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None) -> None
     global _TOKENIZER, _SEGMENTER
     # Each worker is one process; the Rust encoder's own thread pool would oversubscribe the cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from ptmkit.tokenization import kinds
 
     hf = HFTokenizer.from_str(tokenizer_json)
     kind, lowercase = kinds.detect_kind(json.loads(tokenizer_json))

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 import torch
 from torch import nn
 
+from ptmkit.errors import PtmError
 from ptmkit.nn.heads import no_heads_error
 
 
@@ -117,8 +118,6 @@ class Encoder(nn.Module):
         """The sub-layers whose outputs ``[..., output_size]`` an adapter may follow (Houlsby et
         al. 2019: each attention and feed-forward sub-layer, before its residual connection).
         Encoders without such sites cannot take adapters."""
-        from ptmkit.errors import PtmError
-
         raise PtmError(f"the {type(self).__name__} encoder declares no adapter sites; adapters need a Transformer encoder")
 
     def num_parameters(self) -> int:
@@ -130,8 +129,6 @@ class Encoder(nn.Module):
 
 def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     """Raise :class:`PtmError` for a non-2-D input or an id outside ``[0, vocab_size)``."""
-    from ptmkit.errors import PtmError
-
     if input_ids.dim() != 2:
         raise PtmError(f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
     if input_ids.numel():

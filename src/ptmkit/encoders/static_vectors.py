@@ -23,7 +23,10 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder, EncoderOutput
 from ptmkit.errors import PtmError
+from ptmkit.interop.word2vec_format import read_vectors
+from ptmkit.pretrained import Pretrained
 from ptmkit.registry import register
+from ptmkit.tokenization import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,6 @@ def load_vectors(path: str | Path, lowercase: bool | None = None):
     """A ``Pretrained`` (config, word tokenizer, ``StaticVectors`` encoder) from a word2vec / GloVe
     / fastText text or binary file.  ``lowercase=None``: lowercase the input when the file has no
     capitalised word (vectors trained on lowercased text)."""
-    from ptmkit.interop.word2vec_format import read_vectors
-    from ptmkit.pretrained import Pretrained
-    from ptmkit.tokenization import Tokenizer
-
     words, vectors = read_vectors(path)
     if lowercase is None:
         lowercase = not any(w != w.lower() for w in words)

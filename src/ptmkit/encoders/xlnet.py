@@ -52,8 +52,16 @@ from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
-from ptmkit.nn.heads import (PrunableHeads, check_heads, head_gates, keep_columns, keep_parameter_heads, keep_rows,
-                             layer_number, merge_heads)
+from ptmkit.nn.heads import (
+    PrunableHeads,
+    check_heads,
+    head_gates,
+    keep_columns,
+    keep_parameter_heads,
+    keep_rows,
+    layer_number,
+    merge_heads,
+)
 from ptmkit.registry import register
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")

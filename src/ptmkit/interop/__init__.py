@@ -14,8 +14,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ptmkit import registry
+from ptmkit import outputs, registry
 from ptmkit.errors import PtmError, suggest
+from ptmkit.interop.hf_common import require_transformers
+from ptmkit.pretrained import load_pretrained
+from ptmkit.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +67,8 @@ def _family_of_format(fmt: str) -> Any:
 
 def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -> Path:
     """Write ``pretrained`` (a ``Pretrained``, or a run / checkpoint directory) as an HF directory."""
-    from ptmkit.interop.hf_common import require_transformers
-
     require_transformers()
     if isinstance(pretrained, (str, Path)):
-        from ptmkit.pretrained import load_pretrained
-
         pretrained = load_pretrained(pretrained)
     pruned = getattr(getattr(pretrained.backbone, "config", None), "pruned_heads", None)
     if pruned:  # HF's layers have a fixed head count per model: the smaller matrices do not load
@@ -100,8 +99,6 @@ def hf_model_type(hf_dir: str | Path) -> str:
 
 def load_hf(hf_dir: str | Path) -> Any:
     """Import an HF directory (any family's ``model_type``) as a ``Pretrained`` (eval mode)."""
-    from ptmkit.interop.hf_common import require_transformers
-
     require_transformers()
     model_type = hf_model_type(hf_dir)
     fam = next(f for f in families() if model_type in f.model_types)
@@ -111,9 +108,6 @@ def load_hf(hf_dir: str | Path) -> Any:
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     """Convert an HF directory into a ptmkit checkpoint directory ``out_dir``
     (``config.json``, ``model.safetensors``, ``tokenizer.json``) that ``ptm finetune`` reads."""
-    from ptmkit import outputs
-    from ptmkit.train import checkpoint as ckpt
-
     out = Path(out_dir)
     outputs.check(out, "checkpoint", inputs=[hf_dir])  # before the slow load
     pretrained = load_hf(hf_dir)

@@ -39,15 +39,17 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
+    hf,
+    read_hf,
     write_hf_dir,
 )
+from ptmkit.objectives.albert import ALBERTConfig
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ def n_groups(cfg: TransformerConfig) -> int:
 
 def to_hf_config(model_cfg: TransformerConfig, causal: bool = False) -> Any:
     """``TransformerConfig`` -> ``transformers.AlbertConfig``; :class:`PtmError` if ALBERT cannot express it."""
-    from transformers import AlbertConfig
+    AlbertConfig = hf("AlbertConfig")
 
     found = problems(model_cfg, causal)
     if found:
@@ -214,7 +216,7 @@ def build_hf_albert(pretrained: Any, with_heads: bool = True) -> tuple[Any, dict
     """An HF ALBERT model (eval mode) with ``pretrained``'s weights, and the state dict to save:
     ``AlbertForPreTraining`` with MLM and SOP heads (and a pooler), ``AlbertForMaskedLM`` with an
     MLM head only, else ``AlbertModel``."""
-    from transformers import AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
+    AlbertForMaskedLM, AlbertForPreTraining, AlbertModel = hf("AlbertForMaskedLM"), hf("AlbertForPreTraining"), hf("AlbertModel")
 
     cfg: TransformerConfig = pretrained.backbone.config
     hf_cfg = to_hf_config(cfg, pretrained.causal)
@@ -256,7 +258,7 @@ def export_albert(pretrained: Any, out_dir: str | Path, with_heads: bool = True)
 def import_albert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF ALBERT directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``
     with the MLM head (``objective.mlm_head.*``) and SOP head (``objective.sop_head.*``) when present."""
-    from transformers import AlbertForPreTraining
+    AlbertForPreTraining = hf("AlbertForPreTraining")
 
     hf_model, present, tokenizer, hf_dir = read_hf(AlbertForPreTraining, hf_dir_or_model, tokenizer)
     hf_state = _with_albert_prefix(present)
@@ -280,8 +282,6 @@ def import_albert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> t
 def load_hf_albert(hf_dir: str | Path) -> Any:
     """Import an HF ALBERT directory as a ready ``Pretrained`` (backbone + ``albert`` objective;
     SOP only with segment embeddings and a pooler, as the checkpoint has them)."""
-    from ptmkit.objectives.albert import ALBERTConfig
-
     cfg, state, tokenizer = import_albert(hf_dir)
     sop = "objective.sop_head.weight" in state and cfg.type_vocab_size >= 2
     if not sop:

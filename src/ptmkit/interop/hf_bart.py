@@ -44,18 +44,19 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    check_pad,
-    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
+    check_pad,
     check_tied,
+    hf,
     quiet_transformers,
+    read_hf,
     write_hf_dir,
 )
+from ptmkit.objectives.bart import DenoisingConfig
 from ptmkit.registry import register
-
 
 _WB = ("weight", "bias")  # the two tensors of a Linear or LayerNorm
 HF_LAYER_NORM_EPS = 1e-5  # HF BART's nn.LayerNorm default, not configurable
@@ -88,7 +89,7 @@ def problems(model_cfg: Any) -> list[str]:
 
 def to_hf_config(model_cfg: EncoderDecoderConfig, tokenizer: Any = None) -> Any:
     """``EncoderDecoderConfig`` -> ``transformers.BartConfig``; :class:`PtmError` if BART cannot express it."""
-    from transformers import BartConfig
+    BartConfig = hf("BartConfig")
 
     found = problems(model_cfg)
     if found:
@@ -245,7 +246,7 @@ def _with_model_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 # -- export --------------------------------------------------------------------------------------
 def build_hf_bart(pretrained: Any) -> Any:
     """A ``BartForConditionalGeneration`` (eval mode) holding ``pretrained``'s weights."""
-    from transformers import BartForConditionalGeneration
+    BartForConditionalGeneration = hf("BartForConditionalGeneration")
 
     cfg = pretrained.backbone.config
     hf_cfg = to_hf_config(cfg, pretrained.tokenizer)
@@ -284,7 +285,7 @@ def import_bart(
     ``final_logits_bias`` imports as zeros).  An LM head or encoder/decoder token table not tied to
     ``model.shared`` raises :class:`PtmError`.
     """
-    from transformers import BartForConditionalGeneration
+    BartForConditionalGeneration = hf("BartForConditionalGeneration")
 
     hf_model, present, tokenizer, hf_dir = read_hf(BartForConditionalGeneration, hf_dir_or_model, tokenizer)
     hf_state = _with_model_prefix(present)
@@ -299,8 +300,6 @@ def import_bart(
 
 
 def objective_section() -> dict[str, Any]:
-    from ptmkit.objectives.bart import DenoisingConfig
-
     return {"name": "bart", **to_dict(DenoisingConfig())}
 
 

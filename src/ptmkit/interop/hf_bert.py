@@ -33,18 +33,20 @@ from typing import Any
 import torch
 
 from ptmkit.config import to_dict
+from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
+    hf,
+    read_hf,
     write_hf_dir,
 )
-from ptmkit.encoders.transformer import TransformerConfig
+from ptmkit.objectives.mlm import MLMConfig
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -71,7 +73,7 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
 
 def to_hf_config(model_cfg: TransformerConfig, causal: bool = False) -> Any:
     """``TransformerConfig`` -> ``transformers.BertConfig``; :class:`PtmError` if BERT cannot express it."""
-    from transformers import BertConfig
+    BertConfig = hf("BertConfig")
 
     found = problems(model_cfg, causal)
     if found:
@@ -202,7 +204,7 @@ def build_hf_bert(pretrained: Any, with_heads: bool = True) -> tuple[Any, dict[s
     ``BertForMaskedLM`` with an MLM head only, else ``BertModel``.  A pooler not held by the
     chosen class is dropped here; :func:`export_bert` keeps it in the saved files.
     """
-    from transformers import BertForMaskedLM, BertForPreTraining, BertModel
+    BertForMaskedLM, BertForPreTraining, BertModel = hf("BertForMaskedLM"), hf("BertForPreTraining"), hf("BertModel")
 
     cfg: TransformerConfig = pretrained.backbone.config
     hf_cfg = to_hf_config(cfg, pretrained.causal)
@@ -247,7 +249,7 @@ def import_bert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
     (``objective.mlm_head.*``) and NSP head (``objective.nsp_head.*``).  The tokenizer is read
     from the directory (``None`` for an in-memory model unless given).
     """
-    from transformers import BertForPreTraining
+    BertForPreTraining = hf("BertForPreTraining")
 
     hf_model, present, tokenizer, hf_dir = read_hf(BertForPreTraining, hf_dir_or_model, tokenizer)
     hf_state = _with_bert_prefix(present)
@@ -263,8 +265,6 @@ def import_bert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
 
 def objective_section(state: dict[str, torch.Tensor], cfg: TransformerConfig) -> dict[str, Any]:
     """The ``objective`` config section that matches the imported heads (MLM, NSP if present)."""
-    from ptmkit.objectives.mlm import MLMConfig
-
     nsp = "objective.nsp_head.weight" in state and cfg.type_vocab_size >= 2
     return {"name": "mlm", **to_dict(replace(MLMConfig(), nsp=nsp))}
 

@@ -18,7 +18,14 @@ from typing import Any
 
 import torch
 
+from ptmkit import outputs, registry
+from ptmkit.build import build_model
+from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
+from ptmkit.pretrained import Pretrained
+from ptmkit.tokenization import Tokenizer
+from ptmkit.train.checkpoint import check_safetensors
+from ptmkit.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +40,25 @@ ACT_FROM_HF = {
 }
 
 
-def require_transformers() -> None:
-    """Raise :class:`PtmError` with the install command when HF transformers is missing."""
+def transformers_module() -> Any:
+    """HF transformers, an optional dependency: imported here, where it is first needed (importing
+    it takes seconds), never when a family registers; :class:`PtmError` with the install command
+    when it is missing."""
     try:
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as exc:
         raise PtmError("exchanging models with HF transformers needs it installed: pip install 'ptmkit[interop]'") from exc
+    return transformers
+
+
+def require_transformers() -> None:
+    """Raise :class:`PtmError` with the install command when HF transformers is missing."""
+    transformers_module()
+
+
+def hf(name: str) -> Any:
+    """``transformers.<name>`` (a config or model class, ``utils``, ...)."""
+    return getattr(transformers_module(), name)
 
 
 def activation_from_hf(name: Any, family: str) -> str:
@@ -58,8 +78,7 @@ def split_prefix(state_dict: dict[str, torch.Tensor], prefix: str) -> dict[str, 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
     """Silence HF's load reports and progress bars (missing keys are checked here)."""
-    from transformers.utils import logging as hf_logging
-
+    hf_logging = hf("utils").logging
     level = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
@@ -79,7 +98,7 @@ def read_hf(model_cls: type, hf_dir_or_model: Any, tokenizer: Any = None) -> tup
     is ``None``) or a directory, loaded as ``model_cls`` by :func:`load_hf_weights`, whose tokenizer
     files are read when no ``tokenizer`` is given.  Tensors are float32.
     """
-    from transformers import PreTrainedModel
+    PreTrainedModel = hf("PreTrainedModel")
 
     if isinstance(hf_dir_or_model, PreTrainedModel):
         return hf_dir_or_model, {k: v.float() for k, v in hf_dir_or_model.state_dict().items()}, tokenizer, None
@@ -144,8 +163,6 @@ def load_hf_weights(model_cls: type, hf_dir: str | Path) -> tuple[Any, dict[str,
     a head missing from the files (e.g. a ``BertModel`` directory loaded as
     ``BertForPreTraining``) is randomly initialised by HF and must not be imported.
     """
-    from ptmkit.train.checkpoint import check_safetensors
-
     hf_dir = Path(hf_dir)
     if not (hf_dir / "config.json").is_file():
         raise PtmError(f"{hf_dir} is not an HF transformers model directory (no config.json)")
@@ -216,8 +233,6 @@ def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: d
     ``model_max_length`` the encoder's positions, if it has a limit) into the new directory ``out_dir``, published
     only when complete (:func:`ptmkit.outputs.staged`).  ``state_dict`` keeps tensors the HF
     class lacks (a pooler under ``BertForMaskedLM``)."""
-    from ptmkit import outputs
-
     with outputs.staged(out_dir, "export", inputs=[pretrained.path]) as stage:
         with quiet_transformers():
             if state_dict is None:
@@ -241,8 +256,6 @@ def export_heads(pretrained: Any) -> tuple[str, ...]:
 
 def encoder_name(model_cfg: Any) -> str:
     """The registered encoder whose ``config_class`` ``model_cfg`` is an instance of."""
-    from ptmkit import registry
-
     for name in registry.names("encoder"):
         if type(model_cfg) is registry.get("encoder", name).config_class:
             return name
@@ -251,9 +264,6 @@ def encoder_name(model_cfg: Any) -> str:
 
 def checkpoint_config(model_cfg: Any, objective: dict[str, Any], tokenizer: Any, source: str) -> dict[str, Any]:
     """The resolved config a ptmkit checkpoint stores for an imported model."""
-    from ptmkit.config import to_dict
-    from ptmkit.train.config import TrainConfig
-
     config: dict[str, Any] = {"model": {"encoder": encoder_name(model_cfg), **to_dict(model_cfg)}, "objective": dict(objective)}
     if tokenizer is not None:
         config["tokenizer"] = {
@@ -272,9 +282,6 @@ def assemble(model_cfg: Any, objective: dict[str, Any], state: dict[str, torch.T
     Every backbone tensor must be in ``state``; objective heads the source did not have keep
     their fresh initialisation (logged), so the result is a complete, saveable model.
     """
-    from ptmkit.build import build_model
-    from ptmkit.pretrained import Pretrained
-
     if tokenizer is None:
         raise PtmError(f"{source} has no tokenizer files (tokenizer.json or vocab.txt); ptmkit needs one to build the model")
     config = checkpoint_config(model_cfg, objective, tokenizer, source)
@@ -296,8 +303,6 @@ def assemble(model_cfg: Any, objective: dict[str, Any], state: dict[str, torch.T
 def load_tokenizer(hf_dir: Path) -> Any:
     """ptmkit ``Tokenizer`` of an HF model directory (its ``tokenizer.json``, else a WordPiece
     tokenizer from ``vocab.txt`` honouring ``do_lower_case``); ``None`` when there is neither."""
-    from ptmkit.tokenization import Tokenizer
-
     if not ((hf_dir / "tokenizer.json").is_file() or (hf_dir / "vocab.txt").is_file()):
         log.warning("%s has no tokenizer.json or vocab.txt; importing the model without a tokenizer", hf_dir)
         return None

@@ -29,7 +29,18 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop import hf_bert
-from ptmkit.interop.hf_common import ACT_TO_HF, HFFamily, activation_from_hf, assemble, check_pad, export_heads, read_hf, write_hf_dir
+from ptmkit.interop.hf_common import (
+    ACT_TO_HF,
+    HFFamily,
+    activation_from_hf,
+    assemble,
+    check_pad,
+    export_heads,
+    hf,
+    read_hf,
+    write_hf_dir,
+)
+from ptmkit.objectives.electra import ELECTRAConfig
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -58,7 +69,7 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
 
 def to_hf_config(model_cfg: TransformerConfig) -> Any:
     """``TransformerConfig`` -> ``transformers.ElectraConfig``; :class:`PtmError` if ELECTRA cannot express it."""
-    from transformers import ElectraConfig
+    ElectraConfig = hf("ElectraConfig")
 
     found = problems(model_cfg)
     if found:
@@ -146,7 +157,7 @@ def state_dict_from_hf(hf: dict[str, torch.Tensor], cfg: TransformerConfig) -> d
 def build_hf_electra(pretrained: Any, with_head: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
     """An HF ELECTRA model (eval mode) holding ``pretrained``'s discriminator and the state dict
     to save: ``ElectraForPreTraining`` with the replaced-token head, else ``ElectraModel``."""
-    from transformers import ElectraForPreTraining, ElectraModel
+    ElectraForPreTraining, ElectraModel = hf("ElectraForPreTraining"), hf("ElectraModel")
 
     cfg: TransformerConfig = pretrained.backbone.config
     if pretrained.causal:
@@ -183,7 +194,7 @@ def export_electra(pretrained: Any, out_dir: str | Path, with_head: bool = True)
 def import_electra(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF ELECTRA discriminator directory or model -> ``(TransformerConfig, PretrainModel state
     dict, tokenizer)`` (``objective.rtd_head.*`` when the checkpoint has the head)."""
-    from transformers import ElectraForPreTraining
+    ElectraForPreTraining = hf("ElectraForPreTraining")
 
     hf_model, present, tokenizer, _ = read_hf(ElectraForPreTraining, hf_dir_or_model, tokenizer)
     hf_state = {(k if k.startswith(("electra.", "discriminator_predictions.")) else f"electra.{k}"): v
@@ -199,8 +210,6 @@ def import_electra(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> 
 def load_hf_electra(hf_dir: str | Path) -> Any:
     """Import an HF ELECTRA directory as a ready ``Pretrained`` (backbone + ``electra`` objective,
     the generator freshly initialised)."""
-    from ptmkit.objectives.electra import ELECTRAConfig
-
     cfg, state, tokenizer = import_electra(hf_dir)
     return assemble(cfg, {"name": "electra", **to_dict(ELECTRAConfig())}, state, tokenizer, source=str(hf_dir))
 

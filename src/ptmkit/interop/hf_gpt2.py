@@ -27,17 +27,19 @@ from typing import Any
 import torch
 
 from ptmkit.config import to_dict
+from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    read_hf,
     ACT_TO_HF,
+    HFFamily,
     activation_from_hf,
     assemble,
-    HFFamily,
     check_tied,
+    hf,
+    read_hf,
     write_hf_dir,
 )
-from ptmkit.encoders.transformer import TransformerConfig
+from ptmkit.objectives.clm import CLMConfig
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ def problems(model_cfg: Any, causal: bool = True) -> list[str]:
 
 def to_hf_config(model_cfg: TransformerConfig, eos_token_id: int | None = None, causal: bool = True) -> Any:
     """``TransformerConfig`` -> ``transformers.GPT2Config``; :class:`PtmError` if GPT-2 cannot express it."""
-    from transformers import GPT2Config
+    GPT2Config = hf("GPT2Config")
 
     found = problems(model_cfg, causal)
     if found:
@@ -176,7 +178,7 @@ def _with_transformer_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.
 # -- export --------------------------------------------------------------------------------------
 def build_hf_gpt2(pretrained: Any) -> Any:
     """A ``GPT2LMHeadModel`` (eval mode) holding ``pretrained``'s backbone; the LM head is tied."""
-    from transformers import GPT2LMHeadModel
+    GPT2LMHeadModel = hf("GPT2LMHeadModel")
 
     cfg: TransformerConfig = pretrained.backbone.config
     tok = pretrained.tokenizer
@@ -218,7 +220,7 @@ def import_gpt2(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
     The state dict holds ``backbone.*`` only: the causal LM head is the tied word embeddings.
     An untied ``lm_head`` raises :class:`PtmError`.
     """
-    from transformers import GPT2LMHeadModel
+    GPT2LMHeadModel = hf("GPT2LMHeadModel")
 
     hf_model, present, tokenizer, hf_dir = read_hf(GPT2LMHeadModel, hf_dir_or_model, tokenizer)
     hf_state = _with_transformer_prefix(present)
@@ -228,8 +230,6 @@ def import_gpt2(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tup
 
 
 def objective_section() -> dict[str, Any]:
-    from ptmkit.objectives.clm import CLMConfig
-
     return {"name": "clm", **to_dict(CLMConfig())}
 
 

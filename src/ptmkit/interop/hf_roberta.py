@@ -31,21 +31,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from ptmkit.config import to_dict
 from ptmkit.encoders.transformer import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop import hf_bert
 from ptmkit.interop.hf_common import (
-    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
+    hf,
+    read_hf,
     write_hf_dir,
 )
+from ptmkit.objectives.roberta import RoBERTaConfig
 from ptmkit.registry import register
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,7 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
 
 def to_hf_config(model_cfg: TransformerConfig, tokenizer: Any = None) -> Any:
     """``TransformerConfig`` -> ``transformers.RobertaConfig`` (positions offset by ``pad + 1``)."""
-    from transformers import RobertaConfig
+    RobertaConfig = hf("RobertaConfig")
 
     found = problems(model_cfg)
     if found:
@@ -164,7 +167,7 @@ def state_dict_from_hf(hf: dict[str, torch.Tensor], cfg: TransformerConfig) -> d
 def build_hf_roberta(pretrained: Any, with_heads: bool = True) -> tuple[Any, dict[str, torch.Tensor]]:
     """An HF RoBERTa model (eval mode) holding ``pretrained``'s weights, and the state dict to save:
     ``RobertaForMaskedLM`` with an MLM head, else ``RobertaModel``."""
-    from transformers import RobertaForMaskedLM, RobertaModel
+    RobertaForMaskedLM, RobertaModel = hf("RobertaForMaskedLM"), hf("RobertaModel")
 
     cfg: TransformerConfig = pretrained.backbone.config
     if pretrained.causal:
@@ -202,8 +205,6 @@ def export_roberta(pretrained: Any, out_dir: str | Path, with_heads: bool = True
 # -- import --------------------------------------------------------------------------------------
 def _saved_pooler(hf_dir: Path) -> dict[str, torch.Tensor]:
     """The pooler tensors in the directory's safetensors files (``RobertaForMaskedLM`` drops them)."""
-    from safetensors import safe_open
-
     out = {}
     for path in sorted(hf_dir.glob("*.safetensors")):
         with safe_open(str(path), framework="pt") as f:
@@ -216,7 +217,7 @@ def _saved_pooler(hf_dir: Path) -> dict[str, torch.Tensor]:
 def import_roberta(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF RoBERTa directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``
     (``objective.mlm_head.*`` when the checkpoint has an LM head)."""
-    from transformers import RobertaForMaskedLM
+    RobertaForMaskedLM = hf("RobertaForMaskedLM")
 
     hf_model, present, tokenizer, hf_dir = read_hf(RobertaForMaskedLM, hf_dir_or_model, tokenizer)
     if hf_dir is not None:
@@ -235,8 +236,6 @@ def import_roberta(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> 
 
 def load_hf_roberta(hf_dir: str | Path) -> Any:
     """Import an HF RoBERTa directory as a ready ``Pretrained`` (backbone + ``roberta`` objective)."""
-    from ptmkit.objectives.roberta import RoBERTaConfig
-
     cfg, state, tokenizer = import_roberta(hf_dir)
     return assemble(cfg, {"name": "roberta", **to_dict(RoBERTaConfig())}, state, tokenizer, source=str(hf_dir))
 

@@ -43,14 +43,16 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.encoder_decoder import EncoderDecoderConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    check_pad,
-    read_hf,
     HFFamily,
     assemble,
+    check_pad,
     check_tied,
+    hf,
     quiet_transformers,
+    read_hf,
     write_hf_dir,
 )
+from ptmkit.objectives.t5 import SpanCorruptionConfig
 from ptmkit.registry import register
 
 # HF ``feed_forward_proj`` -> (ptmkit activation, gated); T5 v1.0 is "relu", v1.1 "gated-gelu" (tanh GELU)
@@ -77,7 +79,7 @@ def problems(model_cfg: Any) -> list[str]:
 
 def to_hf_config(model_cfg: EncoderDecoderConfig, tokenizer: Any = None) -> Any:
     """``EncoderDecoderConfig`` -> ``transformers.T5Config``; :class:`PtmError` if T5 cannot express it."""
-    from transformers import T5Config
+    T5Config = hf("T5Config")
 
     found = problems(model_cfg)
     if found:
@@ -229,7 +231,7 @@ def state_dict_from_hf(hf: dict[str, torch.Tensor], cfg: EncoderDecoderConfig) -
 # -- export --------------------------------------------------------------------------------------
 def build_hf_t5(pretrained: Any) -> Any:
     """A ``T5ForConditionalGeneration`` (eval mode) holding ``pretrained``'s weights."""
-    from transformers import T5ForConditionalGeneration
+    T5ForConditionalGeneration = hf("T5ForConditionalGeneration")
 
     cfg = pretrained.backbone.config
     hf_cfg = to_hf_config(cfg, pretrained.tokenizer)
@@ -265,7 +267,7 @@ def import_t5(
     The LM head and both stacks' token tables must be ``shared`` (ptmkit ties them); an untied
     checkpoint raises :class:`PtmError`.
     """
-    from transformers import T5ForConditionalGeneration
+    T5ForConditionalGeneration = hf("T5ForConditionalGeneration")
 
     hf_model, present, tokenizer, hf_dir = read_hf(T5ForConditionalGeneration, hf_dir_or_model, tokenizer)
     cfg = from_hf_config(hf_model.config)
@@ -279,8 +281,6 @@ def import_t5(
 
 
 def objective_section() -> dict[str, Any]:
-    from ptmkit.objectives.t5 import SpanCorruptionConfig
-
     return {"name": "t5", **to_dict(SpanCorruptionConfig())}
 
 

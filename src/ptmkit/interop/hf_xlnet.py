@@ -31,21 +31,23 @@ from ptmkit.config import to_dict
 from ptmkit.encoders.xlnet import XLNetConfig
 from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
-    read_hf,
     ACT_TO_HF,
     HFFamily,
     activation_from_hf,
     assemble,
     check_tied,
+    hf,
+    read_hf,
     write_hf_dir,
 )
+from ptmkit.objectives.plm import PLMConfig
 from ptmkit.registry import register
 
 _WB = ("weight", "bias")
 
 
 def to_hf_config(cfg: XLNetConfig, tokenizer: Any = None) -> Any:
-    from transformers import XLNetConfig as HFXLNetConfig
+    HFXLNetConfig = hf("XLNetConfig")
 
     special = {}
     if tokenizer is not None:
@@ -141,7 +143,7 @@ def problems(pretrained: Any) -> list[str]:
 
 def build_hf_xlnet(pretrained: Any) -> Any:
     """An ``XLNetLMHeadModel`` (eval mode) holding ``pretrained``'s weights; the LM head is tied."""
-    from transformers import XLNetLMHeadModel
+    XLNetLMHeadModel = hf("XLNetLMHeadModel")
 
     found = problems(pretrained)
     if found:
@@ -163,7 +165,7 @@ def build_hf_xlnet(pretrained: Any) -> Any:
 
 def import_xlnet(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[XLNetConfig, dict[str, torch.Tensor], Any]:
     """An HF XLNet directory or model -> ``(XLNetConfig, PretrainModel state dict, tokenizer)``."""
-    from transformers import XLNetLMHeadModel
+    XLNetLMHeadModel = hf("XLNetLMHeadModel")
 
     hf_model, present, tokenizer, hf_dir = read_hf(XLNetLMHeadModel, hf_dir_or_model, tokenizer)
     present = {(k if k.startswith(("transformer.", "lm_loss.")) else f"transformer.{k}"): v for k, v in present.items()}
@@ -173,8 +175,6 @@ def import_xlnet(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tu
 
 
 def objective_section() -> dict[str, Any]:
-    from ptmkit.objectives.plm import PLMConfig
-
     return {"name": "plm", **to_dict(PLMConfig())}
 
 

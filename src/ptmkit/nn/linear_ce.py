@@ -44,8 +44,7 @@ import torch
 from ptmkit.nn.bits import kernels_win
 from ptmkit.nn.pointwise import add_into, exp_into
 from ptmkit.nn.softmax_ce import softmax_nll_
-
-IGNORE = -100
+from ptmkit.nn.targets import IGNORE_INDEX
 
 TILE_LOGITS = 1 << 22  # about 4M logits (16 MB in fp32) per tile: large matmuls, bounded memory
 
@@ -224,7 +223,7 @@ def linear_cross_entropy(
     ``vocab_slice``, ``chunk_rows``: the tile (None: :func:`default_tiles`); they change the speed
     and the rounding, not the result.
     """
-    valid = target != IGNORE
+    valid = target != IGNORE_INDEX
     if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
         idx = valid.nonzero().squeeze(1)
         h, target = h[idx], target[idx]
@@ -252,4 +251,4 @@ def target_log_probs(
         return -_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target)
 
 
-__all__ = ["IGNORE", "default_tiles", "linear_cross_entropy", "target_log_probs"]
+__all__ = ["IGNORE_INDEX", "default_tiles", "linear_cross_entropy", "target_log_probs"]

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from ptmkit.nn.bits import as_numpy, exp_f32, kernels_win, narrow_unguarded, widen
+from ptmkit.nn.targets import IGNORE_INDEX
 
-IGNORE = -100
 MIN_KERNEL_ELEMENTS = 1 << 15  # below this the kernel's call overhead outweighs its passes
 # The row reductions are separate functions (not inlined by numba) so that their own fastmath
 # flags apply: the maximum may ignore NaN (so it vectorises); the sum of exponentials may only
@@ -84,11 +84,11 @@ def _forward(x, target, lse, nll, correct):
         l = m + np.float32(np.log(_row_sum_exp(row, m)))
         lse[n] = l
         t = target[n]
-        nll[n] = l - widen(row[t]) if t != IGNORE else np.float32(0.0)
+        nll[n] = l - widen(row[t]) if t != IGNORE_INDEX else np.float32(0.0)
         am = 0  # the first index of the maximum, as torch.argmax
         while am < row.size - 1 and widen(row[am]) != m:
             am += 1
-        correct[n] = t != IGNORE and am == t and l == l
+        correct[n] = t != IGNORE_INDEX and am == t and l == l
 
 
 @numba.njit(nogil=True, cache=True)
@@ -97,7 +97,7 @@ def _backward(x, target, lse, out, scale):
     one rounding); zero for an ignored row."""
     for n in range(x.shape[0]):
         row, o, l, t = x[n], out[n], lse[n], target[n]
-        c = np.float32(scale) if t != IGNORE else np.float32(0.0)
+        c = np.float32(scale) if t != IGNORE_INDEX else np.float32(0.0)
         for j in range(row.size):  # the one-hot as a select, not a store after the loop
             o[j] = narrow_unguarded(exp_f32(widen(row[j]) - l) * c - (c if j == t else np.float32(0.0)), row[j])
 
@@ -138,7 +138,7 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         nll = torch.empty(N, dtype=torch.float32)
         correct = torch.empty(N, dtype=torch.bool)
         _forward(as_numpy(logits), target.numpy(), lse.numpy(), nll.numpy(), correct.numpy())
-        valid = int((target != IGNORE).sum())
+        valid = int((target != IGNORE_INDEX).sum())
         ctx.save_for_backward(logits, target, lse)
         ctx.valid = valid
         loss = nll.sum() / valid if valid else torch.tensor(float("nan"))
@@ -160,7 +160,7 @@ def _check_targets(target: torch.Tensor, classes: int) -> torch.Tensor:
     """``target`` as contiguous int64, every entry a class index or -100 (else IndexError): the
     kernel indexes rows with it unchecked."""
     target = target.to(torch.int64).contiguous()
-    bad = (target != IGNORE) & ((target < 0) | (target >= classes))
+    bad = (target != IGNORE_INDEX) & ((target < 0) | (target >= classes))
     if bool(bad.any()):
         raise IndexError(f"target {int(target[bad][0])} is out of bounds for {classes} classes")
     return target
@@ -176,7 +176,7 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"softmax_nll_ expects logits [N, C] and target [N], got "
                          f"{tuple(logits.shape)} and {tuple(target.shape)}")
     target = _check_targets(target, logits.shape[1])
-    if bool((target == IGNORE).any()):
+    if bool((target == IGNORE_INDEX).any()):
         raise IndexError("softmax_nll_ takes no ignored (-100) targets")
     if not (logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16)
             and logits.is_contiguous() and logits.shape[1] > 0 and kernels_win()):
@@ -191,7 +191,7 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def _torch_path(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float()
-    return F.cross_entropy(logits, target, ignore_index=IGNORE), (logits.detach().argmax(-1) == target).float().mean()
+    return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX), (logits.detach().argmax(-1) == target).float().mean()
 
 
 def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,4 +207,4 @@ def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[t
     return _SoftmaxCrossEntropy.apply(logits, _check_targets(target, logits.shape[1]))
 
 
-__all__ = ["IGNORE", "MIN_KERNEL_ELEMENTS", "softmax_cross_entropy", "softmax_nll_"]
+__all__ = ["IGNORE_INDEX", "MIN_KERNEL_ELEMENTS", "softmax_cross_entropy", "softmax_nll_"]

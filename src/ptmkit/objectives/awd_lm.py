@@ -44,12 +44,11 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
-
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ class AWDLanguageModel(Objective):
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         seq, inside = self.stream.read(corpus, spans)
-        labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE)
+        labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE_INDEX)
         batch = {"input_ids": torch.from_numpy(np.ascontiguousarray(seq[:, :-1])), "labels": torch.from_numpy(labels)}
         if not inside[:, :-1].all():
             batch["attention_mask"] = torch.from_numpy(inside[:, :-1].astype(np.int64))
@@ -175,7 +174,7 @@ class AWDLanguageModel(Objective):
             ar, tar = self.cfg.alpha * ar, self.cfg.beta * tar
             loss = ce + ar + tar
             metrics.update(ar=ar.detach(), tar=tar.detach())
-        n_pred = int((labels != IGNORE).sum())
+        n_pred = int((labels != IGNORE_INDEX).sum())
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_pred)
 

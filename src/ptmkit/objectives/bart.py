@@ -45,12 +45,12 @@ import torch
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
+from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
-
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,6 @@ def greedy_decode(
     reruns the decoder over the whole prefix at each step (the reference the cached path is
     tested against).
     """
-    from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
-
     if int(max_length) < 1:
         return torch.zeros(input_ids.shape[0], 0, dtype=torch.long, device=input_ids.device)
     cfg = GenerationConfig(max_new_tokens=int(max_length), greedy=True, use_cache=use_cache)
@@ -282,7 +280,7 @@ class BartDenoising(Objective):
         decoder start token) and ``labels`` (-100 at padding)."""
         T = target.shape[1]
         real = np.arange(T)[None, :] < tgt_len[:, None]
-        labels = np.where(real, target, IGNORE)
+        labels = np.where(real, target, IGNORE_INDEX)
         decoder_input = np.full_like(target, self.pad_id)
         decoder_input[:, 0] = self.start_id
         decoder_input[:, 1:] = np.where(real[:, 1:], target[:, :-1], self.pad_id)
@@ -299,7 +297,7 @@ class BartDenoising(Objective):
         attention_mask = batch["attention_mask"]
         out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"])
         labels = batch["labels"]
-        real = labels != IGNORE
+        real = labels != IGNORE_INDEX
         h = backbone.lm_input(out.last_hidden_state[real])  # [N, H]: only real target positions reach the vocabulary
         loss = linear_cross_entropy(h, backbone.output_embeddings(), backbone.output_bias(), labels[real])
         return StepOutput(

@@ -39,11 +39,11 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
 
-IGNORE = -100
 OUTPUT_BIAS = ("zero", "unigram")
 
 
@@ -126,10 +126,10 @@ class BidirectionalLM(Objective):
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         seq, inside = self.stream.read(corpus, spans)  # [B, L], L = T + 1 for full blocks
-        forward = np.full_like(seq, IGNORE)
-        forward[:, :-1] = np.where(inside[:, 1:], seq[:, 1:], IGNORE)  # t predicts t + 1
-        backward = np.full_like(seq, IGNORE)
-        backward[:, 1:] = np.where(inside[:, 1:], seq[:, :-1], IGNORE)  # t predicts t - 1
+        forward = np.full_like(seq, IGNORE_INDEX)
+        forward[:, :-1] = np.where(inside[:, 1:], seq[:, 1:], IGNORE_INDEX)  # t predicts t + 1
+        backward = np.full_like(seq, IGNORE_INDEX)
+        backward[:, 1:] = np.where(inside[:, 1:], seq[:, :-1], IGNORE_INDEX)  # t predicts t - 1
         batch = {
             "input_ids": torch.from_numpy(seq),
             "labels_forward": torch.from_numpy(forward),
@@ -150,7 +150,7 @@ class BidirectionalLM(Objective):
             labels = batch[f"labels_{direction}"]
             losses[direction] = linear_cross_entropy(h.flatten(0, 1), weight, bias, labels.flatten())
         loss = 0.5 * (losses["forward"] + losses["backward"])
-        n_pred = int((batch["labels_forward"] != IGNORE).sum())  # the same count in both directions
+        n_pred = int((batch["labels_forward"] != IGNORE_INDEX).sum())  # the same count in both directions
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         metrics = {f"{d}_loss": v.detach() for d, v in losses.items()}
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_pred)

@@ -18,15 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
+from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
-
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class CausalLM(Objective):
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         seq, inside = self.stream.read(corpus, spans)
-        labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE)
+        labels = np.where(inside[:, 1:], seq[:, 1:], IGNORE_INDEX)
         batch = {"input_ids": torch.from_numpy(np.ascontiguousarray(seq[:, :-1])), "labels": torch.from_numpy(labels)}
         if not inside[:, :-1].all():  # only shorter (final) blocks need padding
             batch["attention_mask"] = torch.from_numpy(inside[:, :-1].astype(np.int64))
@@ -76,7 +75,7 @@ class CausalLM(Objective):
         loss = linear_cross_entropy(
             out.last_hidden_state.flatten(0, 1), backbone.output_embeddings(), None, labels.flatten()
         )
-        n_pred = int((labels != IGNORE).sum()) if attention_mask is not None else labels.numel()
+        n_pred = int((labels != IGNORE_INDEX).sum()) if attention_mask is not None else labels.numel()
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
         return StepOutput(loss=loss, metrics={"clm_loss": loss.detach()}, n_tokens=n_tokens, n_predictions=n_pred)
 

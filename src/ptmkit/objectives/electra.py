@@ -62,13 +62,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
 from ptmkit.encoders.transformer import TransformerConfig, TransformerLayer
+from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
 from ptmkit.nn.masks import build_attention_mask
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import StepOutput, TokenizerLike
-from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, MLMHead, cross_entropy_and_accuracy
+from ptmkit.objectives.mlm import MaskedLM, MLMConfig, MLMHead, cross_entropy_and_accuracy
 from ptmkit.registry import register
 from ptmkit.train.binary_metrics import precision_recall, roc_auc
 
@@ -307,7 +308,7 @@ class ELECTRA(MaskedLM):
         attention_mask = batch.get("attention_mask")
         token_types = batch.get("token_type_ids")
         labels = batch["mlm_labels"]
-        rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
+        rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
         positions = batch["mlm_positions"][rows, slots]
         target = labels[rows, slots]  # [N] original tokens at the chosen positions
 

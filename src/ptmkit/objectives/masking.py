@@ -63,10 +63,10 @@ import numba
 import numpy as np
 
 from ptmkit.errors import PtmError, suggest
+from ptmkit.nn.targets import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
 MASKINGS = ("token", "whole_word", "span", "ngram", "units")
 CORRUPTIONS = ("token", "span")
 SELECTIONS = ("budget", "bernoulli")
@@ -136,7 +136,7 @@ class Masked:
 
     @property
     def used(self) -> np.ndarray:
-        return self.labels != IGNORE
+        return self.labels != IGNORE_INDEX
 
 
 # ---------------------------------------------------------------------------- selectors
@@ -351,7 +351,7 @@ def corrupt(
     [MASK] / random / kept for all its tokens."""
     B, P = positions.shape
     rows = np.arange(B)[:, None]
-    labels = np.where(used, ids[rows, positions], IGNORE).astype(np.int64)
+    labels = np.where(used, ids[rows, positions], IGNORE_INDEX).astype(np.int64)
     u = rng.random((B, P))
     if per_span:
         u = u[rows, span_id]  # unit j of a row uses draw j (a row has at most P units)

@@ -53,12 +53,12 @@ import torch
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.masking import corrupt
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
 
-IGNORE = -100
 FIRST_INPUTS = ("previous", "mask")
 
 
@@ -214,7 +214,7 @@ class MASS(Objective):
             labels = corrupt(source, positions, used, np.zeros((B, P), dtype=np.int64), rng, self.mask_id,
                              self._random_pool, self.cfg.mask_token_ratio, self.cfg.random_token_ratio)
         else:
-            labels = np.where(used, original[rows, positions], IGNORE)
+            labels = np.where(used, original[rows, positions], IGNORE_INDEX)
             source[rows, positions] = np.where(used, self.mask_id, source[rows, positions])
         decoder_input = np.where(used, original[rows, np.maximum(positions - 1, 0)], self.pad_id)
         if self.cfg.first_input == "mask" and P:
@@ -248,7 +248,7 @@ class MASS(Objective):
         out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"],
                        decoder_position_ids=batch["decoder_position_ids"])
         labels = batch["labels"]
-        real = labels != IGNORE
+        real = labels != IGNORE_INDEX
         h = out.last_hidden_state[real]  # [N, H]: only the fragment's positions reach the vocabulary
         loss = linear_cross_entropy(h, backbone.output_embeddings(), backbone.output_bias(), labels[real])
         return StepOutput(

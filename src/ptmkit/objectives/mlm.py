@@ -32,12 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ptmkit.errors import PtmError
 from ptmkit.encoders.base import Encoder
+from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
 from ptmkit.nn.softmax_ce import softmax_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, token_counts
-from ptmkit.objectives.masking import IGNORE, Masked, Masker, check_options
+from ptmkit.objectives.masking import Masked, Masker, check_options
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
 
@@ -365,7 +366,7 @@ class MaskedLM(Objective):
         """``(loss, metrics, N)``: cross-entropy of the MLM head on the N chosen positions of
         ``h [B, T, H]`` (gathered first, so the ``H x V`` projection runs on those rows only)."""
         labels = batch["mlm_labels"]
-        rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
+        rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
         target = labels[rows, slots]
         logits = self.mlm_head(h[rows, batch["mlm_positions"][rows, slots]], decoder_weight)  # [N, V]
         loss, acc = cross_entropy_and_accuracy(logits, target)

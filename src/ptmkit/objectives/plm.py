@@ -46,13 +46,12 @@ from torch import nn
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.masking import ngram_lengths, select_runs
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
-
-IGNORE = -100
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ class PermutationLM(Objective):
         rows = np.broadcast_to(np.arange(len(seq))[:, None], positions.shape)
         targets[rows[used], positions[used]] = True
         _, sees = factorisation_masks(targets, rng)
-        labels = np.where(used, np.take_along_axis(seq, positions, axis=1), IGNORE)
+        labels = np.where(used, np.take_along_axis(seq, positions, axis=1), IGNORE_INDEX)
         batch = {
             "input_ids": torch.from_numpy(np.ascontiguousarray(seq)),
             "sees": torch.from_numpy(sees),
@@ -200,7 +199,7 @@ class PermutationLM(Objective):
         attention_mask = batch.get("attention_mask")
         n_tokens = int(attention_mask.sum()) if attention_mask is not None else ids.numel()
         return StepOutput(loss=loss, metrics={"plm_loss": loss.detach()}, n_tokens=n_tokens,
-                          n_predictions=int((labels != IGNORE).sum()))
+                          n_predictions=int((labels != IGNORE_INDEX).sum()))
 
     def logits(self, backbone: Encoder, query: torch.Tensor) -> torch.Tensor:
         """The tied output layer: ``query [..., H] -> [..., V]``."""

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ptmkit.errors import PtmError
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import CorpusLike
-from ptmkit.objectives.masking import IGNORE, Masked
+from ptmkit.objectives.masking import Masked
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.objectives.spans import pack_across_documents
 from ptmkit.registry import register
@@ -147,6 +148,6 @@ class RoBERTa(MaskedLM):
             return out
 
         return Masked(
-            positions=stack("positions", 0), labels=stack("labels", IGNORE), span_start=stack("span_start", 0),
+            positions=stack("positions", 0), labels=stack("labels", IGNORE_INDEX), span_start=stack("span_start", 0),
             span_end=stack("span_end", 0), span_id=stack("span_id", 0),
         )

@@ -34,9 +34,10 @@ from torch import nn
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import StepOutput, TokenizerLike
 from ptmkit.objectives.masking import Masked
-from ptmkit.objectives.mlm import IGNORE, MaskedLM, MLMConfig, cross_entropy_and_accuracy
+from ptmkit.objectives.mlm import MaskedLM, MLMConfig, cross_entropy_and_accuracy
 from ptmkit.registry import register
 
 
@@ -130,7 +131,7 @@ class SpanBERT(MaskedLM):
         """``(target [N], MLM logits [N, V], SBO logits [N, V])`` for the N masked tokens of the
         final hidden states ``h [B, T, H]``; only those rows (and their boundaries) are gathered."""
         labels = batch["mlm_labels"]
-        rows, slots = (labels != IGNORE).nonzero(as_tuple=True)
+        rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
         target = labels[rows, slots]
         pos = batch["mlm_positions"][rows, slots]
         left = batch["sbo_left"][rows, slots]

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ptmkit.data.sources.base import fetch
+from ptmkit.data.tasks import TaskData, builtin_tasks, load_task
 from ptmkit.errors import PtmError, require_file
 
 LABEL_PREFIX = "__label__"
@@ -80,8 +83,6 @@ def read_label_file(path: str | Path, require_labels: bool = True) -> LabelledLi
 
 
 def _brown_genre() -> dict[str, LabelledLines]:
-    from ptmkit.data.sources.base import fetch
-
     root = fetch("brown")
     docs = [d for d in (root / "brown.txt").read_text(encoding="utf-8").split("\n\n") if d.strip()]
     ids_genres = [ln.split("\t") for ln in (root / "categories.tsv").read_text().splitlines() if ln.strip()]
@@ -113,7 +114,6 @@ def task_lines(name: str, split: str) -> LabelledLines:
         raise PtmError(f"unknown split {split!r}; splits: train, dev, test")
     if name == BROWN_GENRE:
         return _brown_genre()[split]
-    from ptmkit.data.tasks import TaskData, builtin_tasks, load_task
 
     data = load_task(name)
     if not isinstance(data, TaskData):

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numba
 import numpy as np
+import scipy.sparse as sp
+from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 
@@ -66,8 +68,6 @@ class Cooccurrence:
 
     def to_scipy(self):
         """The matrix as ``scipy.sparse.csr_matrix`` [V, V] (float64)."""
-        import scipy.sparse as sp
-
         r = self.records
         return sp.csr_matrix(
             (np.asarray(r["x"]), (np.asarray(r["i"]), np.asarray(r["j"]))), shape=(self.vocab_size,) * 2
@@ -333,8 +333,6 @@ def count_cooccurrence(
     n_sent = offsets.shape[0] - 1
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=int(ids.shape[0]), unit="tok", desc="co-occurrence", unit_scale=True)
     while True:
         sent, pos, used = _fill(ids, offsets, sent, pos, keys, vals, used, max_used, window,

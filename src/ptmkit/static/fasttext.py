@@ -25,10 +25,17 @@ import numpy as np
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
-from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
-from ptmkit.static.kernels.ft import mean_rows, subword_csr, train_ft_chunk
+from ptmkit.static.configs import (
+    AlphaSchedule,
+    as_config,
+    check_architecture,
+    check_at_least_one,
+    check_hot_rows,
+    sync_interval,
+)
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import build_huffman
+from ptmkit.static.kernels.ft import mean_rows, subword_csr, train_ft_chunk
 from ptmkit.static.kernels.w2v import exp_table
 from ptmkit.static.output import check_out_dir, require_finite, save_run
 from ptmkit.static.sampling import keep_probabilities, negative_table

@@ -33,14 +33,16 @@ from dataclasses import asdict, dataclass
 import numba
 import numpy as np
 from numba import prange
+from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.configs import as_config
-from ptmkit.static.output import train_and_save
-from ptmkit.static.kernels.prefetch import prefetch_row
 from ptmkit.static.cooccurrence import Cooccurrence, count_cooccurrence
-
+from ptmkit.static.kernels.prefetch import prefetch_row
+from ptmkit.static.output import train_and_save
+from ptmkit.static.vectors import WordVectors
+from ptmkit.static.vocab import load_corpus
 
 OUTPUTS = ("sum", "word")
 
@@ -232,8 +234,6 @@ def fit_cooccurrence(cooc: Cooccurrence, cfg: GloVeConfig, progress: bool = True
     losses = []
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=cfg.epochs, unit="epoch", desc="GloVe")
     for epoch in range(cfg.epochs):
         blocks = epoch_block_order(cooc.nnz, cfg.seed, epoch, block_size)
@@ -260,9 +260,6 @@ def train_glove(data: object, cfg: GloVeConfig = GloVeConfig(), progress: bool =
     separately (``count_words_per_s``, ``train_words_per_s``) and the per-epoch losses.
     ``out_dir`` receives the co-occurrence runs when counting exceeds ``cfg.memory_mb``.
     """
-    from ptmkit.static.vectors import WordVectors
-    from ptmkit.static.vocab import load_corpus
-
     vocab, corpus = load_corpus(data, min_count=cfg.min_count, max_vocab=cfg.max_vocab, lowercase=cfg.lowercase)
     cooc = count_cooccurrence(corpus.ids, corpus.sentences, len(vocab), window=cfg.window,
                               weighting="harmonic", memory_mb=cfg.memory_mb, out_dir=out_dir, progress=progress)

@@ -42,8 +42,11 @@ from ptmkit.registry import register
 from ptmkit.static.configs import as_config
 from ptmkit.static.kneser_ney import pad_sentences
 from ptmkit.static.output import check_out_dir, save_run
+from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import Vocab, count_corpus, encode, iter_line_chunks, vocab_from_counts
+from ptmkit.train.config import TrainConfig
 from ptmkit.train.step import StepOutput
+from ptmkit.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +206,6 @@ class NNLM(nn.Module):
 
     def word_vectors(self, vocab: LMVocab):
         """The feature matrix C (without the ``<s>`` row) as WordVectors [V, m]."""
-        from ptmkit.static.vectors import WordVectors
-
         return WordVectors(list(vocab.words), self.C.weight[: len(vocab)].detach().float().cpu().numpy(), vocab.counts)
 
 
@@ -294,8 +295,6 @@ def default_train_config(batch_size: int = 512, lr: float = 2e-3, max_steps: int
                          **kw) -> "TrainConfig":
     """AdamW (the paper used plain SGD; Adam converges in far fewer epochs), linear decay after a short
     warmup, gradient clipping; evaluation over the whole validation set."""
-    from ptmkit.train.config import TrainConfig
-
     base = dict(batch_size=batch_size, lr=lr, max_steps=max_steps, eval_every=eval_every, eval_batches=10**6,
                 schedule="linear", warmup_steps=min(200, max_steps // 10), weight_decay=0.0, clip_norm=1.0,
                 device="cpu", log_every=100)
@@ -321,8 +320,6 @@ def train_nnlm(
     after every step, after the early-stopping check).  Returns the model (best weights) and stats
     (``valid_ppl``, ``best_step``, ``steps``, ``epochs``, ``stop_reason``, ``history``).
     """
-    from ptmkit.train.trainer import Trainer
-
     if train_cfg is None:
         train_cfg = default_train_config()
     source = NGramWindows(*train, vocab, cfg.order, train_cfg.batch_size, seed=train_cfg.seed)
@@ -473,8 +470,6 @@ class NNLMStatic:
         """Train and, with ``out``, write ``vectors.bin``, ``vocab.txt``, ``config.json`` (with stats,
         ``valid_ppl`` among them).  ``progress`` is accepted for the common signature; the Trainer
         always shows its progress bar."""
-        from ptmkit.static.vectors import WordVectors
-
         cfg = as_config(NNLMTrainConfig, cfg)
         out_dir = check_out_dir(out)
         model, vocab, stats = train_nnlm_static(data_files, cfg)

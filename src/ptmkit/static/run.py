@@ -22,6 +22,7 @@ from ptmkit import outputs, registry
 from ptmkit.config import from_dict, parse_value
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.static.presets import list_static_presets, resolve_static, static_models
 
 Overrides = Mapping[str, Any] | Sequence[str] | None
 
@@ -84,8 +85,6 @@ def check_types(cls: type, values: dict[str, Any], where: str = "") -> dict[str,
 
 def resolve_config(name: str | Path | dict, overrides: Overrides = None) -> tuple[str, Any]:
     """``(model name, built config)`` of a static model or preset with ``overrides`` applied."""
-    from ptmkit.static.presets import resolve_static, static_models
-
     resolved = resolve_static(name)
     if resolved is None:
         models = static_models()
@@ -98,8 +97,6 @@ def resolve_config(name: str | Path | dict, overrides: Overrides = None) -> tupl
 
 
 def _static_preset_names() -> list[str]:
-    from ptmkit.static.presets import list_static_presets
-
     return list_static_presets()
 
 

@@ -29,12 +29,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.linalg import svds
 
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 from ptmkit.static.configs import as_config
-from ptmkit.static.output import train_and_save
 from ptmkit.static.cooccurrence import count_cooccurrence
+from ptmkit.static.output import train_and_save
+from ptmkit.static.vectors import WordVectors
+from ptmkit.static.vocab import load_corpus
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,6 @@ def truncated_svd(a, k: int, method: str = "randomized", oversample: int = 20, p
     if method == "randomized":
         return randomized_svd(a, k, oversample, power_iters, seed)
     if method == "arpack":
-        from scipy.sparse.linalg import svds
-
         u, s, vt = svds(a, k=k, random_state=seed)
         order = np.argsort(-s)
         return u[:, order], s[order], vt[order]
@@ -117,9 +118,6 @@ def train_svd_ppmi(data: object, cfg: SVDPPMIConfig = SVDPPMIConfig(), progress:
 
     Returns ``(WordVectors, stats)``.
     """
-    from ptmkit.static.vectors import WordVectors
-    from ptmkit.static.vocab import load_corpus
-
     vocab, corpus = load_corpus(data, min_count=cfg.min_count, max_vocab=cfg.max_vocab, lowercase=cfg.lowercase)
     cooc = count_cooccurrence(corpus.ids, corpus.sentences, len(vocab), window=cfg.window,
                               weighting=cfg.weighting, memory_mb=cfg.memory_mb, progress=progress)

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 from ptmkit.errors import PtmError, require_file, suggest
+from ptmkit.interop import word2vec_format as w2vf
 
 
 class UnknownWordError(PtmError, KeyError):
@@ -174,8 +176,6 @@ class WordVectors:
         as gensim) or a list of triples.  Pairs with a word outside the first ``restrict_vocab`` words
         are counted in ``n_oov`` and left out.  -> {spearman, pearson, n_pairs, n_oov, oov_ratio}.
         """
-        from scipy import stats
-
         triples = read_pairs(pairs, delimiter) if isinstance(pairs, (str, os.PathLike)) else list(pairs)
         ok = self._ok_vocab(restrict_vocab, case_insensitive)
         gold, a_idx, b_idx, oov = [], [], [], 0
@@ -271,8 +271,6 @@ class WordVectors:
 
     def save(self, path: str | os.PathLike, format: str = "word2vec-binary", overwrite: bool = False) -> None:
         """Write ``word2vec-binary`` (default), ``word2vec`` (text) or ``glove`` format."""
-        from ptmkit.interop import word2vec_format as w2vf
-
         path = Path(path)
         if path.exists() and not overwrite:
             raise PtmError(f"{path} exists; pass overwrite=True or choose another path")
@@ -290,8 +288,6 @@ class WordVectors:
         """Read a word2vec (text or binary) or GloVe file; ``format="auto"`` detects which.  A vector
         holding a NaN or an infinity is an error naming the file and the word, or with
         ``skip_nonfinite`` that word is left out (with a warning)."""
-        from ptmkit.interop import word2vec_format as w2vf
-
         words, vectors = w2vf.read_vectors(path, format, skip_nonfinite=skip_nonfinite)
         return cls(words, vectors)
 

@@ -37,7 +37,14 @@ import numpy as np
 
 from ptmkit.config import to_dict
 from ptmkit.registry import register
-from ptmkit.static.configs import AlphaSchedule, as_config, check_architecture, check_at_least_one, check_hot_rows, sync_interval
+from ptmkit.static.configs import (
+    AlphaSchedule,
+    as_config,
+    check_architecture,
+    check_at_least_one,
+    check_hot_rows,
+    sync_interval,
+)
 from ptmkit.static.hogwild import n_threads, run_epochs
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels.w2v import exp_table, train_w2v_chunk
@@ -46,6 +53,7 @@ from ptmkit.static.output import check_out_dir, save_run
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import IdCorpus, Vocab, load_corpus
+from ptmkit.static.word2vec_torch import train_on_ids_torch
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +177,6 @@ def train_on_ids(
     depends on the tree's topology, so comparisons with another implementation pass its tree here.
     """
     if cfg.device != "cpu":  # batched PyTorch path (GPU); imported here so the CPU path never loads torch
-        from ptmkit.static.word2vec_torch import train_on_ids_torch
 
         return train_on_ids_torch(vocab, corpus, cfg, progress=progress, tree=tree)
     v, dim = len(vocab), cfg.dim

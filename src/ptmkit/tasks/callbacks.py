@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors.torch import load_file, save
 from torch import nn
 
+from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_bytes
 from ptmkit.train.trainer import TrainerCallback
 
 BEST_FILE = "best.safetensors"
@@ -67,7 +70,6 @@ class DevSelection(TrainerCallback):
         """The selected epoch's weights."""
         if self._best_in_memory is not None:
             return self._best_in_memory
-        from safetensors.torch import load_file
 
         return load_file(str(self.out_dir / BEST_FILE))
 
@@ -81,10 +83,6 @@ class DevSelection(TrainerCallback):
 
 
 def _save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save
-
-    from ptmkit.fileio import atomic_write_bytes
-
     # shared tensors (tied weights) are stored per name; the classifier loads them back by name
     atomic_write_bytes(path, save({k: v.contiguous() for k, v in state.items()}))
 
@@ -109,8 +107,6 @@ class StagedFreezing(TrainerCallback):
 
     def on_fit_start(self, trainer) -> None:
         if trainer.dist.world_size > 1:
-            from ptmkit.errors import PtmError
-
             raise PtmError("gradual unfreezing and frozen embeddings are not supported under DDP; train on one process")
         self.apply(trainer.model, trainer.step // self.steps_per_epoch + 1)
 

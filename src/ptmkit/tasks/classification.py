@@ -22,7 +22,6 @@ output layer is its word embeddings.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,12 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.layer_mix import build_mix, normalize_mix
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
+from ptmkit.tasks.inputs import EncodedInputs, truncate_pair
 from ptmkit.tasks.metrics import classification_metrics
 from ptmkit.train.step import StepOutput
 
@@ -176,7 +177,7 @@ class SequenceClassifier(nn.Module):
     def lm_loss(self, batch: dict[str, torch.Tensor], top: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy of the input text from the top layer's states ``top [B, T, H]``:
         position ``t`` predicts token ``t + 1`` wherever that is a real token."""
-        targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+        targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, IGNORE_INDEX)
         bias_of = getattr(self.backbone, "output_bias", None)
         return linear_cross_entropy(top[:, :-1].flatten(0, 1), self.backbone.output_embeddings(),
                                     bias_of() if bias_of is not None else None, targets.flatten())
@@ -221,30 +222,6 @@ def _masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------ inputs
 
 
-@dataclass
-class EncodedInputs:
-    """Token ids per example (specials included) and their token types, ready to pad."""
-
-    ids: list[np.ndarray]
-    types: list[np.ndarray]
-    swapped: "EncodedInputs | None" = None  # the same pairs in the other order (GPT's similarity tasks)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((len(x) for x in self.ids), dtype=np.int64, count=len(self.ids))
-
-
-def _truncate_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
-    """Longest-first truncation: shorten the longer side until ``la + lb <= budget``."""
-    if la + lb <= budget:
-        return la, lb
-    keep_a = min(la, max(budget // 2, budget - lb))
-    return keep_a, min(lb, budget - keep_a)
-
-
 def encode_inputs(
     token_ids: list[list[int]],
     pair_ids: list[list[int]] | None,
@@ -274,7 +251,7 @@ def encode_inputs(
             typ = np.zeros(len(seq), dtype=np.int64)
         else:
             b = np.asarray(pair_ids[i], dtype=np.int64)
-            la, lb = _truncate_pair(len(a), len(b), budget)
+            la, lb = truncate_pair(len(a), len(b), budget)
             first = np.concatenate([head, a[:la], sep])
             second = np.concatenate([b[:lb], sep])
             seq = np.concatenate([first, second])

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ptmkit.errors import PtmError
+from ptmkit.tasks.inputs import EncodedInputs, truncate_pair
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,6 @@ def encode_gpt(token_ids: list[list[int]], pair_ids: list[list[int]] | None, max
     """``<start> a <extract>`` or ``<start> a <delim> b <extract>`` per example, truncated
     longest-first to ``max_len`` tokens in all (the extract token is always kept, last).
     Token types: 0 up to and including ``<delim>``, then 1.  Returns ``EncodedInputs``."""
-    from ptmkit.tasks.classification import EncodedInputs, _truncate_pair
-
     n_special = 3 if pair_ids is not None else 2
     budget = max_len - n_special
     if budget < 1 + (pair_ids is not None):
@@ -68,7 +67,7 @@ def encode_gpt(token_ids: list[list[int]], pair_ids: list[list[int]] | None, max
             typ = np.zeros(len(seq), dtype=np.int64)
         else:
             b = np.asarray(pair_ids[i], dtype=np.int64)
-            la, lb = _truncate_pair(len(a), len(b), budget)
+            la, lb = truncate_pair(len(a), len(b), budget)
             first = np.concatenate([start, a[:la], delim])
             second = np.concatenate([b[:lb], extract])
             seq = np.concatenate([first, second])

@@ -34,7 +34,9 @@ from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.classification import SequenceClassifier, encode_inputs
+from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt
 from ptmkit.train.step import StepOutput
+
 
 @dataclass(frozen=True)
 class ChoiceSplit:
@@ -127,8 +129,6 @@ def encode_choices(split: ChoiceSplit, tokenizer: Any, max_len: int, causal: boo
     a = [list(x) for x in tokenizer.encode_batch(flat_text)]
     b = [list(x) for x in tokenizer.encode_batch(flat_choice)]
     if gpt_transform:
-        from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt
-
         enc = encode_gpt(a, b, max_len, GptTokens.of(tokenizer))
     else:
         enc = encode_inputs(a, b, max_len, tokenizer.cls_id, tokenizer.sep_id, causal)

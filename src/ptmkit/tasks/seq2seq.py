@@ -40,12 +40,11 @@ from ptmkit.errors import PtmError, require_file, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.train.step import StepOutput
-
-IGNORE_INDEX = -100
 
 # ------------------------------------------------------------------------------------------- data
 

@@ -34,6 +34,7 @@ from ptmkit.data.tasks import SPLITS, TaskSplits
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_write_text
 from ptmkit.nn.layer_mix import build_mix
+from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
@@ -43,7 +44,6 @@ from ptmkit.train.step import StepOutput
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
 HEADS = ("linear", "mlp", "bilstm")
 _SEGMENTATION = {"B", "M", "E", "S"}
 
@@ -90,9 +90,9 @@ class TaggingData(TaskSplits):
         return names <= _SEGMENTATION or all(t == "O" or t[:2] in ("B-", "I-", "E-", "S-") for t in names)
 
     def label_ids(self, split: TaggingSplit) -> list[np.ndarray]:
-        """Gold tag indices per sentence, ``IGNORE`` for a tag the training split lacks."""
+        """Gold tag indices per sentence, ``IGNORE_INDEX`` for a tag the training split lacks."""
         index = {t: i for i, t in enumerate(self.label_names)}
-        return [np.array([index.get(t, IGNORE) for t in tags], dtype=np.int64) for tags in split.tags]
+        return [np.array([index.get(t, IGNORE_INDEX) for t in tags], dtype=np.int64) for tags in split.tags]
 
 
 def read_tagged(path: str | Path, tokens: str = "tokens", tags: str = "tags") -> TaggingSplit:
@@ -211,7 +211,7 @@ def collate_words(enc: EncodedWords, index: np.ndarray, pad_id: int) -> dict[str
     mask = np.zeros((B, T), dtype=np.int64)
     pos = np.zeros((B, W), dtype=np.int64)
     wmask = np.zeros((B, W), dtype=bool)
-    labels = np.full((B, W), IGNORE, dtype=np.int64)
+    labels = np.full((B, W), IGNORE_INDEX, dtype=np.int64)
     for r, i in enumerate(index):
         n = len(enc.ids[i])
         ids[r, :n] = enc.ids[i]
@@ -293,7 +293,7 @@ class TokenTagger(nn.Module):
         """Mean negative log-likelihood per word (softmax) or per sentence / its words (CRF)."""
         labels, wmask = batch["labels"], batch["word_mask"]
         if self.crf is None:
-            return F.cross_entropy(scores.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+            return F.cross_entropy(scores.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
         nll = -self.crf.log_likelihood(scores.float(), labels.clamp(min=0), wmask)  # [B]
         return nll.sum() / wmask.sum().clamp(min=1)
 
@@ -306,7 +306,7 @@ class TokenTagger(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         scores = self.emissions(batch)
         loss = self.loss(scores, batch)
-        real = batch["labels"] != IGNORE
+        real = batch["labels"] != IGNORE_INDEX
         pred = scores.detach().argmax(-1)
         acc = (pred[real] == batch["labels"][real]).float().mean() if bool(real.any()) else scores.new_zeros(())
         return StepOutput(loss=loss, metrics={"accuracy": acc.detach()}, n_tokens=int(batch["attention_mask"].sum()),
@@ -328,7 +328,7 @@ def predict_tags(model: TokenTagger, enc: EncodedWords, pad_id: int, batch_size:
         scores = model.emissions(batch)
         # the loss (a diagnostic; selection uses accuracy or F1 by default) over the sentences
         # whose gold tags are all known: the CRF scores whole sentences
-        full = ((batch["labels"] != IGNORE) | ~batch["word_mask"]).all(1)
+        full = ((batch["labels"] != IGNORE_INDEX) | ~batch["word_mask"]).all(1)
         if bool(full.any()):
             n = int(batch["word_mask"][full].sum())
             total += float(model.loss(scores[full], {k: v[full] for k, v in batch.items()})) * n

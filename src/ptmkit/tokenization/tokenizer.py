@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import AddedToken, models
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models
 
 from ptmkit.errors import PtmError, require_file, suggest
 from ptmkit.fileio import atomic_write_text
@@ -89,8 +89,6 @@ class Tokenizer:
     def from_words(cls, words: Sequence[str], lowercase: bool = False) -> "Tokenizer":
         """A ``word`` tokenizer whose vocabulary is the special tokens (ids 0-4) then ``words`` in
         order (ids 5, 6, ...): the vocabulary of a word-vectors file."""
-        from tokenizers import AddedToken, models
-
         vocab = {t: i for i, t in enumerate(K.SPECIAL_TOKENS)}
         for w in words:
             vocab.setdefault(w, len(vocab))

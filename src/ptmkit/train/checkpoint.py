@@ -22,17 +22,20 @@ import os
 import re
 import shutil
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_model, save_model
 from torch import nn
 
 from ptmkit import fileio
 from ptmkit.errors import PtmError
+
 # The trainer writes metrics.jsonl through ``ckpt.atomic_write_text``; checkpoints use both.
 from ptmkit.fileio import atomic_dir, atomic_write_text
+from ptmkit.train.distributed import unwrap
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -81,10 +84,6 @@ def write_extra(directory: Path, extra: Extra) -> None:
 
 
 def write_model(directory: Path, model: nn.Module) -> None:
-    from safetensors.torch import save_model
-
-    from ptmkit.train.distributed import unwrap
-
     save_model(unwrap(model), str(Path(directory) / MODEL_FILE))
 
 
@@ -244,10 +243,6 @@ def read_config(ck: Path) -> dict[str, Any]:
 
 def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
     """Load ``model.safetensors`` of checkpoint ``ck`` into ``model`` (tied weights restored)."""
-    from safetensors.torch import load_model
-
-    from ptmkit.train.distributed import unwrap
-
     f = Path(ck) / MODEL_FILE
     check_safetensors(f)
     try:
@@ -263,8 +258,6 @@ def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:
     Tensors that a module shares between several names (tied or cross-layer shared weights) are
     stored once; a name missing from the file is accepted when its tensor is one that was loaded.
     """
-    from safetensors import safe_open
-
     f = Path(ck) / MODEL_FILE
     check_safetensors(f)
     with safe_open(str(f), framework="pt") as handle:

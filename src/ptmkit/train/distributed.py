@@ -8,6 +8,7 @@ no-op for a single process, so the same code runs both ways.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from ptmkit.errors import PtmError
 
@@ -126,7 +128,6 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     broadcast from rank 0, so every rank starts from the same weights)."""
     if not is_distributed():
         return model
-    from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
     # Some heads may be unused by an objective (e.g. a pooler without NSP); let DDP tolerate that.
@@ -134,8 +135,6 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    from torch.nn.parallel import DistributedDataParallel
-
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
@@ -152,8 +151,6 @@ def cleanup(succeeded: bool = True) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     if succeeded:
-        import gc
-
         gc.collect()
         if dist.get_world_size() > 1:
             dist.barrier()

@@ -7,6 +7,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ptmkit.train import distributed as dist
+
+# What to change when training diverges, in the keys of both configs the Trainer runs under.
+ADVICE = ("lower the learning rate, warm up longer or clip gradients (pre-training: train.lr, train.warmup_steps, "
+          "train.clip_norm; fine-tuning: lr, warmup, clip_norm)")
+
 
 def nonfinite_parameter(model: nn.Module) -> str | None:
     """The name of the first floating-point parameter of ``model`` holding a NaN or an infinity,
@@ -22,4 +28,15 @@ def nonfinite_parameter(model: nn.Module) -> str | None:
         return named[int((~flags).nonzero()[0, 0])][0]
 
 
-__all__ = ["nonfinite_parameter"]
+def nonfinite_on_any_rank(model: nn.Module, device: torch.device) -> str | None:
+    """:func:`nonfinite_parameter` decided together by every rank under DDP: ``"a parameter on
+    another rank"`` when only another rank's weights hold NaN or inf."""
+    bad = nonfinite_parameter(model)
+    if dist.is_distributed():
+        flag = torch.tensor([0.0 if bad is None else 1.0], device=device if device.type == "cuda" else "cpu")
+        if float(dist.all_reduce_sum(flag)) > 0 and bad is None:
+            bad = "a parameter on another rank"
+    return bad
+
+
+__all__ = ["ADVICE", "nonfinite_on_any_rank", "nonfinite_parameter"]

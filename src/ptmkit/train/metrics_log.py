@@ -10,6 +10,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
+from ptmkit.fileio import atomic_write_text
+
 METRICS_FILE = "metrics.jsonl"
 LOSS_PLOT = "loss.png"
 
@@ -35,8 +39,6 @@ def read_metrics(path: Path, split: str | None = None) -> list[dict[str, Any]]:
 
 def truncate_metrics(path: Path, step: int) -> None:
     """Drop log lines written after checkpoint ``step`` (by the run that was interrupted)."""
-    from ptmkit.train.checkpoint import atomic_write_text
-
     if not Path(path).exists():
         return
     keep = []
@@ -53,14 +55,10 @@ def plot_losses(metrics: Path, out: Path) -> Path | None:
     """Plot train and eval loss (and any other split's ``loss``) against the step into ``out`` (PNG)."""
     if not Path(metrics).exists():
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     records = [r for r in read_metrics(metrics) if "loss" in r]
     splits = list(dict.fromkeys(r.get("split", "train") for r in records))
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))  # drawn off-screen: no pyplot state, no window
+    ax = fig.subplots()
     for split in splits:
         rows = [r for r in records if r.get("split", "train") == split]
         style = "-" if split == "train" else "o-"
@@ -72,5 +70,4 @@ def plot_losses(metrics: Path, out: Path) -> Path | None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    plt.close(fig)
     return Path(out)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ptmkit.encoders.base import Encoder
 from ptmkit.train.config import TrainConfig
 
 
@@ -39,8 +40,6 @@ def parameter_depths(model: nn.Module) -> tuple[dict[str, int], int]:
     parameters: 0 embeddings, ``i + 1`` layer ``i``, ``L + 1`` on top.  Everything outside it
     (pre-training heads, an ELECTRA generator, a task head) is on top, ``L + 1``.
     """
-    from ptmkit.encoders.base import Encoder
-
     encoder, prefix = None, ""
     if isinstance(model, Encoder):
         encoder = model

@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from tqdm.auto import tqdm
+
 
 class LineProgress:
     """The subset of tqdm's interface the trainer uses (``update``, ``set_postfix``, ``close``)."""
@@ -55,7 +57,9 @@ def _clock(seconds: float) -> str:
     if seconds != seconds:  # NaN
         return "?"
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60:02d}:{seconds % 60:02d}"
+    if seconds >= 3600:
+        return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
 class _Silent:
@@ -69,7 +73,5 @@ def progress(total: int, initial: int = 0, desc: str = "train", disable: bool = 
     if disable:
         return _Silent()
     if sys.stderr.isatty():
-        from tqdm.auto import tqdm
-
         return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, desc=desc, leave=leave)
     return LineProgress(total, initial, desc)

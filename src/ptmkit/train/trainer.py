@@ -38,12 +38,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -51,136 +49,29 @@ from ptmkit.config import check_finite, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
+from ptmkit.train.callback import Callback, TrainerCallback
 from ptmkit.train.config import TrainConfig
-from ptmkit.train.finite import nonfinite_parameter
+from ptmkit.train.finite import ADVICE, nonfinite_on_any_rank
 from ptmkit.train.heap import keep_freed_memory
+from ptmkit.train.metrics_log import (
+    LOSS_PLOT,
+    METRICS_FILE,
+    append_metrics,
+    plot_losses,
+    read_metrics,
+    truncate_metrics,
+)
 from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
-from ptmkit.train.metrics_log import LOSS_PLOT, METRICS_FILE, append_metrics, plot_losses, read_metrics, truncate_metrics
+from ptmkit.train.precision import autocast, cpu_has_native_bf16, warn_if_emulated
 from ptmkit.train.progress import progress
-from ptmkit.train.step import BatchSource, StepOutput
+from ptmkit.train.state import Window, rng_state, seed_everything, set_rng_state, split_batch, to_device
+from ptmkit.train.step import BatchSource
 
 log = logging.getLogger(__name__)
 
-# What to change when training diverges, in the keys of both configs the Trainer runs under.
-ADVICE = ("lower the learning rate, warm up longer or clip gradients (pre-training: train.lr, train.warmup_steps, "
-          "train.clip_norm; fine-tuning: lr, warmup, clip_norm)")
 
-__all__ = ["LOSS_PLOT", "METRICS_FILE", "Callback", "Trainer", "TrainerCallback", "plot_losses", "read_metrics"]
-
-
-def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """True if the CPU flags list AVX512-BF16 or AMX-BF16, False if they list neither, None when
-    the flags cannot be read (not Linux).  Without them oneDNN emulates bf16 products in fp32:
-    measured 0.38x fp32's speed for an MLM step, against 1.78x on a CPU with AVX512-BF16."""
-    try:
-        with open(cpuinfo) as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
-    except OSError:
-        return None
-    if flags is None:
-        return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-class TrainerCallback:
-    """A callback with hooks and state, for what a run decides as it goes (fine-tuning's dev-based
-    model selection, gradual unfreezing).
-
-    ``on_fit_start(trainer)`` runs once before the first step (after a resume has restored the
-    step), ``on_step_end(trainer, step)`` after every optimizer step and *before* that step's
-    evaluation and checkpoint, so the checkpoint holds the callback's ``state_dict()``; a resumed
-    run hands it back through ``load_state_dict``.  ``on_fit_end(trainer)`` runs after the last step.
-    """
-
-    def on_fit_start(self, trainer: "Trainer") -> None: ...
-
-    def on_step_end(self, trainer: "Trainer", step: int) -> None: ...
-
-    def on_fit_end(self, trainer: "Trainer") -> None: ...
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-# A plain callable ``callback(trainer, step)`` runs after every optimizer step (after logging,
-# evaluation and checkpointing); a TrainerCallback gets the hooks above.
-Callback = Callable[["Trainer", int], None] | TrainerCallback
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def split_batch(batch: dict[str, Any], parts: int) -> list[dict[str, Any]]:
-    """Split every tensor along dim 0 into ``parts`` micro-batches (other values are shared)."""
-    if parts == 1:
-        return [batch]
-    rows = next((v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.ndim > 0), None)
-    if rows is None or rows < parts:
-        raise PtmError(f"a batch of {rows} rows cannot be split into train.grad_accum={parts} micro-batches")
-    pieces = {k: torch.tensor_split(v, parts, dim=0) for k, v in batch.items() if isinstance(v, torch.Tensor) and v.ndim > 0}
-    return [{k: (pieces[k][i] if k in pieces else v) for k, v in batch.items()} for i in range(parts)]
-
-
-def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: (v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-
-
-class Window:
-    """Running sums of one logging window (token-weighted loss and metrics, tokens, grad norms)."""
-
-    def __init__(self) -> None:
-        self.loss = 0.0
-        self.weight = 0.0
-        self.metrics: dict[str, float] = {}
-        self.tokens = 0.0
-        self.steps = 0
-        self.skipped = 0
-        self.grad_norm = 0.0
-
-    def add(self, out: StepOutput, loss: float) -> None:
-        w = float(out.n_predictions) if out.n_predictions and out.n_predictions > 0 else 1.0
-        self.loss += loss * w
-        self.weight += w
-        for k, v in out.metrics.items():
-            self.metrics[k] = self.metrics.get(k, 0.0) + float(v.detach()) * w
-        self.tokens += float(out.n_tokens)
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
-    def reduce(self, device: torch.device) -> None:
-        """Sum the window over ranks (every rank must call this)."""
-        if not dist.is_distributed():
-            return
-        keys = sorted(self.metrics)
-        t = torch.tensor([self.loss, self.weight, self.tokens, *[self.metrics[k] for k in keys]], dtype=torch.float64)
-        t = dist.all_reduce_sum(t.to(device) if device.type == "cuda" else t).cpu()  # NCCL reduces CUDA tensors
-        self.loss, self.weight, self.tokens = float(t[0]), float(t[1]), float(t[2])
-        self.metrics = {k: float(t[3 + i]) for i, k in enumerate(keys)}
+__all__ = ["LOSS_PLOT", "METRICS_FILE", "Callback", "Trainer", "TrainerCallback", "plot_losses", "read_metrics",
+           "cpu_has_native_bf16", "seed_everything", "split_batch"]
 
 
 class Trainer:
@@ -255,12 +146,7 @@ class Trainer:
         self.stopped_early = False
         if cfg.precision == "bf16" and self.device.type not in ("cuda", "cpu"):
             log.warning("train.precision=bf16 is supported on CUDA and CPU; training in fp32 on %s", self.device)
-        if cfg.precision == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
-            log.warning(
-                "train.precision=bf16 on a CPU without native bf16 instructions (no avx512_bf16 or amx_bf16 "
-                "in /proc/cpuinfo): bf16 matrix products are emulated and a step is about 2.5x slower than "
-                "in fp32; set train.precision=fp32 unless you need bf16 numerics"
-            )
+        warn_if_emulated(cfg.precision, self.device)
 
     # -- helpers ----------------------------------------------------------------------------
     @property
@@ -268,9 +154,7 @@ class Trainer:
         return self.dist.is_main
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.cfg.precision == "bf16" and self.device.type in ("cuda", "cpu"):
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.cfg.precision, self.device)
 
     def _tell_step(self) -> None:
         for m in self.step_listeners:
@@ -337,7 +221,7 @@ class Trainer:
                 self.step + 1, loss_sum / len(micro), grad_norm, self.nan_streak,
             )
             if self.nan_streak >= cfg.nan_guard:
-                bad = self._nonfinite_weight()
+                bad = nonfinite_on_any_rank(self.model, self.device)
                 weights = f"; the weights themselves hold NaN or inf ({bad})" if bad else ""
                 raise PtmError(
                     f"training diverged: {self.nan_streak} consecutive steps had a non-finite loss or gradient "
@@ -349,16 +233,6 @@ class Trainer:
         self._step_lr = lr
 
     # -- finite weights ---------------------------------------------------------------------
-    def _nonfinite_weight(self) -> str | None:
-        """The first parameter holding a NaN or an infinity (``"a parameter on another rank"`` when
-        only another rank's are), or None; every rank takes the same decision."""
-        bad = nonfinite_parameter(self.model)
-        if dist.is_distributed():
-            flag = torch.tensor([0.0 if bad is None else 1.0], device=self.device if self.device.type == "cuda" else "cpu")
-            if float(dist.all_reduce_sum(flag)) > 0 and bad is None:
-                bad = "a parameter on another rank"
-        return bad
-
     def _last_good(self) -> str:
         """What the run keeps: every checkpoint was checked for finite weights when it was saved."""
         if self.run_dir is None:
@@ -384,7 +258,7 @@ class Trainer:
     def require_finite_weights(self, action: str) -> None:
         """Raise :class:`PtmError` (on every rank) when a weight is NaN or infinite, saying that
         ``action`` (e.g. "checkpoint step-0000004 was not saved") and which checkpoint is kept."""
-        bad = self._nonfinite_weight()
+        bad = nonfinite_on_any_rank(self.model, self.device)
         if bad is not None:
             raise PtmError(
                 f"training diverged: after step {self.step} the weights hold NaN or inf ({bad}); {action}; "

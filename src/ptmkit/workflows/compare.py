@@ -46,9 +46,8 @@ from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
-from ptmkit.fileio import atomic_write_text
 from ptmkit.flops import format_flops, step_flops
-from ptmkit.identity import differences, fingerprint
+from ptmkit.identity import fingerprint
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.config import TrainConfig
@@ -56,6 +55,7 @@ from ptmkit.workflows import report
 from ptmkit.workflows.evaluate import Protocol, protocol_config, protocol_data
 from ptmkit.workflows.finetune import run_seeds
 from ptmkit.workflows.pretrain import load_config, pretrain
+from ptmkit.workflows.rundir import SETTINGS, check_settings
 
 log = logging.getLogger(__name__)
 
@@ -255,30 +255,6 @@ def _training_seconds(run_dir: Path) -> float:
     return elapsed
 
 
-SETTINGS = "settings.json"  # what the comparison was asked for; --resume must ask for the same
-
-
-def _check_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
-    """Record the comparison's settings, or on --resume refuse other ones (other data, budget,
-    contenders, tasks or protocol would mix two comparisons in one table)."""
-    path = out / SETTINGS
-    if resume and path.is_file():
-        try:
-            recorded = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PtmError(f"cannot resume: {path} is unreadable ({exc}); start a new comparison directory") from exc
-        diffs = differences(recorded, settings)
-        if diffs:
-            raise PtmError(
-                f"cannot resume {out}: the comparison was started with other settings ({'; '.join(diffs[:6])}"
-                f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones, or start a new output directory"
-            )
-        return
-    if resume and (out / "runs").exists():
-        raise PtmError(f"cannot resume {out}: it records no settings ({SETTINGS}); start a new output directory")
-    atomic_write_text(path, json.dumps(settings, indent=1) + "\n")
-
-
 def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir: str | Path, budget: Budget,
             tasks: Sequence[str] = ("mr",), protocol: Protocol = Protocol(modes=("finetune",)), common: Sequence[str] = (),
             points: int = 1, resume: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -299,7 +275,7 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
                 "common_overrides": list(common), "points": points}
     with outputs.writing(out, "compare", inputs=list(data), reuse=resume, names=[*outputs.KINDS["compare"].names, SETTINGS],
                          keep=lambda: (out / "runs").exists()):
-        _check_settings(out, settings, resume)
+        check_settings(out, settings, resume)
         corpus_dir = shared_corpus(contenders, data, out, common)
         corpus = Corpus.open(corpus_dir)
 

@@ -38,8 +38,16 @@ from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig
 from ptmkit.tokenization import Tokenizer
 from ptmkit.tokenization.segmenters import get_segmenter
-from ptmkit.workflows.demo import (Stages, count_lines, demo_output, head_copies, pretrain_record, report_gain, verdict,
-                                   write_results)
+from ptmkit.workflows.demo import (
+    Stages,
+    count_lines,
+    demo_output,
+    head_copies,
+    pretrain_record,
+    report_gain,
+    verdict,
+    write_results,
+)
 from ptmkit.workflows.finetune import run_seeds
 from ptmkit.workflows.pretrain import pretrain
 from ptmkit.workflows.report import demo_figure

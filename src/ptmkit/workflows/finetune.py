@@ -22,7 +22,8 @@ from ptmkit.config import apply_overrides, from_dict, to_dict
 from ptmkit.data.tasks import TaskData, load_task
 from ptmkit.errors import PtmError, suggest
 from ptmkit.tasks.base import option_keys, read_task_files
-from ptmkit.tasks.finetune import FinetuneConfig, _resumable, after_intermediate_task, finetune, load_model, recipe_config
+from ptmkit.tasks.finetune import _resumable, after_intermediate_task, finetune, load_model
+from ptmkit.tasks.finetune_config import FinetuneConfig, recipe_config
 from ptmkit.tasks.multitask import load_tasks
 from ptmkit.workflows.report import format_table, summarize_inits
 

@@ -6,7 +6,8 @@ answers the questions a resumed run raises as the workflow reaches them: is it t
 (:meth:`RunDir.check_text`), the same config, tokenizer and data (:meth:`RunDir.check_resumed`),
 and with ``--overwrite`` it removes the previous run's files once the inputs are read
 (:meth:`RunDir.start_over`).  Continued pre-training (``--init-from``) checks its corpus against
-the source run's tokenizer with :func:`check_same_tokenizer`.
+the source run's tokenizer with :func:`check_same_tokenizer`.  A comparison of several runs
+(``ptm compare``) records what it was asked for and resumes only the same (:func:`check_settings`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 from ptmkit import outputs
 from ptmkit.data.sources.base import sha256
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.identity import differences, fingerprint
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
@@ -213,6 +215,30 @@ class RunDir:
         if self.info.is_main:
             ckpt.atomic_write_text(self.config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
             ckpt.atomic_write_text(self.path / INPUTS_FILE, json.dumps(record, indent=1) + "\n")
+
+
+SETTINGS = "settings.json"  # what a comparison was asked for; --resume must ask for the same
+
+
+def check_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
+    """``ptm compare``'s output directory: record the comparison's settings, or on --resume refuse
+    other ones (other data, budget, contenders, tasks or protocol would mix two comparisons in one table)."""
+    path = out / SETTINGS
+    if resume and path.is_file():
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PtmError(f"cannot resume: {path} is unreadable ({exc}); start a new comparison directory") from exc
+        diffs = differences(recorded, settings)
+        if diffs:
+            raise PtmError(
+                f"cannot resume {out}: the comparison was started with other settings ({'; '.join(diffs[:6])}"
+                f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones, or start a new output directory"
+            )
+        return
+    if resume and (out / "runs").exists():
+        raise PtmError(f"cannot resume {out}: it records no settings ({SETTINGS}); start a new output directory")
+    atomic_write_text(path, json.dumps(settings, indent=1) + "\n")
 
 
 def open_run(run_dir: Path, resume: bool, overwrite: bool, info: dist.DistInfo, inputs: Sequence[Any],

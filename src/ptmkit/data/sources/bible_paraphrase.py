@@ -53,7 +53,7 @@ def verses(module_dir: Path) -> dict[tuple[str, int], tuple[str, str]]:
     """
     out: dict[tuple[str, int], tuple[str, str]] = {}
     chapter, start = None, 0
-    for part, i, _starts, osis in sword_entries(module_dir):
+    for _part, i, _starts, osis in sword_entries(module_dir):
         found = _CHAPTER.search(osis)
         if found:
             chapter, start = found.group(1), i

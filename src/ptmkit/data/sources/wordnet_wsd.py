@@ -5,7 +5,8 @@ night").  Each example that contains one of its synset's lemmas, where that lemm
 of speech) has at least two senses, becomes an instance labelled by the synset it illustrates.
 It is framed as multiple choice over the lemma's senses: the choices are the definitions of the
 lemma's synsets (each read after the target word, ``"dog: a member of the genus Canis"``, which
-tells the model which word of the sentence to disambiguate) in WordNet's sense order (``index.POS``: sense 1 is the most frequent in SemCor),
+tells the model which word of the sentence to disambiguate) in WordNet's sense order (``index.POS``:
+sense 1 is the most frequent in SemCor),
 the answer is the illustrated one, so a model must match the context to the right definition
 (GlossBERT's framing, Huang et al. 2019).  Always answering choice 0 is the most-frequent-sense
 baseline, which ``stats.json`` reports.
@@ -118,7 +119,7 @@ def read_wordnet(deb: Path, work: Path) -> tuple[dict[str, tuple], dict[tuple[st
     wn = root / "usr/share/wordnet"
     synsets: dict[str, tuple] = {}
     senses: dict[tuple[str, str], list[str]] = {}
-    for pos, name in POS_FILES.items():
+    for name in POS_FILES.values():
         with open(wn / f"data.{name}", encoding="utf-8", errors="replace") as f:
             for line in f:
                 parsed = parse_synset(line)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ptmkit.static.kernels.w2v import hot_sync, hs_update_hot, lcg, negative_ring, ns_update, seed_state, subsample
 from ptmkit.static.kernels.prefetch import prefetch_row
+from ptmkit.static.kernels.w2v import hot_sync, hs_update_hot, lcg, negative_ring, ns_update, seed_state, subsample
 
 _FNV_OFFSET = np.uint64(2166136261)
 _FNV_PRIME = np.uint64(16777619)

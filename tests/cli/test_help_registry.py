@@ -1,0 +1,41 @@
+"""Help texts built from the registries: every registered name of the kinds a command's --help
+lists appears in it, so a component added by one file shows up without editing the help."""
+
+import pytest
+
+from ptmkit import registry
+from ptmkit.cli import main
+from ptmkit.data.tasks import builtin_tasks
+from ptmkit.interop import formats, importable
+
+CASES = {
+    "export": lambda: {"format": formats(), "hf_family": registry.names("hf_family")},
+    "import": lambda: {"model_type": importable(), "hf_family": registry.names("hf_family")},
+    "finetune": lambda: {"task": list(builtin_tasks()), "task_type": registry.names("task_type")},
+    "pretrain": lambda: {"encoder": registry.names("encoder"), "objective": registry.names("objective"),
+                         "static": registry.names("static")},
+}
+
+
+def _help(command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(CASES))
+def test_help_names_every_registered_component(command, capsys):
+    text = _help(command, capsys)
+    assert "{names:" not in text  # every placeholder expanded
+    for kind, names in CASES[command]().items():
+        assert names, f"no {kind} registered"
+        missing = [n for n in names if n not in text]
+        assert not missing, f"ptm {command} --help does not name the {kind}s {missing}"
+
+
+def test_a_newly_registered_task_type_appears_in_the_help(capsys, monkeypatch):
+    """The help is computed when printed: a component registered later is listed too."""
+    registry.names("task_type")  # every package imported first
+    monkeypatch.setitem(registry._REGISTRY["task_type"], "made_up_type", object())
+    assert "made_up_type" in _help("finetune", capsys)

@@ -1,0 +1,80 @@
+"""What many test files share: tiny corpora, tiny model overrides, a tiny tokenizer, the CLI run
+and checksum helpers.  Test files import the helpers (``from conftest import write_corpus``:
+pytest puts this directory on ``sys.path``); fixtures are found by name."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ptmkit.cli import main
+
+# the words of the tiny English corpora (a small vocabulary, so a tokenizer of 120 entries covers it)
+WORDS = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
+
+# `ptm pretrain bert-tiny` overrides for a model that trains in a second: the refusal and
+# data-safety tests, which stop after two steps
+TINY = [
+    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64",
+    "tokenizer.vocab_size=200", "tokenizer.min_frequency=1",
+    "train.batch_size=4", "train.seq_len=32", "train.max_steps=2", "train.eval_batches=1", "train.num_threads=1",
+]
+# the same size for the pre-training smoke tests of the other presets (their steps set per test)
+TINY_PRETRAIN = [
+    "model.hidden_size=32", "model.intermediate_size=64", "model.max_position=48", "model.num_heads=2",
+    "train.batch_size=8", "train.seq_len=40", "train.warmup_steps=4", "train.lr=3e-3", "train.log_every=1",
+    "train.eval_batches=2", "train.num_threads=1", "train.device=cpu",
+]
+# static word2vec settings that train in a blink
+W2V = ["dim=8", "epochs=1", "min_count=1", "workers=1", "cache=false"]
+
+
+def write_corpus(path: Path, docs: int = 20, seed: int = 0, sentences: int = 6, lengths: tuple[int, int] = (4, 12),
+                 words: Sequence[str] = WORDS) -> Path:
+    """``docs`` documents of ``sentences`` random sentences of ``lengths`` words each (one per
+    line, a blank line after each document), drawn with ``seed``; returns ``path``."""
+    rng = random.Random(seed)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(docs):
+            for _ in range(sentences):
+                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(*lengths))) + "\n")
+            f.write("\n")
+    return path
+
+
+def checksums(root: Path) -> dict[str, str]:
+    """Every file under ``root``: relative path -> SHA-256."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    """``ptm ARGV``: its exit status and what it wrote to stderr."""
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    return rc, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory) -> Path:
+    """A WordPiece ``tokenizer.json`` of 120 entries trained by ``ptm tokenizer train`` on a tiny corpus."""
+    root = tmp_path_factory.mktemp("tok")
+    text = write_corpus(root / "text.txt")
+    assert main(["tokenizer", "train", str(text), "--vocab-size", "120", "--min-frequency", "1",
+                 "-o", str(root / "tok.json")]) == 0
+    return root / "tok.json"
+
+
+def special_ids(vocab_size: int, **changes: int) -> SimpleNamespace:
+    """The tokenizer an encoder or objective is built with when a test needs no text: the vocabulary
+    size and the special ids (``[PAD]`` 0, ``[UNK]`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4 unless
+    ``changes`` says otherwise), as the HF parity tests build both sides on the same ids."""
+    ids = dict(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
+    return SimpleNamespace(vocab_size=vocab_size, **{**ids, **changes})
