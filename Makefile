@@ -1,11 +1,11 @@
-# Two entry points: `make demo` (the main job) and `make test` (the test suite).
+# Two entry points: `make demo` (the main job) and `make test` (ruff, then the test suite).
 # Both set up .venv themselves (idempotent); torch is pinned by constraints.txt to the CPU build.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,7 +17,11 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ptm demo
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+# the linter first: a finding fails the run before the slow tests
+test: $(STAMP) lint
 	OMP_NUM_THREADS=2 $(BIN)/python -m pytest -m "not slow" tests
 
 bench: $(STAMP)
