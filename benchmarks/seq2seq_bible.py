@@ -82,6 +82,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--eval-size", type=int, default=500)
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--inits", nargs="+", default=["pretrained", "random"], choices=["pretrained", "random"],
+                    help="which starts to fine-tune (random needs only the pre-training run's tokenizer and config)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--max-len", type=int, default=96, help="source and target tokens")
     ap.add_argument("--threads", type=int, default=2)
@@ -109,7 +111,7 @@ def main() -> None:
                                            f"train.save_every={args.pretrain_steps}", f"train.num_threads={args.threads}",
                                            f"train.eval_every={args.pretrain_steps}"], overwrite=run.exists())
         pre = load_pretrained(run, heads=False)
-        for init in ("pretrained", "random"):
+        for init in args.inits:
             for seed in args.seeds:
                 ft = out / "finetune" / preset / f"{init}-seed{seed}"
                 t0 = time.time()
@@ -130,7 +132,7 @@ def main() -> None:
              f"| copy baseline (output = source) | | | {copy['bleu']:.2f} | {copy['chrf']:.2f} | {copy['rouge_l']:.2f} |"]
     summary = {}
     for preset in args.models:
-        for init in ("random", "pretrained"):
+        for init in [i for i in ("random", "pretrained") if i in args.inits]:
             for decoding in ("greedy", "beam 4"):
                 sel = [r for r in rows if r["model"] == preset and r["init"] == init and r["decoding"] == decoding]
                 summary[f"{preset}/{init}/{decoding}"] = {k: float(np.mean([r[k] for r in sel])) for k in ("bleu", "chrf", "rouge_l")}
