@@ -235,9 +235,8 @@ class CausalLMStepper:
         self.use_cache = use_cache
         self.batch_size = input_ids.shape[0]
         self.prompt = (input_ids, self.mask.bool())
-        cfg = backbone.config
-        absolute = getattr(cfg, "positions", "absolute") == "absolute"
-        self.capacity = cfg.max_position - input_ids.shape[1] if absolute else None
+        positions = backbone.max_positions()
+        self.capacity = positions - input_ids.shape[1] if positions is not None else None
         self.padded = not bool(self.mask.all())
         self.cache = None
         self.next_pos = self.mask.sum(dim=1, keepdim=True) if self.padded else None  # [B, 1]
@@ -298,7 +297,7 @@ class Seq2SeqStepper:
         self.attention_mask = attention_mask
         self.use_cache = use_cache
         self.batch_size = input_ids.shape[0]
-        self.capacity = encoder.config.max_position  # decoder positions: the start token and L - 1 generated
+        self.capacity = encoder.max_positions()  # decoder positions: the start token and L - 1 generated
         self.memory = encoder.encode(input_ids, attention_mask).last_hidden_state  # [B, S, H]
         self.prefix = torch.full((self.batch_size, 1), encoder.config.decoder_start_token_id, dtype=torch.long,
                                  device=input_ids.device)
@@ -441,7 +440,7 @@ def generate_ids(backbone: Any, kind: str, prompts: Sequence[Sequence[int]], cfg
     if min(lengths) == 0:
         raise PtmError("every prompt needs at least one token")
     device = backbone.output_embeddings().device
-    positions = getattr(backbone.config, "max_position", None)
+    positions = backbone.max_positions()
     was_training = backbone.training
     heads_training = objective.training if objective is not None else False
     backbone.eval()

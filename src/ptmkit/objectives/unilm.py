@@ -295,12 +295,10 @@ class UniLMStepper:
         self.segments = torch.tensor(objective.segments[SEQ2SEQ], device=device)  # (A, B) ids
         self.ids = torch.cat([input_ids, torch.full((B, 1), objective.mask_id, device=device)], dim=1)
         self.mask = torch.cat([src_mask, torch.ones(B, 1, dtype=torch.long, device=device)], dim=1)
-        cfg = backbone.config
-        absolute = getattr(cfg, "positions", "absolute") == "absolute"
-        max_position = getattr(cfg, "max_position", None)
-        if absolute and max_position is not None and S >= max_position:
+        max_position = backbone.max_positions()
+        if max_position is not None and S >= max_position:
             raise PtmError(f"the source has {S} tokens; the model has {max_position} positions")
-        self.capacity = max_position - S if absolute and max_position is not None else None
+        self.capacity = max_position - S if max_position is not None else None
 
     def _logits(self) -> torch.Tensor:
         B, T = self.ids.shape

@@ -242,8 +242,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     pretrained = load_model(model)
     tokenizer = pretrained.tokenizer
     mcfg = pretrained.backbone.config
-    max_position = getattr(mcfg, "max_position", None)
-    if max_position is not None and getattr(mcfg, "positions", "absolute") == "absolute" and cfg.max_seq_len > max_position:
+    max_position = pretrained.backbone.max_positions()
+    if max_position is not None and cfg.max_seq_len > max_position:
         raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={max_position}")
     with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
 
