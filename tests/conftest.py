@@ -78,3 +78,25 @@ def special_ids(vocab_size: int, **changes: int) -> SimpleNamespace:
     ``changes`` says otherwise), as the HF parity tests build both sides on the same ids."""
     ids = dict(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
     return SimpleNamespace(vocab_size=vocab_size, **{**ids, **changes})
+
+
+def look_alikes(root: Path) -> dict[str, Path]:
+    """Folders that look like outputs but carry no ptm marker: an HF model directory, DeepSpeed
+    and fairseq runs, and an earlier ptm run, corpus, vectors run and fine-tuning without one."""
+    made = {}
+    for name, files in {
+        "hf": {"config.json": '{"model_type": "bert"}', "model.safetensors": "x", "tokenizer.json": "{}"},
+        "deepspeed": {"config.json": "{}", "checkpoints/latest": "global_step10", "checkpoints/global_step10/x.pt": "x"},
+        "fairseq": {"checkpoints/checkpoint_last.pt": "x", "checkpoints/checkpoint1.pt": "x", "train.log": "log"},
+        "old-ptm-run": {"config.json": "{}", "metrics.jsonl": "{}", "checkpoints/latest": "step-0000002",
+                        "checkpoints/step-0000002/model.safetensors": "x"},
+        "old-ptm-corpus": {"tokens.bin": "xx", "meta.json": '{"tokenizer_sha256": "0"}'},
+        "old-ptm-vectors": {"vectors.bin": "1 1", "config.json": '{"static": "word2vec"}'},
+        "old-ptm-finetune": {"summary.json": "{}", "results.json": "{}", "pretrained-seed1/results.json": "{}"},
+    }.items():
+        d = root / name
+        for rel, text in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+        made[name] = d
+    return made

@@ -17,29 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY, W2V, checksums, run_cli, write_corpus
+from conftest import TINY, W2V, checksums, look_alikes, run_cli, write_corpus
 
 from ptmkit import outputs
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
-
-
-def look_alikes(root: Path) -> dict[str, Path]:
-    made = {}
-    for name, files in {
-        "hf": {"config.json": '{"model_type": "bert"}', "model.safetensors": "x", "tokenizer.json": "{}"},
-        "deepspeed": {"config.json": "{}", "checkpoints/latest": "global_step10", "checkpoints/global_step10/x.pt": "x"},
-        "fairseq": {"checkpoints/checkpoint_last.pt": "x", "checkpoints/checkpoint1.pt": "x", "train.log": "log"},
-        "old-ptm-run": {"config.json": "{}", "metrics.jsonl": "{}", "checkpoints/latest": "step-0000002",
-                        "checkpoints/step-0000002/model.safetensors": "x"},
-        "old-ptm-finetune": {"summary.json": "{}", "results.json": "{}", "pretrained-seed1/results.json": "{}"},
-    }.items():
-        d = root / name
-        for rel, text in files.items():
-            (d / rel).parent.mkdir(parents=True, exist_ok=True)
-            (d / rel).write_text(text)
-        made[name] = d
-    return made
 
 
 def writing_commands(out: Path, corpus: Path, tok: Path, model: Path) -> list[list]:

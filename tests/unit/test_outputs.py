@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import look_alikes
 
 from ptmkit import fileio, outputs
 from ptmkit.errors import PtmError
@@ -69,27 +70,6 @@ def test_inputs_inside_the_output_are_refused(tmp_path):
         with pytest.raises(PtmError, match="lies inside the output directory"):
             outputs.check(out, "vectors", inputs=[inp], overwrite=True)
     outputs.check_inputs(out, [tmp_path / "elsewhere.txt", tmp_path / "missing.txt", None])
-
-
-def look_alikes(root):
-    """Folders that look like outputs (HF, DeepSpeed, fairseq, an unmarked earlier ptm run,
-    corpus, vectors and fine-tuning results) but carry no ptm marker."""
-    made = {}
-    for name, files in {
-        "hf": {"config.json": '{"model_type": "bert"}', "model.safetensors": "x", "tokenizer.json": "{}"},
-        "deepspeed": {"config.json": "{}", "checkpoints/latest": "global_step10", "checkpoints/global_step10/x.pt": "x"},
-        "fairseq": {"checkpoints/checkpoint_last.pt": "x", "checkpoints/checkpoint1.pt": "x", "train.log": "log"},
-        "old-run": {"config.json": "{}", "checkpoints/latest": "step-0000002", "checkpoints/step-0000002/model.safetensors": "x"},
-        "old-corpus": {"tokens.bin": "xx", "meta.json": '{"tokenizer_sha256": "0"}'},
-        "old-vectors": {"vectors.bin": "1 1", "config.json": '{"static": "word2vec"}'},
-        "old-finetune": {"summary.json": "{}", "pretrained-seed1/results.json": "{}"},
-    }.items():
-        d = root / name
-        for rel, text in files.items():
-            (d / rel).parent.mkdir(parents=True, exist_ok=True)
-            (d / rel).write_text(text)
-        made[name] = d
-    return made
 
 
 def test_nothing_is_recognised_by_its_contents(tmp_path):

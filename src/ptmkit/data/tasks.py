@@ -114,6 +114,11 @@ def _sniff_format(path: Path) -> str:
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSONL/CSV/TSV file as dicts (CSV/TSV need a header line)."""
+    return [row for _, row in read_numbered_rows(path)]
+
+
+def read_numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line, row)`` of every row of a JSONL/CSV/TSV file, for messages naming the line."""
     path = require_file(path, "data file")
     try:
         text = path.read_text(encoding="utf-8")
@@ -122,7 +127,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if "\x00" in text:
         raise PtmError(f"{path} looks binary (it contains NUL bytes); expected JSONL, CSV or TSV text")
     fmt = _sniff_format(path)
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
     if fmt == "jsonl":
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -133,7 +138,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
                 raise PtmError(f"{path}:{n}: not valid JSON ({exc.msg}); expected one JSON object per line") from exc
             if not isinstance(row, dict):
                 raise PtmError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
-            rows.append(row)
+            rows.append((n, row))
     else:
         reader = csv.DictReader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",")
         if not reader.fieldnames:
@@ -141,7 +146,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         for n, row in enumerate(reader, 2):
             if None in row:
                 raise PtmError(f"{path}:{n}: more fields than the header has columns ({', '.join(reader.fieldnames)})")
-            rows.append(row)
+            rows.append((n, row))
     if not rows:
         raise PtmError(f"{path} has no rows (an empty split); every split needs at least one example")
     return rows

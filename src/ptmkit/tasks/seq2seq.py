@@ -24,8 +24,6 @@ better.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +33,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ptmkit.data.tasks import SPLITS, TaskSplits
-from ptmkit.errors import PtmError, require_file, suggest
+from ptmkit.data.tasks import SPLITS, TaskSplits, read_numbered_rows
+from ptmkit.errors import PtmError, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
@@ -81,37 +79,9 @@ class Seq2SeqData(TaskSplits):
     is_pair = False
 
 
-def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line, row)`` of a JSONL, CSV or TSV file (by extension, else by its first line)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise PtmError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); re-encode it as UTF-8") from exc
-    first = text.lstrip()[:1]
-    if path.suffix.lower() in (".jsonl", ".json", ".ndjson") or first == "{":
-        out = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PtmError(f"{path}:{n}: not valid JSON ({exc.msg}); expected one JSON object per line") from exc
-            if not isinstance(row, dict):
-                raise PtmError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
-            out.append((n, row))
-        return out
-    delimiter = "\t" if path.suffix.lower() == ".tsv" or "\t" in text.split("\n", 1)[0] else ","
-    reader = csv.DictReader(io.StringIO(text), delimiter=delimiter)
-    return [(reader.line_num, row) for row in reader]
-
-
 def read_pairs(path: str | Path, source: str = "source", target: str = "target") -> Seq2SeqSplit:
     """One split of (source, target) pairs; every refusal names the file and line."""
-    path = require_file(path, "seq2seq file")
-    rows = _rows(path)
-    if not rows:
-        raise PtmError(f"{path} has no rows (an empty split); every split needs at least one pair")
+    rows = read_numbered_rows(path)  # refuses an empty split, non-UTF-8 text and broken rows, naming the line
     sources, targets, where = [], [], []
     for n, row in rows:
         for column in (source, target):
@@ -126,7 +96,7 @@ def read_pairs(path: str | Path, source: str = "source", target: str = "target")
             raise PtmError(f"{path}:{n}: the target is missing or empty; every pair needs the text to produce")
         sources.append(str(src))
         targets.append(str(tgt))
-        where.append(f"{path}:{n}")
+        where.append(f"{Path(path)}:{n}")
     return Seq2SeqSplit(sources, targets, where)
 
 

@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ptmkit.data.sources.base import Package, Source, _run
-from ptmkit.data.sources.bible_paraphrase import PACKAGES, verses
-from ptmkit.errors import PtmError
+from ptmkit.data.sources.base import Package, Source
+from ptmkit.data.sources.bible_paraphrase import PACKAGES, read_bibles
 from ptmkit.registry import register
 
 MIN_WORDS = 3
@@ -67,15 +66,7 @@ class BibleModernise(Source):
                                  "source": "source", "target": "target"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
-        texts = []
-        for deb, package in zip(files, PACKAGES):
-            root = work / "root" / package
-            root.mkdir(parents=True, exist_ok=True)
-            _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
-            mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
-            if not mods:
-                raise PtmError(f"Debian package {package} holds no SWORD Bible module")
-            texts.append(verses(mods[0]))
+        texts = read_bibles(files, work)
         parts = split_by_book(make_pairs(*texts))
         stats: dict = {"kjv_verses": len(texts[0]), "web_verses": len(texts[1]), "min_words": MIN_WORDS,
                        "max_words": MAX_WORDS, "parts": {}}

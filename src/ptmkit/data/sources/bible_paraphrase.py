@@ -88,6 +88,21 @@ def make_pairs(kjv: dict, web: dict, seed: int = SEED) -> list[dict]:
     return rows
 
 
+def read_bibles(files: list[Path], work: Path) -> list[dict[tuple[str, int], tuple[str, str]]]:
+    """The :func:`verses` of each downloaded Debian package of ``PACKAGES`` (KJV, then WEB),
+    unpacked under ``work``."""
+    texts = []
+    for deb, package in zip(files, PACKAGES):
+        root = work / "root" / package
+        root.mkdir(parents=True, exist_ok=True)
+        _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
+        mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
+        if not mods:
+            raise PtmError(f"Debian package {package} holds no SWORD Bible module")
+        texts.append(verses(mods[0]))
+    return texts
+
+
 @register("source", "bible-paraphrase")
 class BibleParaphrase(Source):
     name = "bible-paraphrase"
@@ -98,15 +113,7 @@ class BibleParaphrase(Source):
                                   "text": "text", "text_pair": "text_pair", "label": "label"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
-        texts = []
-        for deb, package in zip(files, PACKAGES):
-            root = work / "root" / package
-            root.mkdir(parents=True, exist_ok=True)
-            _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
-            mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
-            if not mods:
-                raise PtmError(f"Debian package {package} holds no SWORD Bible module")
-            texts.append(verses(mods[0]))
+        texts = read_bibles(files, work)
         rows = make_pairs(*texts)
         chapters = list(dict.fromkeys(r["verse"].rsplit(".", 1)[0] for r in rows))  # canonical order
         number = {c: k for k, c in enumerate(chapters)}
