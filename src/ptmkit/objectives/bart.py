@@ -223,8 +223,8 @@ class BartDenoising(Objective):
         name = type(self).__name__
         if seq_len < self.reserved + 1:
             raise PtmError(f"seq_len={seq_len} is too short for {name} (need at least {self.reserved + 1})")
-        if seq_len > self.model_cfg.max_position:
-            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
+        if seq_len > self.position_limit:
+            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.position_limit}")
         spans = pack_sentences(corpus.sentences, corpus.documents, seq_len - self.reserved, min_len=1)
         if len(spans) == 0:
             raise PtmError(f"the corpus has no usable text for {name} examples (is it empty?)")
@@ -261,7 +261,7 @@ class BartDenoising(Objective):
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
         sent = np.asarray(corpus.sentences, dtype=np.int64)
-        max_content = self.model_cfg.max_position - 2
+        max_content = self.position_limit - 2
         originals, noised = [], []
         for st, en in spans:  # one example at a time; each noising step is vectorised
             x = np.asarray(corpus.tokens[st:en], dtype=np.int64)
@@ -318,7 +318,7 @@ class BartDenoising(Objective):
         """Noise each text (its lines are its sentences), reconstruct it greedily and decode:
         ``[{"original", "noised", "reconstruction"}]``; shows what the model has learned."""
         rng = np.random.default_rng(seed)
-        room = self.model_cfg.max_position - self.reserved
+        room = self.position_limit - self.reserved
         originals, sources = [], []
         for text in texts:
             lines = [ln for ln in str(text).splitlines() if ln.strip()] or [""]
@@ -342,7 +342,7 @@ class BartDenoising(Objective):
     def make_source(self, x: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """One text's tokens ``x [n]`` (sentence offsets ``bounds``) -> the encoder input shown to
         :meth:`reconstruct`: ``[CLS] noise(x) [SEP]``."""
-        noised = self.noise(x, bounds, rng)[: self.model_cfg.max_position - 2]
+        noised = self.noise(x, bounds, rng)[: self.position_limit - 2]
         return np.concatenate([[self.bos_id], noised, [self.eos_id]]).astype(np.int64)
 
     def show(self, tokenizer: Any, x: np.ndarray, source: np.ndarray, generated: np.ndarray) -> dict[str, str]:

@@ -92,6 +92,7 @@ class Objective(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model_cfg = encoder.config
+        self.position_limit = encoder.max_positions()  # the longest sequence the encoder takes (None: any)
         model_vocab = int(getattr(encoder.config, "vocab_size", 0))
         vocab = int(tokenizer.vocab_size)
         if vocab > model_vocab:

@@ -55,8 +55,8 @@ class CausalLM(Objective):
         self.stream = SentenceStream(cfg.separator, self.eos_id, self.pad_id)
 
     def example_spans(self, corpus: CorpusLike, seq_len: int) -> np.ndarray:
-        if getattr(self.model_cfg, "positions", "absolute") == "absolute" and seq_len > self.model_cfg.max_position:
-            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
+        if self.position_limit is not None and seq_len > self.position_limit:
+            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.position_limit}")
         return self.stream.block_spans(corpus, seq_len, "CLM")
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:

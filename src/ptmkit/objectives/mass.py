@@ -176,8 +176,8 @@ class MASS(Objective):
         """Sentences (or, with ``pack_sentences``, runs of sentences) of <= ``seq_len - 2`` tokens."""
         if seq_len < 3:
             raise PtmError(f"seq_len={seq_len} is too short for MASS (need at least 3: [CLS], a token, [SEP])")
-        if seq_len > self.model_cfg.max_position:
-            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.model_cfg.max_position}")
+        if seq_len > self.position_limit:
+            raise PtmError(f"seq_len={seq_len} is longer than the model's max_position {self.position_limit}")
         sentences = np.asarray(corpus.sentences, dtype=np.int64)
         # every sentence its own "document": the packer then keeps sentences apart (and cuts long ones)
         documents = np.asarray(corpus.documents, dtype=np.int64) if self.cfg.pack_sentences \
@@ -270,7 +270,7 @@ class MASS(Objective):
         reconstruction is the original with the fragment replaced by the prediction, so it reads like
         BART's full reconstruction.
         """
-        limit = self.model_cfg.max_position - 2
+        limit = self.position_limit - 2
         if max_length is not None:
             limit = max(1, min(limit, int(max_length)))
         rows_ = []

@@ -168,7 +168,7 @@ class SpanCorruption(BartDenoising):
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-        room = self.model_cfg.max_position - self.reserved
+        room = self.position_limit - self.reserved
         sources, targets = [], []
         for st, en in spans:  # one example at a time; each step inside is vectorised
             inputs, target = self.corrupt(np.asarray(corpus.tokens[st:en], dtype=np.int64)[:room], rng)
