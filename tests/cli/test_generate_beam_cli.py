@@ -7,58 +7,27 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from test_generate_cli import _checkpoint, tiny_tokenizer  # the same tiny runs as the greedy CLI tests
 
 import ptmkit
 from ptmkit.cli import main
-from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.encoders.encoder_decoder import EncoderDecoder, EncoderDecoderConfig
 from ptmkit.generation import GenerationConfig, generate_ids
 from ptmkit.objectives.bart import BartDenoising, DenoisingConfig
 from ptmkit.objectives.base import PretrainModel
-from ptmkit.objectives.clm import CausalLM, CLMConfig
-from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.pretrained import load_pretrained, save_pretrained
-from ptmkit.tokenization import Tokenizer
 
-TEXT = """\
-the cat sat on the mat .
-a dog barked at the cat and the cat ran away .
-language models learn from raw text without labels .
-the quick brown fox jumps over the lazy dog .
-"""
 PROMPTS = ["the cat", "a dog barked at"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tok") / "text.txt"
-    path.write_text(TEXT * 3)
-    return Tokenizer.train([path], kind="wordpiece", vocab_size=80, min_frequency=1)
-
-
-def _transformer_run(path, tokenizer, objective: str):
-    cfg = TransformerConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-        max_position=24, type_vocab_size=0, norm="pre", activation="gelu_tanh", layer_norm_eps=1e-5,
-        embedding_norm=False, pooler=False, scaled_residual_init=True,
-    )
-    torch.manual_seed(0)
-    encoder = TransformerEncoder(cfg)
-    if objective == "clm":
-        head, section = CausalLM(CLMConfig(), encoder, tokenizer), {"name": "clm", **asdict(CLMConfig())}
-    else:
-        head, section = MaskedLM(MLMConfig(nsp=False), encoder, tokenizer), {"name": "mlm", **asdict(MLMConfig(nsp=False))}
-    model = PretrainModel(encoder, head)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    save_pretrained(path, {"model": asdict(cfg), "objective": section}, model, tokenizer)
-    return path
+def tokenizer(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
 
 
 @pytest.fixture(scope="module")
 def gpt(tmp_path_factory, tokenizer):
-    return _transformer_run(tmp_path_factory.mktemp("run") / "gpt", tokenizer, "clm")
+    return _checkpoint(tmp_path_factory.mktemp("run") / "gpt", tokenizer)
 
 
 def test_beam_search_from_the_cli_and_the_api(gpt, tokenizer, capsys) -> None:
@@ -106,7 +75,7 @@ def test_early_stopping_takes_true_false_or_never(gpt, capsys) -> None:
 
 
 def test_beam_search_on_an_encoder_only_run_is_refused(tokenizer, tmp_path, capsys) -> None:
-    bert = _transformer_run(tmp_path / "bert", tokenizer, "mlm")
+    bert = _checkpoint(tmp_path / "bert", tokenizer, "mlm")
     assert main(["generate", str(bert), "the cat", "--num-beams", "4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "'mlm' objective, which cannot generate" in err and "bart (seq2seq)" in err

@@ -25,11 +25,16 @@ the quick brown fox jumps over the lazy dog .
 """
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Tokenizer:
-    path = tmp_path_factory.mktemp("tok") / "text.txt"
+def tiny_tokenizer(root) -> Tokenizer:
+    """A word-piece tokenizer of :data:`TEXT`, trained in ``root``."""
+    path = root / "text.txt"
     path.write_text(TEXT * 3)
     return Tokenizer.train([path], kind="wordpiece", vocab_size=80, min_frequency=1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Tokenizer:
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
 
 
 def _checkpoint(path, tokenizer, objective: str = "clm"):
