@@ -9,7 +9,7 @@ from typing import Any
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.layer_mix import MIXES, normalize_mix
 from ptmkit.tasks.classification import HEADS, POOLINGS
-from ptmkit.train.config import TrainConfig
+from ptmkit.train.config import REPORT_TO, TrainConfig
 
 MODES = ("finetune", "features")
 SCHEDULES = ("linear", "slanted_triangular")
@@ -71,8 +71,9 @@ class FinetuneConfig:
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
 
-    Training loop: ``precision`` (fp32 | bf16, autocast on CUDA or CPU), ``device``, ``num_threads`` as in
-    pre-training's ``train`` section.
+    Training loop: ``precision`` (fp32 | bf16, autocast on CUDA or CPU), ``device``, ``num_threads`` and
+    ``report_to`` (``tensorboard``: the logged scalars as TensorBoard events too) as in pre-training's
+    ``train`` section.
     """
 
     epochs: int = 10
@@ -104,6 +105,7 @@ class FinetuneConfig:
     precision: str = "fp32"
     device: str = "auto"
     num_threads: int = 0
+    report_to: str = "none"
     task: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -160,6 +162,8 @@ class FinetuneConfig:
         if self.symmetric_pairs and not self.gpt_transform:
             raise PtmError("symmetric_pairs=true reads a pair in both orders with GPT's input transformation; "
                            "set gpt_transform=true as well")
+        if self.report_to not in REPORT_TO:
+            raise PtmError(f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
 
@@ -177,7 +181,7 @@ class FinetuneConfig:
             warmup_steps=int(round(self.warmup * total)), max_steps=total, schedule=self.schedule,
             layer_decay=self.layer_decay, clip_norm=self.clip_norm, log_every=steps_per_epoch, save_every=steps_per_epoch,
             eval_every=0, keep_checkpoints=1, seed=seed, precision=self.precision, device=self.device,
-            num_threads=self.num_threads,
+            num_threads=self.num_threads, report_to=self.report_to,
         )
 
 

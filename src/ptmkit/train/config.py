@@ -9,6 +9,7 @@ from ptmkit.errors import PtmError, suggest
 SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
 PRECISIONS = ("fp32", "bf16")
 INIT_EMBEDDINGS = ("none", "skipgram", "cbow")  # ptmkit.static.init_embeddings.METHODS
+REPORT_TO = ("none", "tensorboard")  # where the logged scalars go besides metrics.jsonl (ptmkit.train.tensorboard)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class TrainConfig:
     init_embeddings: ``none``, or ``skipgram`` / ``cbow``: before step 1, train word2vec (negative
         sampling, ``init_embeddings_epochs`` epochs) on the training examples' token ids and start
         the word embeddings from those vectors (``ptmkit.static.init_embeddings``).
+    report_to: ``none``, or ``tensorboard``: the scalars of ``metrics.jsonl`` (loss, LR, grad norm,
+        tokens/s, evaluation metrics) are also written as TensorBoard events under
+        ``RUN_DIR/tensorboard/`` (needs the ``tensorboard`` extra; ``ptmkit.train.tensorboard``).
     """
 
     batch_size: int = 32
@@ -71,6 +75,7 @@ class TrainConfig:
     max_seconds: float = 0.0
     init_embeddings: str = "none"
     init_embeddings_epochs: int = 3
+    report_to: str = "none"
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -117,6 +122,10 @@ class TrainConfig:
             raise PtmError(
                 f"train.init_embeddings={self.init_embeddings!r} is not one of {INIT_EMBEDDINGS}"
                 f"{suggest(str(self.init_embeddings), INIT_EMBEDDINGS)}"
+            )
+        if self.report_to not in REPORT_TO:
+            raise PtmError(
+                f"train.report_to={self.report_to!r} is not one of {REPORT_TO}{suggest(str(self.report_to), REPORT_TO)}"
             )
         if self.precision not in PRECISIONS:
             raise PtmError(f"train.precision={self.precision!r} is not one of {PRECISIONS}{suggest(str(self.precision), PRECISIONS)}")

@@ -35,7 +35,7 @@ DATA_DIR, EVAL_DATA_DIR = "data", "eval_data"
 # Settings that may change when a run is resumed without changing its result step for step.
 RESUMABLE_CHANGES = {
     "max_steps", "eval_every", "eval_batches", "save_every", "keep_checkpoints", "log_every",
-    "num_threads", "device", "nan_guard", "max_seconds",
+    "num_threads", "device", "nan_guard", "max_seconds", "report_to",
 }
 
 DataArg = str | Path | Sequence[str | Path]
