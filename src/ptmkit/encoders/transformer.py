@@ -24,6 +24,12 @@ weights and records them in ``config.pruned_heads``; a relative position bias ke
 each pruned layer reads its own heads' planes.  With ``sharing: all | attention`` (one attention
 module for every layer) only the same heads in every layer can be pruned.
 
+LayerDrop (Fan et al. 2020): with ``layerdrop = p > 0`` (``config.layerdrop``, copied to the
+attribute ``self.layerdrop`` so that fine-tuning can set it on a loaded encoder), each layer is
+skipped in training with probability ``p``; a skipped layer passes its input on unchanged, so
+``hidden_states`` repeats the previous state there and ``attentions`` holds ``None`` for it.  In
+eval mode, and in incremental decoding, every layer runs.
+
 Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddings.weight [V, E]``,
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
@@ -185,6 +191,8 @@ class TransformerEncoder(Encoder):
         self.pooler = Pooler(config.hidden_size) if config.pooler else None
         self.reset_parameters()
         self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
+        # an attribute, not only the config: fine-tuning sets it on an encoder loaded from a checkpoint
+        self.layerdrop = float(config.layerdrop)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -332,8 +340,13 @@ class TransformerEncoder(Encoder):
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         probs: list[torch.Tensor] | None = [] if output_attentions else None
+        skip = self.dropped_layers()
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
+            if skip is not None and skip[i]:  # LayerDrop: the state passes the layer unchanged
+                if probs is not None:
+                    probs.append(None)
+            else:
+                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
             if hidden is not None:
                 hidden.append(x)
         if self.final_norm is not None:
@@ -343,6 +356,15 @@ class TransformerEncoder(Encoder):
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
                              attentions=tuple(probs) if probs is not None else None)
+
+    def dropped_layers(self) -> list[bool] | None:
+        """LayerDrop (Fan et al. 2020): in training, which layers this forward pass skips, each with
+        probability ``self.layerdrop`` (independently); ``None`` in eval mode or with ``layerdrop``
+        0, when every layer runs and nothing is drawn.  The draw comes from PyTorch's CPU generator,
+        whose state the Trainer saves, so a resumed run skips the layers the uninterrupted one would."""
+        if not self.training or self.layerdrop <= 0:
+            return None
+        return (torch.rand(len(self.layers)) < self.layerdrop).tolist()
 
     def forward_cached(
         self,

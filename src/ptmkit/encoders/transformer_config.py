@@ -38,6 +38,8 @@ class TransformerConfig:
     relative_max_distance: int = 128
     embedding_size: int | None = None  # E; None = hidden_size (ALBERT: 128, then a projection E -> H)
     sharing: str = "none"  # cross-layer parameter sharing (ALBERT): none | all | attention | ffn
+    # LayerDrop (Fan et al. 2020): in training each layer is skipped with this probability (0 = off)
+    layerdrop: float = 0.0
     # heads removed by prune_heads, {layer: [original head index, ...]}; the weights are that much smaller
     pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
 
@@ -45,7 +47,7 @@ class TransformerConfig:
         if self.sharing is None:  # `model.sharing=none` on the command line reads as null
             object.__setattr__(self, "sharing", "none")
         # YAML 1.1 reads "1e-12" as a string; accept any float spelling.
-        for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std"):
+        for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std", "layerdrop"):
             value = getattr(self, name)
             if isinstance(value, (str, int)) and not isinstance(value, bool):
                 try:
@@ -74,6 +76,9 @@ class TransformerConfig:
             value = getattr(self, name)
             if not 0.0 <= float(value) < 1.0:
                 raise PtmError(f"model.{name} must be in [0, 1), got {value!r}")
+        if isinstance(self.layerdrop, bool) or not 0.0 <= float(self.layerdrop) <= 1.0:
+            raise PtmError(f"model.layerdrop is the probability of skipping a layer in training, in [0, 1] (0 = off), "
+                           f"got {self.layerdrop!r}")
         if float(self.layer_norm_eps) <= 0 or float(self.init_std) <= 0:
             raise PtmError("model.layer_norm_eps and model.init_std must be positive")
         if not 0 <= self.pad_token_id < self.vocab_size:

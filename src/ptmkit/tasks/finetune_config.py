@@ -70,6 +70,10 @@ class FinetuneConfig:
     adapter_size: bottleneck adapters of this many units after every attention and feed-forward
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
+    layerdrop: LayerDrop while fine-tuning (Fan et al. 2020): each encoder layer is skipped in a
+        training step with this probability (the backbone's ``layerdrop``; evaluation runs every
+        layer), which makes the model robust to removing layers afterwards (``ptm prune --method
+        layers``); 0 = off.  In [0, 1).
 
     Training loop: ``precision`` (fp32 | bf16, autocast on CUDA or CPU), ``device``, ``num_threads`` and
     ``report_to`` (``tensorboard``: the logged scalars as TensorBoard events too) as in pre-training's
@@ -100,6 +104,7 @@ class FinetuneConfig:
     aux_lm_weight: float = 0.0
     aux_lm_decay: float = 1.0
     adapter_size: int = 0
+    layerdrop: float = 0.0
     gpt_transform: bool = False
     symmetric_pairs: bool = False
     precision: str = "fp32"
@@ -115,7 +120,8 @@ class FinetuneConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise PtmError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay", "aux_lm_weight", "aux_lm_decay"):
+        for name in ("lr", "warmup", "weight_decay", "clip_norm", "eps", "layer_decay", "aux_lm_weight", "aux_lm_decay",
+                     "layerdrop"):
             value = getattr(self, name)
             if isinstance(value, str):
                 try:
@@ -164,6 +170,9 @@ class FinetuneConfig:
                            "set gpt_transform=true as well")
         if self.report_to not in REPORT_TO:
             raise PtmError(f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+        if isinstance(self.layerdrop, bool) or not isinstance(self.layerdrop, (int, float)) or not 0.0 <= self.layerdrop < 1.0:
+            raise PtmError(f"layerdrop is the probability of skipping an encoder layer in a training step, in [0, 1) "
+                           f"(0 = off; Fan et al. use 0.2), got {self.layerdrop!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
 
