@@ -1,4 +1,5 @@
-"""The run's ``metrics.jsonl`` (one JSON object per log or evaluation) and its loss plot.
+"""The run's ``metrics.jsonl`` (one JSON object per log or evaluation), its loss plot, and with
+``train.report_to=tensorboard`` the same records as TensorBoard scalars (:mod:`ptmkit.train.tensorboard`).
 
 Records carry ``step`` and ``split`` (``train`` or ``eval``, or any name a caller writes, such as
 ``dev`` for fine-tuning's per-epoch scores) and the averaged metrics.
@@ -13,6 +14,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from ptmkit.fileio import atomic_write_text
+from ptmkit.train.tensorboard import reporter
 
 METRICS_FILE = "metrics.jsonl"
 LOSS_PLOT = "loss.png"
@@ -24,6 +26,23 @@ def append_metrics(path: Path, record: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
+
+
+class MetricsLog:
+    """Where a Trainer's records go: appended to ``run_dir/metrics.jsonl`` and handed to the
+    reporter ``report_to`` names (TensorBoard, or none).  ``run_dir=None`` writes nothing."""
+
+    def __init__(self, run_dir: Path | str | None, report_to: str = "none", is_main: bool = True) -> None:
+        self.path = Path(run_dir) / METRICS_FILE if run_dir is not None else None
+        self.report = reporter(report_to, run_dir, is_main)  # a missing package fails here, before training
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is not None:
+            append_metrics(self.path, record)
+            self.report.write(record)
+
+    def close(self) -> None:
+        self.report.close()
 
 
 def read_metrics(path: Path, split: str | None = None) -> list[dict[str, Any]]:

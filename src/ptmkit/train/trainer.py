@@ -56,7 +56,7 @@ from ptmkit.train.heap import keep_freed_memory
 from ptmkit.train.metrics_log import (
     LOSS_PLOT,
     METRICS_FILE,
-    append_metrics,
+    MetricsLog,
     plot_losses,
     read_metrics,
     truncate_metrics,
@@ -66,7 +66,6 @@ from ptmkit.train.precision import autocast, cpu_has_native_bf16, warn_if_emulat
 from ptmkit.train.progress import progress
 from ptmkit.train.state import Window, rng_state, seed_everything, set_rng_state, split_batch, to_device
 from ptmkit.train.step import BatchSource
-from ptmkit.train.tensorboard import reporter
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +144,7 @@ class Trainer:
         self.last_train: dict[str, Any] = {}
         self.last_eval: dict[str, Any] = {}
         self.stopped_early = False
-        self.report = reporter(cfg.report_to, self.run_dir, self.is_main)  # TensorBoard events beside metrics.jsonl
+        self.metrics_log = MetricsLog(self.run_dir, cfg.report_to, self.is_main)  # metrics.jsonl (+ TensorBoard)
         if cfg.precision == "bf16" and self.device.type not in ("cuda", "cpu"):
             log.warning("train.precision=bf16 is supported on CUDA and CPU; training in fp32 on %s", self.device)
         warn_if_emulated(cfg.precision, self.device)
@@ -165,8 +164,7 @@ class Trainer:
     def _write(self, record: dict[str, Any]) -> None:
         if self.run_dir is None or not self.is_main:
             return
-        append_metrics(self.run_dir / METRICS_FILE, record)
-        self.report.write(record)
+        self.metrics_log.write(record)
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Append a record (e.g. a callback's dev scores) to the run's metrics file (main rank)."""
@@ -479,7 +477,7 @@ class Trainer:
                 cb.on_fit_end(self)
         finally:
             bar.close()
-            self.report.close()
+            self.metrics_log.close()
             self.ddp_model = self.model
         if self.is_main and self.run_dir is not None:
             plot_losses(self.run_dir / METRICS_FILE, self.run_dir / LOSS_PLOT)
