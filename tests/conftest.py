@@ -100,3 +100,52 @@ def look_alikes(root: Path) -> dict[str, Path]:
             (d / rel).write_text(text)
         made[name] = d
     return made
+
+
+# ---------------------------------------------------------------- a tiny fine-tuned model, for compression tests
+
+SENTIMENT_WORDS = "the a film movie plot actors scene story was is very quite rather".split()
+
+
+def toy_sentiment(sizes: tuple[int, int, int] = (160, 60, 60), seed: int = 0):
+    """A learnable two-class task: label 1 iff the sentence holds 'good' (else 'bad'); fillers around it."""
+    import numpy as np
+
+    from ptmkit.data.tasks import TaskData, TaskSplit
+
+    rng = np.random.default_rng(seed)
+
+    def split(n):
+        texts, labels = [], []
+        for _ in range(n):
+            y = int(rng.integers(2))
+            words = list(rng.choice(SENTIMENT_WORDS, size=int(rng.integers(3, 9))))
+            words.insert(int(rng.integers(len(words) + 1)), "good" if y else "bad")
+            texts.append(" ".join(words))
+            labels.append(y)
+        return TaskSplit(texts, np.array(labels, dtype=np.int64))
+
+    return TaskData("toy-sentiment", [0, 1], *(split(n) for n in sizes))
+
+
+def tiny_checkpoint(directory: Path, texts: Sequence[str], layers: int = 2, heads: int = 4, hidden: int = 32,
+                    causal: bool = False, **model: object) -> Path:
+    """A randomly initialised BERT (or, ``causal``, GPT) checkpoint with a WordPiece tokenizer trained on ``texts``."""
+    import torch
+
+    from ptmkit.build import build_model
+    from ptmkit.encoders import TransformerConfig
+    from ptmkit.pretrained import save_pretrained
+    from ptmkit.tokenization import Tokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "text.txt").write_text("\n".join(texts) + "\n")
+    tok = Tokenizer.train([directory / "text.txt"], kind="wordpiece", vocab_size=200, min_frequency=1)
+    cfg = TransformerConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_layers=layers, num_heads=heads,
+                            intermediate_size=2 * hidden, max_position=64, norm="pre" if causal else "post",
+                            type_vocab_size=0 if causal else 2, pooler=not causal, dropout=0.0, attention_dropout=0.0,
+                            **model)
+    config = {"model": {"encoder": "transformer", **cfg.__dict__}, "tokenizer": {"kind": "wordpiece"}, "train": {},
+              "objective": {"name": "clm"} if causal else {"name": "mlm", "nsp": False}}
+    torch.manual_seed(0)
+    return save_pretrained(directory / "ck", config, build_model(config, tok), tok)

@@ -68,6 +68,7 @@ examples:
   ptm finetune runs/tiny --task mr --seeds 1 2 3 -o out/mr --resume     continue an interrupted grid
   ptm finetune runs/tiny --tasks mr,brown-pos -o out/mtdnn task_schedule=round_robin
   ptm finetune runs/tiny --task mr --after out/mtdnn/pretrained-seed0 -o out/mtdnn-mr
+  ptm finetune out/mr/pretrained-seed0 --eval-only -o out/mr-scored      score a fine-tuned model again
   ptm finetune runs/tiny --train t.csv --dev d.csv --test e.csv --text-column sentence --label-column y -o out/mine
   ptm finetune runs/tiny --train t.jsonl --dev d.jsonl --test e.jsonl --text-column premise \\
       --pair-column hypothesis -o out/nli
@@ -136,6 +137,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start from a recipe's settings (ulmfit: pooling=concat head=mlp head_hidden=50 "
                         "layer_decay=0.385 gradual_unfreeze=true schedule=slanted_triangular warmup=0.1 "
                         "betas=[0.7,0.99] lr=0.01); KEY=VALUE overrides apply on top")
+    p.add_argument("--eval-only", action="store_true",
+                   help="score a fine-tuned (or distilled, pruned, quantized) model without training: RUN_OR_CKPT is "
+                        "its run directory (e.g. OUT/pretrained-seed0, holding task_model.json); the task is the one "
+                        "it was trained on unless --task or --train/--dev/--test name another with the same labels; "
+                        "OUT gets results.json (dev and test) and predictions.jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.__class__ = RegistryHelpParser
     p.set_defaults(func=run)
@@ -154,6 +160,11 @@ def run(args: argparse.Namespace) -> int:
     def load_data():
         return workflow.task_data(args.task, getattr(args, "tasks", None), files, args.type, columns)
 
+    if args.eval_only:
+        given = args.task or getattr(args, "tasks", None) or any(files)
+        workflow.eval_only(args.model, load_data if given else None, args.out, inputs=[args.model, *files],
+                           overwrite=args.overwrite)
+        return 0
     inits = ["pretrained", "random"] if args.init == "both" else [args.init]
     workflow.finetune_runs(args.model, load_data, args.out, cfg, inits, list(args.seeds), lrs=args.lrs,
                            train_size=args.train_size, after=args.after, inputs=[args.model, *files, args.after],

@@ -33,7 +33,7 @@ KINDS: dict[str, Kind] = {
     "vectors": Kind("static word-vectors run", "ptm pretrain (static model)"),
     "finetune": Kind("fine-tuning output", "ptm finetune",
                      ("results.json", "predictions.jsonl", "metrics.jsonl", "loss.png", "best.safetensors",
-                      "checkpoints")),
+                      "task_model.json", "tokenizer.json", "checkpoints")),
     "export": Kind("HF transformers export", "ptm export", overwrite=False),
     "checkpoint": Kind("imported checkpoint", "ptm import", overwrite=False),
     "evaluate": Kind("evaluation", "ptm evaluate", ("results.json", "table.md", "table.png")),

@@ -27,11 +27,15 @@ class DevSelection(TrainerCallback):
 
     evaluate: ``model -> dict of dev metrics``.  The best weights go to ``out_dir/best.safetensors``
     (written atomically, so they survive a kill) or stay in memory when there is no ``out_dir``.
+    kept: the module inside the trained one whose weights are kept (a distilled student inside
+    the module that adds its teacher; :class:`ptmkit.tasks.training.Training`); default all of it.
     """
 
     def __init__(self, evaluate: Callable[[nn.Module], dict[str, float]], select: str, steps_per_epoch: int,
-                 out_dir: Path | None, is_main: bool = True) -> None:
+                 out_dir: Path | None, is_main: bool = True,
+                 kept: Callable[[nn.Module], nn.Module] = lambda m: m) -> None:
         self.evaluate = evaluate
+        self.kept = kept
         self.select = select
         self.steps_per_epoch = steps_per_epoch
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -60,7 +64,7 @@ class DevSelection(TrainerCallback):
             # weights holding NaN or inf are never kept: the run stops naming its last good checkpoint
             trainer.require_finite_weights(f"epoch {epoch}'s weights were not kept as the best")
             self.best_value, self.best_epoch = dev[self.select], epoch
-            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            state = {k: v.detach().cpu().clone() for k, v in self.kept(model).state_dict().items()}
             if self.out_dir is None:
                 self._best_in_memory = state
             elif self.is_main:

@@ -55,6 +55,8 @@ from ptmkit.tasks.callbacks import BEST_FILE, AuxWeightDecay, DevSelection, Stag
 from ptmkit.tasks.classification import SequenceClassifier, classifier_on
 from ptmkit.tasks.finetune_config import MODES, RECIPES, SCHEDULES, FinetuneConfig, recipe_config
 from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
+from ptmkit.tasks.saved import save_task_model, uses_token_types
+from ptmkit.tasks.training import Training
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.optim import parameter_depths
 from ptmkit.train.trainer import Trainer
@@ -203,6 +205,7 @@ def finetune(
     desc: str | None = None,
     resume: bool = False,
     callbacks: tuple = (),
+    training: Training | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` (a run/checkpoint path or a loaded ``Pretrained``) on ``task_data``.
 
@@ -211,10 +214,13 @@ def finetune(
     ``best_epoch``, per-epoch ``history``.  ``resume=True`` continues an interrupted run in
     ``out_dir`` from its last epoch checkpoint (the result is the uninterrupted run's) and
     returns a finished run's results as they are.  ``callbacks`` are passed on to the Trainer.
+    ``training``: what the run optimises around the task model (:class:`~ptmkit.tasks.training.Training`:
+    plain fine-tuning by default; distillation, module replacing).  The selected task model is saved
+    in ``out_dir`` (:mod:`ptmkit.tasks.saved`), so ``load_task_model(out_dir)`` reloads it.
     """
     model_path = (model,) if isinstance(model, (str, os.PathLike)) else ()
     if out_dir is None:
-        return _finetune(model, task_data, None, cfg, init, seed, progress, desc, resume, callbacks)
+        return _finetune(model, task_data, None, cfg, init, seed, progress, desc, resume, callbacks, training)
     out = Path(out_dir)
     # out_dir must be new, empty, or hold fine-tuning output of ptm's (``overwrite`` starts it over,
     # ``resume`` continues it); an input inside it is refused.  A failure keeps what --resume needs.
@@ -222,15 +228,20 @@ def finetune(
                          keep=lambda: _resumable(out)) as session:
         if overwrite and session.state == "own":
             outputs.clean(out)
-        return _finetune(model, task_data, out, cfg, init, seed, progress, desc, resume, callbacks)
+        return _finetune(model, task_data, out, cfg, init, seed, progress, desc, resume, callbacks, training)
 
 
 def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneConfig, init: str, seed: int,
-              progress: bool, desc: str | None, resume: bool, callbacks: tuple) -> dict[str, Any]:
+              progress: bool, desc: str | None, resume: bool, callbacks: tuple,
+              training: Training | None) -> dict[str, Any]:
     """:func:`finetune` once ``out`` is open for writing (or ``None``: nothing is written)."""
     started = time.time()
+    training = training or Training()
     data_sha256 = content_sha256(task_data)
-    asked = json.loads(json.dumps({"config": to_dict(cfg), "init": init, "seed": seed, "data_sha256": data_sha256}))
+    identity = {"config": to_dict(cfg), "init": init, "seed": seed, "data_sha256": data_sha256}
+    if training.describe():  # plain fine-tuning records nothing more (runs written before stay resumable)
+        identity["training"] = training.describe()
+    asked = json.loads(json.dumps(identity))
     if resume and out is not None and (out / RESULTS_FILE).is_file():
         done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
         _check_resumed(out, done, asked, finished=True)
@@ -241,11 +252,10 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     check_splits(task_data)
     pretrained = load_model(model)
     tokenizer = pretrained.tokenizer
-    mcfg = pretrained.backbone.config
     max_position = pretrained.backbone.max_positions()
     if max_position is not None and cfg.max_seq_len > max_position:
         raise PtmError(f"max_seq_len={cfg.max_seq_len} exceeds the model's max_position={max_position}")
-    with_types = getattr(mcfg, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
+    with_types = uses_token_types(pretrained.backbone, task_data)
 
     causal = pretrained.causal
     if cfg.gpt_transform and not causal:
@@ -262,21 +272,22 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if cfg.adapter_size:
         clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
         freeze_for_adapters(clf.backbone)
-    batches = task.batches(encoded["train"], seed)
+    trained, batches = training.wrap(clf, task, encoded, task.batches(encoded["train"], seed), seed)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
+        m = training.kept(m)
         return task.score("dev", task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device))
 
-    selection = DevSelection(evaluate_dev, task.select, batches.steps_per_epoch, out)
+    selection = DevSelection(evaluate_dev, task.select, batches.steps_per_epoch, out, kept=training.kept)
     callbacks = [selection, *callbacks]
     lowest = _lowest_trainable(clf, cfg)
     if lowest is not None:
-        callbacks.append(StagedFreezing(parameter_depths(clf)[0], lowest, batches.steps_per_epoch))
+        callbacks.append(StagedFreezing(parameter_depths(trained)[0], lowest, batches.steps_per_epoch))
     if cfg.aux_lm_weight > 0 and cfg.aux_lm_decay != 1.0:
         callbacks.append(AuxWeightDecay(cfg.aux_lm_weight, cfg.aux_lm_decay, batches.steps_per_epoch))
-    trainer = Trainer(clf, batches, train_cfg, out, None,
-                      {"config": {"finetune": to_dict(cfg), "init": init, "seed": seed, "data_sha256": data_sha256}},
+    record = {k: v for k, v in identity.items() if k != "config"}
+    trainer = Trainer(trained, batches, train_cfg, out, None, {"config": {"finetune": to_dict(cfg), **record}},
                       callbacks, desc=desc or f"fine-tune {init} seed={seed}", progress_bar=progress)
     selection.is_main = trainer.is_main
     trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
@@ -306,7 +317,14 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
                                     if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone."))),
         "time_s": round(time.time() - started, 2),
     }
+    for key, value in (("training", training.describe()), ("derived_from", training.derived_from()),
+                       ("compression", training.compression())):
+        if value:
+            result[key] = value
     if out is not None and trainer.is_main:
+        save_task_model(out, clf, task, pretrained.config, tokenizer, cfg,
+                        derived_from={"model": result["model"], "init": init, **training.derived_from()},
+                        compression=training.compression(), weights=selection.best_state())
         task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served

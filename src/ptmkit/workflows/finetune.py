@@ -115,6 +115,33 @@ def finetune_runs(model: str | os.PathLike, load_data: Any, out_dir: str | os.Pa
     return written
 
 
+def eval_only(run: str | os.PathLike, load_data: Any, out_dir: str | os.PathLike, inputs: Sequence[Any] = (),
+              overwrite: bool = False) -> dict[str, Any]:
+    """``ptm finetune RUN --eval-only``: score the task model saved in ``run`` (a fine-tuned, distilled,
+    pruned or quantized model) on the dev and test splits of its task (``load_data()`` when given,
+    else the built-in task it was trained on) without training; ``out_dir`` gets ``results.json``
+    and the test ``predictions.jsonl``."""
+    from ptmkit.tasks.saved import load_task_model
+
+    out = Path(out_dir)
+    outputs.check(out, "finetune", inputs, overwrite)
+    tm = load_task_model(run, load_data() if load_data is not None else None)
+    with outputs.writing(out, "finetune", inputs, overwrite=overwrite, names=["results.json", "predictions.jsonl"]) as session:
+        if overwrite and session.state == "own":
+            outputs.clean(out)
+        test_pred = tm.predict("test")
+        result = {"task": tm.task_data.name, "task_type": tm.task.name, "model": str(run), "eval_only": True,
+                  "select": tm.task.select, "metrics": list(tm.task.metrics), "dev": tm.evaluate("dev"),
+                  "test": tm.task.score("test", test_pred), "compression": tm.info.get("compression") or {},
+                  "derived_from": tm.info.get("derived_from") or {}}
+        tm.task.write_predictions(out / "predictions.jsonl", "test", test_pred)
+        (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    key = result["select"]
+    print(f"{run}: dev {key} {result['dev'][key]:.4f}, test {key} {result['test'][key]:.4f}")
+    print(f"results: {out / 'results.json'}")
+    return result
+
+
 def _print_plan(data: Any, inits: Sequence[str], seeds: Sequence[int]) -> None:
     kind = getattr(data, "task_type", "classification")
     labels = f", {len(data.label_names)} labels ({', '.join(map(str, data.label_names[:12]))})" if hasattr(data, "num_labels") else ""

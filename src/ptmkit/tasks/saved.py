@@ -1,0 +1,216 @@
+"""A fine-tuned model as a directory that loads on its own: the task model format.
+
+Every fine-tuning run (and every compressed model made from one: a distilled student, a pruned,
+cut or quantized model) writes, beside ``results.json``:
+
+* ``best.safetensors``: the task model's weights (encoder under ``backbone.*``, then the head);
+* ``tokenizer.json``;
+* ``task_model.json``: what rebuilds the module before the weights are read — the encoder's config
+  as the encoder itself reports it (so a student's width, a cut model's ``num_layers`` and a pruned
+  model's ``pruned_heads`` are recorded), the pre-training config it came from (whether it reads
+  left to right), the task (name, type, labels), the fine-tuning settings (pooling, head, task-type
+  options), and where the model came from (``derived_from``) and how it was compressed
+  (``compression``; a ``quantization`` entry makes the loader rebuild int8 modules through
+  :func:`ptmkit.compress.quantize.restore`).
+
+``load_task_model(run_dir)`` returns a :class:`TaskModel`: the module in eval mode, its task type
+bound to the task's data (a built-in task is read by name; the user's own task needs its data
+passed again), the tokenizer and settings, and ``evaluate(split)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from ptmkit.build import build_encoder, is_causal
+from ptmkit.config import from_dict, to_dict
+from ptmkit.data.tasks import builtin_tasks, load_task
+from ptmkit.encoders.base import Encoder
+from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_bytes, atomic_write_text
+from ptmkit.nn.adapters import add_adapters
+from ptmkit.tasks.base import TaskType, task_type_of
+from ptmkit.tasks.callbacks import BEST_FILE
+from ptmkit.tasks.finetune_config import FinetuneConfig
+from ptmkit.tokenization import Tokenizer
+
+TASK_MODEL_FILE = "task_model.json"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT = 1
+
+
+def encoder_config(backbone: nn.Module) -> dict[str, Any]:
+    """The ``model`` section that rebuilds ``backbone`` as it is now (name + its config's fields)."""
+    return {"encoder": backbone.name, **json.loads(json.dumps(to_dict(backbone.config)))}
+
+
+def encoder_of(model: nn.Module) -> nn.Module:
+    """The encoder inside a task model: its ``backbone``, else its first :class:`Encoder` submodule
+    (multiple choice scores through a classifier)."""
+    backbone = getattr(model, "backbone", None)
+    if isinstance(backbone, Encoder):
+        return backbone
+    for module in model.modules():
+        if isinstance(module, Encoder):
+            return module
+    raise PtmError(f"{type(model).__name__} holds no encoder")
+
+
+def uses_token_types(backbone: nn.Module, task_data: Any) -> bool:
+    """Whether the task's inputs carry token types: the encoder has a type table large enough
+    (2 rows for sentence pairs, 1 otherwise)."""
+    return getattr(backbone.config, "type_vocab_size", 0) >= (2 if getattr(task_data, "is_pair", False) else 1)
+
+
+def save_task_model(out_dir: str | Path, model: nn.Module, task: TaskType, config: dict[str, Any], tokenizer: Any,
+                    cfg: FinetuneConfig, derived_from: dict[str, Any] | None = None,
+                    compression: dict[str, Any] | None = None,
+                    weights: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write ``task_model.json``, ``tokenizer.json`` and ``best.safetensors`` into ``out_dir``
+    (each atomically; ``task_model.json`` last, so a directory that has it is complete).
+
+    config: the pre-training config the model descends from (its ``model`` section is replaced by
+    the encoder's own, :func:`encoder_config`).  weights: the tensors to store (a quantized
+    model's plain tensors); ``None`` stores ``model.state_dict()``."""
+    from safetensors.torch import save
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    backbone = encoder_of(model)
+    info = {
+        "format": FORMAT,
+        "task": task.data.name,
+        "task_type": task.name,
+        "builtin": task.data.name in builtin_tasks(),
+        "labels": [str(x) for x in getattr(task.data, "label_names", [])],
+        "config": {**config, "model": encoder_config(backbone)},
+        "causal": bool(task.causal),
+        "finetune": json.loads(json.dumps(to_dict(cfg))),
+        "derived_from": derived_from or {},
+        "compression": compression or {},
+    }
+    state = weights if weights is not None else {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    # tensors that share storage (tied embeddings) are stored once each: safetensors refuses aliases
+    state = {k: v.clone() if v.is_contiguous() else v.contiguous() for k, v in state.items()}
+    atomic_write_bytes(out / BEST_FILE, save(state))
+    if isinstance(tokenizer, (str, os.PathLike)):
+        atomic_write_bytes(out / TOKENIZER_FILE, Path(tokenizer).read_bytes())
+    else:
+        tokenizer.save(out / TOKENIZER_FILE)
+    atomic_write_text(out / TASK_MODEL_FILE, json.dumps(info, indent=2) + "\n")
+    return out
+
+
+def is_task_model(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding a saved task model."""
+    return (Path(path) / TASK_MODEL_FILE).is_file()
+
+
+@dataclass
+class TaskModel:
+    """A loaded fine-tuned (or compressed) model, ready to predict and score."""
+
+    model: nn.Module
+    task: TaskType
+    config: dict[str, Any]
+    tokenizer: Any
+    cfg: FinetuneConfig
+    info: dict[str, Any]
+    task_data: Any
+    path: Path
+    _encoded: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def backbone(self) -> nn.Module:
+        return encoder_of(self.model)
+
+    def encoded(self, split: str) -> Any:
+        """``task.encode(split)``, computed once."""
+        if split not in self._encoded:
+            self._encoded[split] = self.task.encode(split)
+        return self._encoded[split]
+
+    def predict(self, split: str, model: nn.Module | None = None) -> Any:
+        """The task type's predictions for ``split`` (``model``: another module of the same task,
+        e.g. a pruned copy; default this one)."""
+        m = self.model if model is None else model
+        device = next(m.parameters(), torch.empty(0)).device
+        with torch.no_grad():
+            return self.task.predict_split(m.eval(), split, self.encoded(split), device)
+
+    def evaluate(self, split: str, model: nn.Module | None = None) -> dict[str, float]:
+        """The task's metrics on ``split``."""
+        return self.task.score(split, self.predict(split, model))
+
+
+def _task_data_for(info: dict[str, Any], task_data: Any, run: Path) -> Any:
+    if task_data is None:
+        if not info.get("builtin"):
+            raise PtmError(f"{run} was fine-tuned on the user's own task {info.get('task')!r}: give its files again "
+                           f"(--train/--dev/--test) to score it")
+        task_data = load_task(info["task"])
+    given = getattr(task_data, "task_type", "classification")
+    if given != info["task_type"]:
+        raise PtmError(f"{run} holds a {info['task_type']} model; the task given is a {given} task")
+    labels = [str(x) for x in getattr(task_data, "label_names", [])]
+    if info.get("labels") and labels != info["labels"]:
+        raise PtmError(f"{run} was trained with the labels {info['labels'][:10]}; the task given has "
+                       f"{labels[:10]}: give the task it was fine-tuned on")
+    return task_data
+
+
+def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | torch.device = "cpu") -> TaskModel:
+    """Load the task model saved in ``run_dir`` (a fine-tuning run such as ``OUT/pretrained-seed0``,
+    or a compressed model), in eval mode.  ``task_data``: the task to bind it to (default: the
+    built-in task it was trained on)."""
+    run = Path(run_dir)
+    file = run / TASK_MODEL_FILE
+    if not file.is_file():
+        hint = ""
+        if any(run.glob(f"*/{TASK_MODEL_FILE}")):
+            hint = f"; it holds runs: {', '.join(sorted(p.parent.name for p in run.glob(f'*/{TASK_MODEL_FILE}'))[:4])}"
+        elif (run / BEST_FILE).is_file():
+            hint = "; it was fine-tuned by an older ptmkit that did not save the model's shape: fine-tune again"
+        raise PtmError(f"{run} is not a fine-tuned model (no {TASK_MODEL_FILE}){hint}")
+    try:
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PtmError(f"{file} cannot be read: {exc}") from None
+    if info.get("format", 0) > FORMAT:
+        raise PtmError(f"{file} was written by a newer ptmkit (format {info['format']}); upgrade ptmkit")
+    tokenizer = Tokenizer.load(run / TOKENIZER_FILE)
+    cfg = from_dict(FinetuneConfig, info["finetune"], "finetune")
+    task_data = _task_data_for(info, task_data, run)
+    config = info["config"]
+    backbone = build_encoder(config["model"], tokenizer)
+    task = task_type_of(task_data, cfg, tokenizer, bool(info.get("causal", is_causal(config))),
+                        uses_token_types(backbone, task_data))
+    model = task.build(backbone)
+    if cfg.adapter_size:
+        model.adapters = add_adapters(encoder_of(model), cfg.adapter_size)
+    state = load_file(str(run / BEST_FILE))
+    spec = (info.get("compression") or {}).get("quantization")
+    if spec:
+        from ptmkit.compress.quantize import restore  # only quantized models need it
+
+        model = restore(model, spec, state)
+    else:
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise PtmError(f"{run / BEST_FILE} does not fit the model {TASK_MODEL_FILE} describes "
+                           f"({str(exc).splitlines()[0]})") from None
+    model.to(device).eval()
+    return TaskModel(model, task, config, tokenizer, cfg, info, task_data, run)
+
+
+__all__ = ["TASK_MODEL_FILE", "TaskModel", "encoder_config", "encoder_of", "is_task_model", "load_task_model", "save_task_model",
+           "uses_token_types"]
