@@ -25,6 +25,9 @@ COMMANDS = (
     "prepare",
     "pretrain",
     "finetune",
+    "distil",
+    "prune",
+    "quantize",
     "evaluate",
     "compare",
     "generate",
@@ -32,6 +35,8 @@ COMMANDS = (
     "import_",
     "vectors",
     "fasttext_classify",
+    "info",
+    "runs",
     "demo",
 )
 

@@ -28,12 +28,18 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {
-    "run": Kind("pre-training run", "ptm pretrain", ("config.json", "metrics.jsonl", "loss.png", "checkpoints")),
+    "run": Kind("pre-training run", "ptm pretrain",
+                ("config.json", "metrics.jsonl", "loss.png", "checkpoints", "README.md", "tensorboard")),
     "corpus": Kind("prepared corpus", "ptm prepare"),
     "vectors": Kind("static word-vectors run", "ptm pretrain (static model)"),
     "finetune": Kind("fine-tuning output", "ptm finetune",
                      ("results.json", "predictions.jsonl", "metrics.jsonl", "loss.png", "best.safetensors",
-                      "task_model.json", "tokenizer.json", "checkpoints")),
+                      "README.md", "tensorboard", "task_model.json", "tokenizer.json", "checkpoints")),
+    "distil": Kind("distillation output", "ptm distil", ("summary.json",)),
+    "quantize": Kind("quantized task model", "ptm quantize",
+                     ("results.json", "task_model.json", "tokenizer.json", "best.safetensors")),
+    "prune": Kind("pruned task model", "ptm prune",
+                  ("results.json", "task_model.json", "tokenizer.json", "best.safetensors", "curve.json", "curve.png")),
     "export": Kind("HF transformers export", "ptm export", overwrite=False),
     "checkpoint": Kind("imported checkpoint", "ptm import", overwrite=False),
     "evaluate": Kind("evaluation", "ptm evaluate", ("results.json", "table.md", "table.png")),

@@ -182,6 +182,10 @@ class SequenceClassifier(nn.Module):
         return linear_cross_entropy(top[:, :-1].flatten(0, 1), self.backbone.output_embeddings(),
                                     bias_of() if bias_of is not None else None, targets.flatten())
 
+    def distillation_logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits [B, K], labels [B])``: what a distilled student matches (:mod:`ptmkit.compress.distil`)."""
+        return self.logits(batch), batch["labels"]
+
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         """Cross-entropy on ``batch["labels"]`` (+ ``aux_lm_weight`` x the LM loss of the input text);
         metrics: ``accuracy`` (and ``task_loss``, ``lm_loss`` with the auxiliary loss)."""

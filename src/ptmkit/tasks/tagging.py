@@ -303,6 +303,13 @@ class TokenTagger(nn.Module):
             return self.crf.decode(scores.float(), word_mask)
         return scores.argmax(-1).masked_fill(~word_mask, -1)
 
+    def distillation_logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores [N, K], labels [N])`` of the ``N`` real words of the batch, row by row (each
+        sentence's words in the same order whatever it is batched with): what a distilled student
+        matches (:mod:`ptmkit.compress.distil`)."""
+        real = batch["word_mask"]
+        return self.emissions(batch)[real], batch["labels"][real]
+
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         scores = self.emissions(batch)
         loss = self.loss(scores, batch)

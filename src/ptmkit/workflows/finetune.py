@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 SUMMARY_FILE = "summary.json"
 
 
-def parse_overrides(overrides: list[str], recipe: str | None = None) -> FinetuneConfig:
+def parse_overrides(overrides: list[str], recipe: str | None = None, base: FinetuneConfig | None = None) -> FinetuneConfig:
     """``lr=1e-4 epochs=3 crf=true`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting
     from the named recipe's settings (``ulmfit``) when given.  A key of a task type's own settings
     (``crf``, ``doc_stride``, ``task_schedule``, ...) goes into ``FinetuneConfig.task``, where the
@@ -50,7 +50,7 @@ def parse_overrides(overrides: list[str], recipe: str | None = None) -> Finetune
                 raise PtmError(f"unknown config key {top!r}{suggest(top, known)}; fine-tuning settings: {', '.join(known)}")
             key = f"task.{key}"
         items.append(f"finetune.{key}{eq}{value}")
-    raw = apply_overrides({"finetune": to_dict(recipe_config(recipe))}, items)
+    raw = apply_overrides({"finetune": to_dict(base if base is not None else recipe_config(recipe))}, items)
     return from_dict(FinetuneConfig, raw["finetune"], "finetune")
 
 

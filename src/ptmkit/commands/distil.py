@@ -1,0 +1,132 @@
+"""``ptm distil``: knowledge distillation of a fine-tuned teacher into a smaller student."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmkit.commands import IntermixedParser
+
+HELP = "distil a fine-tuned model into a smaller student (Hinton KD, TinyBERT layers, DistilBERT init, BiLSTM)"
+
+DESCRIPTION = """\
+Train a small student to predict what a fine-tuned teacher predicts (knowledge distillation).
+
+TEACHER_RUN is a fine-tuned model: a run directory of `ptm finetune` (e.g. OUT/pretrained-seed0),
+or a model already distilled, pruned or cut.  The task is the one it was fine-tuned on (built-in
+tasks are read by name; the user's own task needs --train/--dev/--test again).  Classification and
+tagging tasks can be distilled.
+
+Loss (Hinton et al. 2015; TinyBERT, Jiao et al. 2020):
+  alpha * CE(student, gold) + (1 - alpha) * T^2 * CE(teacher_T, student_T)
+  + --hidden * MSE(student states W_h, teacher states) + --attention * MSE(attention maps)
+  + --embedding * MSE(student embeddings W_e, teacher embeddings)
+over the layers --layer-map pairs (uniform: student layer m learns from teacher layer m*N/M; last;
+or explicit 1:2,2:4,3:6).  W_h / W_e are learned where the widths differ (--projection auto).
+alpha=1 trains the same student on the gold labels alone (the baseline distillation must beat).
+
+Students share the teacher's tokenizer:
+  --student layers       the teacher's encoder cut to --layers (default: every other layer, as
+                         DistilBERT), its task head copied from the teacher
+  --student transformer  a smaller Transformer, freshly initialised: --student-config num_layers=3
+                         hidden_size=192 num_heads=4 intermediate_size=768 (the rest: the teacher's)
+  --student bilstm       Tang et al. 2019: a one-layer BiLSTM (300 units) over the teacher's token
+                         embeddings (--student-config hidden_size=... to change it)
+  --student pretrained   an encoder of --student-from RUN (e.g. a task-agnostic distilled model)
+
+--unlabelled FILE adds text of the task's domain (one example per line) to the training set,
+labelled by the teacher; it counts in the soft loss only.  Without intermediate losses the
+teacher's logits of the training examples are computed once and reused every epoch.
+
+Each seed's student is an ordinary fine-tuned model in OUT/student-seed{S} (results.json,
+task_model.json, best.safetensors): `ptm finetune OUT/student-seed0 --eval-only`, `ptm prune` and
+`ptm quantize` read it.  OUT/summary.json gives the teacher's and the students' scores, the
+non-embedding parameter ratio and the retention (student / teacher).  --resume continues an
+interrupted run exactly.  The students train with the teacher's fine-tuning settings; KEY=VALUE
+overrides change them as for `ptm finetune` (epochs, lr, batch_size, max_seq_len, ...).
+"""
+
+EPILOG = """\
+examples:
+  ptm distil out/mr/pretrained-seed0 -o out/mr-distil --seeds 1 2 3 epochs=3 lr=1e-4
+  ptm distil out/mr/pretrained-seed0 -o out/mr-tinybert --hidden 1 --attention 1 --layers 1,3,5
+  ptm distil out/mr/pretrained-seed0 -o out/mr-labels --alpha 1                    the labels-only baseline
+  ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm --student bilstm lr=1e-3 epochs=5
+  ptm distil out/mr/pretrained-seed0 -o out/mr-small --student transformer --student-config num_layers=2 \\
+      hidden_size=192 num_heads=4 intermediate_size=768 --hidden 1 --unlabelled more-reviews.txt
+"""
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected layer numbers such as 1,3,5, got {text!r}") from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("distil", help=HELP, description=DESCRIPTION, epilog=EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("teacher", metavar="TEACHER_RUN", help="a fine-tuned model's run directory (task_model.json)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. epochs=3 lr=1e-4")
+    p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new, empty, or with "
+                                                                       "--overwrite / --resume an earlier one)")
+    s = p.add_argument_group("student")
+    s.add_argument("--student", choices=("layers", "transformer", "bilstm", "pretrained"), default="layers")
+    s.add_argument("--layers", type=_ints, default=None, metavar="I,J,...",
+                   help="teacher layers a 'layers' student keeps (0-based; default every other, the top one kept)")
+    s.add_argument("--student-config", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="encoder settings of a transformer or bilstm student")
+    s.add_argument("--student-from", metavar="RUN", default=None, help="the encoder of a 'pretrained' student")
+    k = p.add_argument_group("loss")
+    k.add_argument("--alpha", type=float, default=0.5, help="weight of the gold-label loss (default 0.5; 1: labels only)")
+    k.add_argument("--temperature", "-T", type=float, default=2.0, help="softmax temperature T (default 2)")
+    k.add_argument("--hidden", type=float, default=0.0, help="weight of TinyBERT's hidden-state MSE (default 0)")
+    k.add_argument("--attention", type=float, default=0.0, help="weight of the attention-map MSE (default 0)")
+    k.add_argument("--embedding", type=float, default=0.0, help="weight of the embedding-layer MSE (default 0)")
+    k.add_argument("--layer-map", default="uniform", help="uniform | last | 1:2,2:4,3:6 (student:teacher)")
+    k.add_argument("--projection", choices=("auto", "off"), default="auto",
+                   help="learned W_h / W_e where the widths differ (auto), or none (widths must match)")
+    d = p.add_argument_group("data")
+    d.add_argument("--task", help="a built-in task (default: the teacher's)")
+    d.add_argument("--train", metavar="FILE")
+    d.add_argument("--dev", metavar="FILE")
+    d.add_argument("--test", metavar="FILE")
+    d.add_argument("--type", default=None, help="task type of the files (default: from their columns)")
+    d.add_argument("--unlabelled", metavar="FILE", default=None,
+                   help="text of the task's domain, one example per line, labelled by the teacher")
+    d.add_argument("--unlabelled-limit", type=int, default=None, metavar="N", help="read the first N lines only")
+    d.add_argument("--no-cache", dest="cache", action="store_false",
+                   help="run the teacher on every batch instead of reusing its logits")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="S", help="one student per seed (default: 0)")
+    p.add_argument("--overwrite", action="store_true", help="replace ptm's earlier output in OUT")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted distillation in OUT")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.__class__ = IntermixedParser
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.compress.distil import DistilSettings
+    from ptmkit.compress.students import StudentSpec
+    from ptmkit.config import parse_value
+    from ptmkit.errors import PtmError
+    from ptmkit.workflows import distil as workflow
+    from ptmkit.workflows.finetune import task_data
+
+    config = []
+    for item in args.student_config:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise PtmError(f"--student-config takes KEY=VALUE, got {item!r}")
+        config.append((key.strip(), parse_value(value)))
+    if args.student == "pretrained" and not args.student_from:
+        raise PtmError("--student pretrained needs --student-from RUN (the encoder to start from)")
+    student = StudentSpec(args.student, args.layers, tuple(config), args.student_from)
+    settings = DistilSettings(args.alpha, args.temperature, args.hidden, args.attention, args.embedding,
+                              args.layer_map, args.projection)
+    files = (args.train, args.dev, args.test)
+    load = (lambda: task_data(args.task, None, files, args.type)) if (args.task or any(files)) else None
+    workflow.distil(args.teacher, args.out, student, settings, list(args.overrides), list(args.seeds), load, args.unlabelled,
+                    args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
+                    inputs=[*files, args.student_from])
+    return 0

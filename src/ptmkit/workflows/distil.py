@@ -1,0 +1,127 @@
+"""``ptm distil``: distil a fine-tuned teacher into a smaller student, one run per seed.
+
+The teacher is a saved task model (a fine-tuning run, :mod:`ptmkit.tasks.saved`); the task is the
+one it was fine-tuned on (or the user's files again).  Optional unlabelled text of the task's
+domain is labelled by the teacher and added to the training split (its examples count in the
+soft loss only).  Each seed's student is fine-tuned through :func:`ptmkit.tasks.finetune.finetune`
+with :class:`ptmkit.compress.distil.Distillation`, so it selects its epoch on dev, checkpoints
+every epoch, resumes exactly, and is saved as an ordinary task model (``OUT/student-seed{S}``)
+that ``ptm finetune --eval-only``, ``ptm prune`` and ``ptm quantize`` read.  ``OUT/summary.json``
+holds the teacher's and the students' scores, parameter counts and retention.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from torch import nn
+
+from ptmkit import outputs
+from ptmkit.compress.distil import Distillation, DistilSettings
+from ptmkit.compress.students import StudentSpec, build_student
+from ptmkit.data.tasks import TaskData, TaskSplit
+from ptmkit.errors import PtmError
+from ptmkit.tasks.base import task_type_of
+from ptmkit.tasks.finetune import _resumable, finetune
+from ptmkit.tasks.finetune_config import FinetuneConfig
+from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
+from ptmkit.workflows.report import format_table, summarize_inits
+
+SUMMARY_FILE = "summary.json"
+
+
+def non_embedding_parameters(model: Any) -> int:
+    """Parameters of the task model outside its token, position and type embedding tables (the size
+    DistilBERT and TinyBERT compare)."""
+    enc = encoder_of(model)
+    tables = {id(p) for m in enc.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in tables)
+
+
+def with_unlabelled(teacher: TaskModel, texts: list[str]) -> tuple[TaskData, int]:
+    """The teacher's task with ``texts`` added to its training split, labelled by the teacher's
+    predictions; returns it and the number of gold examples (they come first)."""
+    data = teacher.task_data
+    if not isinstance(data, TaskData) or data.is_pair:
+        raise PtmError("unlabelled text extends single-sentence classification tasks; this task is "
+                       f"{getattr(data, 'task_type', 'classification')}{' with sentence pairs' if isinstance(data, TaskData) else ''}")
+    if not texts:
+        raise PtmError("the unlabelled file holds no text (one example per line)")
+    extra = TaskSplit(texts, np.zeros(len(texts), dtype=np.int64))
+    probe = TaskData(data.name, data.label_names, extra, extra, extra)
+    task = task_type_of(probe, teacher.cfg, teacher.tokenizer, teacher.task.causal,
+                        uses_token_types(teacher.backbone, probe))
+    probs = task.predict(teacher.model.eval(), task.encode("train"), "cpu")
+    train = TaskSplit(data.train.texts + texts, np.concatenate([data.train.labels, probs.argmax(-1)]))
+    return TaskData(data.name, data.label_names, train, data.dev, data.test, data.meta), len(data.train)
+
+
+def read_unlabelled(path: str | os.PathLike, limit: int | None = None) -> list[str]:
+    """Non-empty lines of a UTF-8 text file (the first ``limit``)."""
+    try:
+        lines = [s.strip() for s in Path(path).read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PtmError(f"cannot read the unlabelled text {path}: {exc}") from None
+    lines = [s for s in lines if s]
+    return lines[:limit] if limit else lines
+
+
+def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: StudentSpec, settings: DistilSettings,
+           cfg: FinetuneConfig | list[str], seeds: Sequence[int] = (0,), load_data: Any = None, unlabelled: str | None = None,
+           unlabelled_limit: int | None = None, cache: bool = True, overwrite: bool = False, resume: bool = False,
+           progress: bool = True, inputs: Sequence[Any] = ()) -> dict[str, Any]:
+    """Distil the task model in ``teacher_run`` into ``student`` students, one per seed, under ``out_dir``.
+    cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's."""
+    if resume and overwrite:
+        raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
+    out = Path(out_dir)
+    inputs = [teacher_run, unlabelled, *inputs]
+    outputs.check(out, "distil", inputs, overwrite, reuse=resume)
+    teacher = load_task_model(teacher_run, load_data() if load_data is not None else None)
+    if not isinstance(cfg, FinetuneConfig):
+        from ptmkit.workflows.finetune import parse_overrides
+
+        cfg = parse_overrides(list(cfg), base=teacher.cfg)
+    data, labelled = teacher.task_data, None
+    if unlabelled:
+        data, labelled = with_unlabelled(teacher, read_unlabelled(unlabelled, unlabelled_limit))
+    source = {"run": str(teacher_run), "task": teacher.info.get("task"), "derived_from": teacher.info.get("derived_from")}
+    t_dev, t_test = teacher.evaluate("dev"), teacher.evaluate("test")
+    with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE],
+                         keep=lambda: _resumable(out)) as session:
+        if overwrite and session.state == "own":
+            outputs.clean(out)
+        runs = []
+        for seed in seeds:
+            pretrained = build_student(teacher, student, seed)
+            training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache)
+            r = finetune(pretrained, data, out / f"student-seed{seed}", replace(cfg), seed=seed, progress=progress,
+                         desc=f"distil seed={seed}", resume=resume, training=training)
+            r["init"] = "student"
+            runs.append(r)
+        key = runs[0]["select"]
+        t_params = non_embedding_parameters(teacher.model)
+        s_params = [json.loads((out / f"student-seed{s}" / "results.json").read_text()).get("num_parameters")
+                    for s in seeds]
+        student_ne = non_embedding_parameters(load_task_model(out / f"student-seed{seeds[0]}", data).model)
+        summary = {
+            "teacher": {"run": str(teacher_run), "dev": t_dev, "test": t_test, "non_embedding_parameters": t_params},
+            "student": student.describe(), "settings": settings.__dict__,
+            "summary": summarize_inits(runs),
+            "non_embedding_parameters": student_ne, "parameters": s_params[0],
+            "parameter_ratio": round(student_ne / max(t_params, 1), 4),
+            "retention": {split: float(np.mean([r[split][key] for r in runs]) / t[key])
+                          for split, t in (("dev", t_dev), ("test", t_test)) if t.get(key)},
+            "runs": runs,
+        }
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    print(format_table(summary["summary"]))
+    print(f"teacher test {key} {t_test[key]:.4f}; student keeps {summary['retention'].get('test', float('nan')):.1%} "
+          f"with {summary['parameter_ratio']:.0%} of its non-embedding parameters")
+    print(f"results: {out / SUMMARY_FILE}")
+    return summary

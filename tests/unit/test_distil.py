@@ -1,0 +1,156 @@
+"""Knowledge distillation: the losses against float64 references, layer maps, students built from a
+teacher, and ``ptm distil`` end to end (a student that reloads, an exact resume, bad input)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli, tiny_checkpoint, toy_sentiment
+
+from ptmkit.compress.losses import attention_mse, cosine_loss, hidden_mse, layer_map, soft_cross_entropy
+from ptmkit.errors import PtmError
+from ptmkit.pretrained import load_pretrained
+from ptmkit.tasks.finetune import FinetuneConfig, finetune
+from ptmkit.tasks.saved import load_task_model
+
+
+def test_soft_cross_entropy_is_hintons_formula_in_float64():
+    g = torch.Generator().manual_seed(0)
+    s, t = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    for temp in (1.0, 2.0, 4.0):
+        p_t = np.exp(t.double().numpy() / temp)
+        p_t /= p_t.sum(1, keepdims=True)
+        log_p_s = s.double().numpy() / temp - np.log(np.exp(s.double().numpy() / temp).sum(1, keepdims=True))
+        want = -(p_t * log_p_s).sum(1).mean() * temp**2
+        assert float(soft_cross_entropy(s, t, temp)) == pytest.approx(want, rel=1e-5)
+    # its minimum over the student is the teacher itself: the gradient vanishes at s = t
+    s = t.clone().requires_grad_(True)
+    soft_cross_entropy(s, t, 3.0).backward()
+    assert s.grad.abs().max() < 1e-6
+
+
+def test_intermediate_losses_count_only_real_tokens():
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 4, generator=g)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    real = mask.bool().numpy()
+    want = ((a.double().numpy() - b.double().numpy()) ** 2)[real].mean()
+    assert float(hidden_mse(a, b, mask)) == pytest.approx(want, rel=1e-6)
+    b2 = b.clone()
+    b2[0, 2] += 100  # a padded position changes nothing
+    assert float(hidden_mse(a, b2, mask)) == pytest.approx(want, rel=1e-6)
+    x, y = a.double().numpy()[real], b.double().numpy()[real]
+    cos = (x * y).sum(1) / np.linalg.norm(x, axis=1) / np.linalg.norm(y, axis=1)
+    assert float(cosine_loss(a, b, mask)) == pytest.approx((1 - cos).mean(), rel=1e-5)
+    att_s = torch.softmax(torch.randn(2, 2, 3, 3, generator=g), -1)
+    att_t = torch.softmax(torch.randn(2, 2, 3, 3, generator=g), -1)
+    pair = real[:, :, None] & real[:, None, :]
+    d = (att_s.double().numpy() - att_t.double().numpy()) ** 2
+    assert float(attention_mse(att_s, att_t, mask)) == pytest.approx(d.transpose(1, 0, 2, 3)[:, pair].mean(), rel=1e-6)
+    # other head counts: the maps averaged over heads
+    one = att_t.mean(1, keepdim=True)
+    assert float(attention_mse(att_s, one, mask)) == pytest.approx(float(attention_mse(att_s.mean(1, keepdim=True), one, mask)))
+
+
+def test_layer_maps():
+    assert layer_map("uniform", 3, 6) == {1: 2, 2: 4, 3: 6}
+    assert layer_map("last", 2, 6) == {1: 5, 2: 6}
+    assert layer_map("1:3,2:6", 2, 6) == {1: 3, 2: 6}
+    with pytest.raises(PtmError, match="teacher has layers 1 .. 6"):
+        layer_map("1:7", 2, 6)
+    with pytest.raises(PtmError, match="student:teacher pairs"):
+        layer_map("middle", 2, 6)
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    torch.set_num_threads(1)
+    task = toy_sentiment()
+    root = tmp_path_factory.mktemp("distil")
+    ck = tiny_checkpoint(root / "model", task.train.texts, layers=2, heads=4)
+    cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=32)
+    finetune(load_pretrained(ck, heads=False), task, root / "teacher", cfg, seed=0, progress=False)
+    files = []
+    for split in ("train", "dev", "test"):
+        s = task.split(split)
+        path = root / f"{split}.jsonl"
+        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
+        files += [f"--{split}", path]
+    return root, files
+
+
+def _distil(teacher, capsys, out, *extra):
+    root, files = teacher
+    return run_cli(["distil", root / "teacher", *files, "-o", out, "--layers", "1", "epochs=2", "lr=3e-3",
+                    "batch_size=16", "max_seq_len=32", "--quiet", *extra], capsys)
+
+
+def test_distil_a_one_layer_student_that_reloads(teacher, tmp_path, capsys):
+    rc, err = _distil(teacher, capsys, tmp_path / "d", "--hidden", "1", "--attention", "1")
+    assert rc == 0, err
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert summary["parameter_ratio"] < 0.7
+    run = tmp_path / "d" / "student-seed0"
+    result = json.loads((run / "results.json").read_text())
+    assert result["compression"]["method"] == "distillation" and result["derived_from"]["teacher"]["run"]
+    info = json.loads((run / "task_model.json").read_text())
+    assert info["config"]["model"]["num_layers"] == 1
+    tm = load_task_model(run, load_task_model(teacher[0] / "teacher", _task(teacher)).task_data)
+    assert tm.evaluate("test")["accuracy"] == pytest.approx(result["test"]["accuracy"])
+
+
+def _task(teacher):
+    from ptmkit.tasks.base import read_task_files
+
+    files = teacher[1]
+    return read_task_files(None, files[1], files[3], files[5])
+
+
+class Killed(Exception):
+    pass
+
+
+def test_distil_resumes_exactly(teacher, tmp_path, capsys, monkeypatch):
+    from ptmkit.compress.distil import DistilSettings
+    from ptmkit.compress.students import StudentSpec
+    from ptmkit.tasks import callbacks
+    from ptmkit.workflows.distil import distil
+
+    cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=32)
+    task = _task(teacher)
+    args = dict(student=StudentSpec("layers", (1,)), settings=DistilSettings(hidden=1.0), cfg=cfg,
+                load_data=lambda: task, progress=False)
+    full = distil(teacher[0] / "teacher", tmp_path / "full", **args)["runs"][0]
+    original = callbacks.DevSelection.on_step_end
+
+    def killed_in_epoch_two(self, trainer, step):
+        original(self, trainer, step)
+        if step > trainer.cfg.max_steps // 3 + 2:
+            raise Killed
+
+    monkeypatch.setattr(callbacks.DevSelection, "on_step_end", killed_in_epoch_two)
+    with pytest.raises(Killed):
+        distil(teacher[0] / "teacher", tmp_path / "cut", **args)
+    monkeypatch.undo()
+    assert (tmp_path / "cut" / "student-seed0" / "checkpoints").is_dir()
+    resumed = distil(teacher[0] / "teacher", tmp_path / "cut", resume=True, **args)["runs"][0]
+    assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
+    with pytest.raises(PtmError, match="other settings"):
+        distil(teacher[0] / "teacher", tmp_path / "cut", resume=True, **{**args, "settings": DistilSettings(hidden=2.0)})
+
+
+def test_bad_student_settings_are_refused(teacher, tmp_path, capsys):
+    rc, err = _distil(teacher, capsys, tmp_path / "a", "--layer-map", "1:9", "--hidden", "1")
+    assert rc == 2 and "the teacher has layers 1 .. 2" in err
+    root, files = teacher
+    rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "b", "--student", "transformer",
+                       "--student-config", "hidden_size=64", "num_heads=4", "intermediate_size=64",
+                       "--hidden", "1", "--projection", "off", "epochs=1", "--quiet"], capsys)
+    assert rc == 2 and "projection=auto" in err
+    other = tiny_checkpoint(tmp_path / "other", ["some other words entirely", "a different vocabulary here"])
+    rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "c", "--student", "pretrained",
+                       "--student-from", other, "epochs=1", "--quiet"], capsys)
+    assert rc == 2 and "must share one" in err
