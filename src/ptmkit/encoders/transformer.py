@@ -23,6 +23,7 @@ Heads (:mod:`ptmkit.nn.heads`): ``output_attentions=True`` returns each layer's 
 weights and records them in ``config.pruned_heads``; a relative position bias keeps every head and
 each pruned layer reads its own heads' planes.  With ``sharing: all | attention`` (one attention
 module for every layer) only the same heads in every layer can be pruned.
+:meth:`TransformerEncoder.keep_layers` keeps a subset of the layers (a shallower encoder).
 
 LayerDrop (Fan et al. 2020): with ``layerdrop = p > 0`` (``config.layerdrop``, copied to the
 attribute ``self.layerdrop`` so that fine-tuning can set it on a loaded encoder), each layer is
@@ -46,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -172,6 +173,19 @@ class Pooler(nn.Module):
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 
 
+def check_kept_layers(layers: Sequence[int], num_layers: int) -> list[int]:
+    """The layers to keep of ``num_layers``: existing indices, at least one, each once, increasing;
+    :class:`PtmError` naming the problem otherwise."""
+    given = list(layers)
+    bad = [i for i in given if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < num_layers]
+    if bad:
+        raise PtmError(f"keep layers {given}: layer {bad[0]!r} does not exist; layers are numbered 0 .. {num_layers - 1}")
+    if not given or any(b <= a for a, b in zip(given, given[1:])):
+        raise PtmError(f"keep layers {given}: give at least one layer, each once, in increasing order "
+                       f"(e.g. 0,2,4 of 0 .. {num_layers - 1})")
+    return given
+
+
 @register("encoder", "transformer")
 class TransformerEncoder(Encoder):
     """Embeddings followed by ``num_layers`` Transformer layers (see the module docstring)."""
@@ -250,6 +264,16 @@ class TransformerEncoder(Encoder):
             )
         self._cut_heads(new)
         self.config = replace(self.config, pruned_heads=merge_heads(self.config.pruned_heads, new))
+
+    def keep_layers(self, layers: Sequence[int]) -> None:
+        """Keep only the layers ``layers`` (increasing indices), renumbered ``0 .. len(layers) - 1``:
+        the encoder becomes the stack embeddings -> those layers -> final norm / pooler, computing
+        exactly what running the kept layers in order by hand computes.  ``config.num_layers`` and
+        the layers' ``pruned_heads`` follow the new numbering.  Shared layers (ALBERT) stay shared."""
+        given = check_kept_layers(layers, len(self.layers))
+        self.layers = nn.ModuleList([self.layers[i] for i in given])
+        pruned = {new: self.config.pruned_heads[old] for new, old in enumerate(given) if old in self.config.pruned_heads}
+        self.config = replace(self.config, num_layers=len(given), pruned_heads=pruned)
 
     def _cut_heads(self, heads: Mapping[int, Iterable[int]]) -> None:
         for i, layer_heads in heads.items():
@@ -437,4 +461,4 @@ class TransformerEncoder(Encoder):
 
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "SHARING", "Embeddings", "Pooler", "TransformerConfig", "TransformerEncoder",
-           "TransformerLayer", "build_layers"]
+           "TransformerLayer", "build_layers", "check_kept_layers"]
