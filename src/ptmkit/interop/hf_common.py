@@ -23,6 +23,7 @@ from ptmkit.build import build_model
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import Pretrained
+from ptmkit.runcard import write_run_card
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.checkpoint import check_safetensors
 from ptmkit.train.config import TrainConfig
@@ -245,6 +246,7 @@ def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: d
             if max_position is not None:  # relative positions (XLNet): no length limit to declare
                 hf_tokenizer.model_max_length = max_position
             hf_tokenizer.save_pretrained(stage)
+        write_run_card(stage, kind="export", name=Path(out_dir).name, derives_from=[pretrained.path])
     log.info("exported %s to %s", type(model).__name__, out_dir)
     return Path(out_dir)
 

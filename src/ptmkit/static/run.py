@@ -22,6 +22,7 @@ from ptmkit import outputs, registry
 from ptmkit.config import from_dict, parse_value
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.runcard import write_run_card
 from ptmkit.static.presets import list_static_presets, resolve_static, static_models
 
 Overrides = Mapping[str, Any] | Sequence[str] | None
@@ -144,6 +145,7 @@ def run_static(
         if not (staging / "vectors.bin").is_file():
             raise RuntimeError(f"static model {model!r} wrote no vectors.bin")
         _record_origin(staging / "config.json", model, name)
+        write_run_card(staging, data=files, kind="vectors", name=Path(out_dir).name)
     return result
 
 

@@ -30,6 +30,7 @@ from ptmkit.data.prepare import prepare
 from ptmkit.errors import PtmError
 from ptmkit.presets import load_preset
 from ptmkit.pretrained import Pretrained
+from ptmkit.runcard import write_run_card
 from ptmkit.static.init_embeddings import init_word_embeddings
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
@@ -137,6 +138,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     if verbose and info.is_main:
         _print_plan(config, model, corpus, batches, train_spans, eval_spans, train_cfg, trainer, info, run_dir)
     result = trainer.fit(resume=resume)
+    if info.is_main:
+        write_run_card(run_dir, derives_from=[source.checkpoint] if source is not None else [])
     if verbose and info.is_main:
         _print_result(result, run_dir)
     return run_dir
