@@ -1,0 +1,132 @@
+"""``ptm prune``: a pruned copy of a fine-tuned model (attention heads, layers or weights), scored and
+timed beside the unpruned one."""
+
+from __future__ import annotations
+
+import argparse
+
+from ptmkit.commands import HelpFromRegistry
+
+HELP = "prune a fine-tuned model (attention heads, whole layers, or weights by magnitude) and measure it"
+
+DESCRIPTION = """\
+Prune a fine-tuned model and measure what it costs and gains.
+
+--method heads (default): attention heads are masked in steps of 10 % of all heads.  --order
+importance (default) masks the least important heads first, importance being the sensitivity of
+the dev loss to each head's gate, |dL/d xi_h| summed over batches and normalised per layer
+(Michel et al. 2019), re-estimated after every step; --order random masks them in an order drawn
+from --seed.  --fraction F prunes that share of the heads; without it, the largest 10 % step whose
+dev score stays within --tolerance (default 0.01: one point) of the unpruned model is pruned.
+The chosen heads are then removed from the weights (smaller matrices, a real speed-up; the same
+outputs as the mask).  A layer always keeps one head: pruning every head of a layer is refused
+(the layer would still run its feed-forward part); remove whole layers with --method layers.
+
+--method layers --keep-layers 0,2,4: a shallower model of those encoder layers (renumbered;
+transformer encoders only).
+
+--method magnitude: global unstructured L1 pruning (torch.nn.utils.prune) of all linear weights
+of the encoder; --fraction is the sparsity (the default, again, the largest 10 % step within the
+tolerance).  Zeros in dense matrices do not make the model faster; the results say so.
+
+--curve scores every step on dev and test (heads: importance and random order, up to 90 % as
+far as one head per layer allows; magnitude: sparsity 0 to 90 %) and writes OUT/curve.json and
+OUT/curve.png.
+
+RUN is a fine-tuning run that saved its task model (OUT/pretrained-seed0 of ptm finetune).  It is
+scored on the task it was fine-tuned on (a built-in task is read by name); a model fine-tuned on
+your own files needs them again (--train/--dev/--test and the column options, as ptm finetune).
+
+OUT receives a task model of its own (task_model.json recording compression = method, fraction,
+heads pruned or layers kept, and the source run; tokenizer.json; best.safetensors): ptm finetune
+OUT --eval-only and load_task_model read it.  results.json holds the dev and test metrics before
+and after, the curve, the parameter counts and the encoder's speed before and after at batch 1 and
+32 on sequences of the task's median length (--threads threads, interleaved rounds, median).
+OUT must be new, empty, or (with --overwrite) ptm's earlier pruning output.
+"""
+
+EPILOG = """\
+examples:
+  ptm prune out/mr/pretrained-seed0 --curve -o out/mr-heads
+  ptm prune out/mr/pretrained-seed0 --fraction 0.4 -o out/mr-heads40
+  ptm prune out/mr/pretrained-seed0 --fraction 0.4 --order random --seed 1 -o out/mr-heads40-random
+  ptm prune out/mr/pretrained-seed0 --method layers --keep-layers 0,2,4 -o out/mr-3layers
+  ptm prune out/mr/pretrained-seed0 --method magnitude --fraction 0.5 --curve -o out/mr-sparse50
+  ptm prune out/mine/pretrained-seed0 --train t.csv --dev d.csv --test e.csv -o out/mine-heads
+"""
+
+
+def _column_pair(text: str) -> tuple[str, str]:
+    name, eq, column = text.partition("=")
+    if not eq or not name or not column:
+        raise argparse.ArgumentTypeError(f"expected NAME=COLUMN, got {text!r}")
+    return name, column
+
+
+def _layer_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected layer numbers separated by commas, e.g. 0,2,4; got {text!r}") from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "prune", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("run", metavar="RUN", help="a fine-tuning run directory holding task_model.json (OUT/pretrained-seed0)")
+    p.add_argument("--method", choices=("heads", "layers", "magnitude"), default="heads",
+                   help="what to prune: attention heads (default), whole layers, or weights by magnitude")
+    p.add_argument("--fraction", type=float, default=None, metavar="F",
+                   help="share of the heads (heads) or of the encoder's linear weights (magnitude) to prune, in "
+                        "[0, 1); default: the largest 10%% step within --tolerance of the unpruned dev score")
+    p.add_argument("--order", choices=("importance", "random"), default="importance",
+                   help="heads: least important first (Michel et al. 2019, default) or a random order (--seed)")
+    p.add_argument("--keep-layers", type=_layer_list, default=None, metavar="I,J,...",
+                   help="layers: the encoder layers to keep, e.g. 0,2,4")
+    p.add_argument("--curve", action="store_true",
+                   help="score every step on dev and test and write curve.json and curve.png")
+    p.add_argument("--tolerance", type=float, default=0.01, metavar="T",
+                   help="the dev score drop the default fraction may cost (default: 0.01, one point)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random order (default: 0)")
+    p.add_argument("--importance-split", choices=("train", "dev", "test"), default="dev",
+                   help="the split whose loss head importance is measured on (default: dev)")
+    p.add_argument("--task", help="built-in task to score on (default: the one RUN was fine-tuned on): {names:task}")
+    p.add_argument("--train", metavar="FILE", help="your own task's training file (JSONL/CSV/TSV)")
+    p.add_argument("--dev", metavar="FILE", help="your own task's dev file")
+    p.add_argument("--test", metavar="FILE", help="your own task's test file")
+    p.add_argument("--type", default=None, metavar="TYPE", help="task type of the files ({names:task_type})")
+    p.add_argument("--text-column", default=None, help="column of the (first) text (default: text)")
+    p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
+    p.add_argument("--label-column", default=None, help="column of the label or target (default: label)")
+    p.add_argument("--column", dest="columns", action="append", type=_column_pair, metavar="NAME=COLUMN",
+                   help="any column of the task type's files, e.g. --column tokens=words")
+    p.add_argument("--threads", type=int, default=2, metavar="N",
+                   help="CPU threads for scoring and timing (default: 2)")
+    p.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="timing rounds; the speeds are medians over them (default: 5)")
+    p.add_argument("--out", "-o", required=True, metavar="OUT",
+                   help="output directory: new, empty, or (with --overwrite) an earlier pruning output")
+    p.add_argument("--overwrite", action="store_true", help="replace the pruned model ptm wrote in OUT")
+    p.__class__ = HelpFromRegistry
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ptmkit.workflows import finetune, prune  # the heavy imports, when the command runs
+
+    columns = dict(args.columns or [])
+    for name, value in (("text", args.text_column), ("text_pair", args.pair_column), ("label", args.label_column)):
+        if value is not None:
+            columns[name] = value
+    files = (args.train, args.dev, args.test)
+    given = bool(args.task or any(files))
+
+    def load_data():
+        return finetune.task_data(args.task, None, files, args.type, columns)
+
+    prune.prune_run(args.run, args.out, method=args.method, fraction=args.fraction, order=args.order,
+                    layers=args.keep_layers, curve=args.curve, load_data=load_data if given else None, seed=args.seed,
+                    tolerance=args.tolerance, importance_split=args.importance_split, inputs=files,
+                    overwrite=args.overwrite, threads=args.threads, rounds=args.rounds)
+    return 0
