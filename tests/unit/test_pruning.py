@@ -33,7 +33,9 @@ from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.classification import SequenceClassifier
 from ptmkit.tasks.finetune_config import FinetuneConfig
+from ptmkit.tasks.multitask import MultiTaskData
 from ptmkit.tasks.saved import load_task_model, save_task_model
+from ptmkit.tasks.tagging import TaggingData, TaggingSplit
 
 L, H = 3, 4
 
@@ -299,3 +301,27 @@ def test_a_pruned_model_reloads_to_the_same_outputs(setup, tmp_path):
     with torch.no_grad():
         assert_close(tm.model.logits(batch), model.logits(batch), rtol=0, atol=0)
     assert tm.evaluate("test") == task.score("test", task.predict_split(model, "test", task.encode("test"), "cpu"))
+
+
+def test_importance_for_tagging_and_multi_task_models(setup):
+    """The hook reaches the encoder whatever the task model: a CRF tagger, and MT-DNN's shared encoder."""
+    data, pre, _ = setup
+
+    def tagged(split):
+        return TaggingSplit([t.split() for t in split.texts],
+                            [["POS" if w == "good" else "NEG" if w == "bad" else "O" for w in t.split()]
+                             for t in split.texts])
+
+    tags = TaggingData("toy-tags", ["NEG", "O", "POS"], tagged(data.train), tagged(data.dev), tagged(data.test))
+    cfg = FinetuneConfig(batch_size=30, max_seq_len=24, task={"crf": True})
+    for task_data in (tags, MultiTaskData({"sentiment": data, "tags": tags}, "both")):
+        task = task_type_of(task_data, cfg, pre.tokenizer, False, True)
+        torch.manual_seed(0)
+        model = task.build(copy.deepcopy(pre.backbone)).double().eval()
+        batches = split_batches(task, "dev")
+        assert sum(len(b["input_ids"]) for b in batches) == len(data.dev) * (2 if task.name == "multi_task" else 1)
+        importance = head_importance(model, batches)
+        assert importance.shape == (L, H) and torch.isfinite(importance).all() and (importance > 0).all()
+        assert_close(importance.norm(dim=1), torch.ones(L, dtype=torch.float64))
+        path = head_pruning_path(model, [0.0, 0.25], "importance", batches)
+        assert path[-1]["heads_masked"] == 3
