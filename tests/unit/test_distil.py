@@ -147,10 +147,42 @@ def test_bad_student_settings_are_refused(teacher, tmp_path, capsys):
     assert rc == 2 and "the teacher has layers 1 .. 2" in err
     root, files = teacher
     rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "b", "--student", "transformer",
-                       "--student-config", "hidden_size=64", "num_heads=4", "intermediate_size=64",
+                       "student.hidden_size=64", "student.num_heads=4", "student.intermediate_size=64",
                        "--hidden", "1", "--projection", "off", "epochs=1", "--quiet"], capsys)
     assert rc == 2 and "projection=auto" in err
     other = tiny_checkpoint(tmp_path / "other", ["some other words entirely", "a different vocabulary here"])
     rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "c", "--student", "pretrained",
                        "--student-from", other, "epochs=1", "--quiet"], capsys)
     assert rc == 2 and "must share one" in err
+
+
+def test_theseus_replaces_modules_on_a_curriculum_and_leaves_the_successor(teacher, tmp_path, capsys):
+    from ptmkit.compress.theseus import modules_of
+
+    assert modules_of(6, 3) == [[0, 1], [2, 3], [4, 5]] and modules_of(5, 2) == [[0, 1], [2, 3, 4]]
+    with pytest.raises(PtmError, match="give 1 .. 6"):
+        modules_of(6, 7)
+    rc, err = _distil(teacher, capsys, tmp_path / "t", "--theseus", "--replace-rate", "0.5", "--replace-full-at", "0.5")
+    assert rc == 0, err
+    run = tmp_path / "t" / "student-seed0"
+    result = json.loads((run / "results.json").read_text())
+    assert result["compression"]["method"] == "theseus"
+    assert json.loads((run / "task_model.json").read_text())["config"]["model"]["num_layers"] == 1
+    rates = [json.loads(line).get("replacement_rate") for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rates = [r for r in rates if r is not None]
+    assert rates == sorted(rates) and rates[0] < 1.0 and rates[-1] == 1.0
+
+
+def test_a_bilstm_student_starts_from_the_teachers_embeddings(teacher, tmp_path, capsys):
+    from ptmkit.compress.students import StudentSpec, build_student
+
+    tm = load_task_model(teacher[0] / "teacher", _task(teacher))
+    student = build_student(tm, StudentSpec("bilstm"), seed=0)
+    assert student.backbone.name == "lstm"
+    assert torch.equal(student.backbone.input_embeddings().weight, tm.backbone.input_embeddings().weight)
+    narrow = build_student(tm, StudentSpec("bilstm", config=(("hidden_size", 16),)), seed=0)
+    assert narrow.backbone.input_embeddings().weight.shape[1] == 16
+    rc, err = _distil(teacher, capsys, tmp_path / "b", "--student", "bilstm", "student.hidden_size=16", "lr=1e-2")
+    assert rc == 0, err
+    info = json.loads((tmp_path / "b" / "student-seed0" / "task_model.json").read_text())
+    assert info["config"]["model"]["encoder"] == "lstm"

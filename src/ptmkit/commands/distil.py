@@ -27,11 +27,18 @@ alpha=1 trains the same student on the gold labels alone (the baseline distillat
 Students share the teacher's tokenizer:
   --student layers       the teacher's encoder cut to --layers (default: every other layer, as
                          DistilBERT), its task head copied from the teacher
-  --student transformer  a smaller Transformer, freshly initialised: --student-config num_layers=3
-                         hidden_size=192 num_heads=4 intermediate_size=768 (the rest: the teacher's)
-  --student bilstm       Tang et al. 2019: a one-layer BiLSTM (300 units) over the teacher's token
-                         embeddings (--student-config hidden_size=... to change it)
+  --student transformer  a smaller Transformer, freshly initialised: student.num_layers=3
+                         student.hidden_size=192 student.num_heads=4 student.intermediate_size=768
+                         (the rest: the teacher's)
+  --student bilstm       Tang et al. 2019: a one-layer BiLSTM as wide as the teacher, over the
+                         teacher's token embeddings (student.hidden_size=300: narrower, its
+                         embeddings then start at random)
   --student pretrained   an encoder of --student-from RUN (e.g. a task-agnostic distilled model)
+
+--theseus replaces instead of distilling (BERT-of-Theseus): the teacher's layers are cut into as
+many consecutive modules as the student has layers; in each step every module runs its student
+layer with probability p, else its (frozen) teacher layers; p rises linearly from --replace-rate
+to 1 at --replace-full-at of training, then the student trains alone.
 
 --unlabelled FILE adds text of the task's domain (one example per line) to the training set,
 labelled by the teacher; it counts in the soft loss only.  Without intermediate losses the
@@ -51,6 +58,7 @@ examples:
   ptm distil out/mr/pretrained-seed0 -o out/mr-tinybert --hidden 1 --attention 1 --layers 1,3,5
   ptm distil out/mr/pretrained-seed0 -o out/mr-labels --alpha 1                    the labels-only baseline
   ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm --student bilstm lr=1e-3 epochs=5
+  ptm distil out/mr/pretrained-seed0 -o out/mr-theseus --theseus --layers 1,3,5            6 -> 3 layers
   ptm distil out/mr/pretrained-seed0 -o out/mr-small --student transformer --student-config num_layers=2 \\
       hidden_size=192 num_heads=4 intermediate_size=768 --hidden 1 --unlabelled more-reviews.txt
 """
@@ -67,16 +75,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("distil", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("teacher", metavar="TEACHER_RUN", help="a fine-tuned model's run directory (task_model.json)")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="fine-tuning settings, e.g. epochs=3 lr=1e-4")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="fine-tuning settings (e.g. epochs=3 lr=1e-4) and, prefixed student., the encoder settings of "
+                        "a transformer or bilstm student (student.num_layers=3 student.hidden_size=192)")
     p.add_argument("--out", "-o", required=True, metavar="OUT", help="output directory (new, empty, or with "
                                                                        "--overwrite / --resume an earlier one)")
     s = p.add_argument_group("student")
     s.add_argument("--student", choices=("layers", "transformer", "bilstm", "pretrained"), default="layers")
     s.add_argument("--layers", type=_ints, default=None, metavar="I,J,...",
                    help="teacher layers a 'layers' student keeps (0-based; default every other, the top one kept)")
-    s.add_argument("--student-config", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="encoder settings of a transformer or bilstm student")
     s.add_argument("--student-from", metavar="RUN", default=None, help="the encoder of a 'pretrained' student")
+    r = p.add_argument_group("module replacing (BERT-of-Theseus, Xu et al. 2020)")
+    r.add_argument("--theseus", action="store_true",
+                   help="train by progressive module replacing instead of the distillation losses: each group of "
+                        "teacher layers is replaced by one student layer with a probability rising linearly")
+    r.add_argument("--replace-rate", type=float, default=0.3, help="replacement probability at the start (default 0.3)")
+    r.add_argument("--replace-full-at", type=float, default=0.6,
+                   help="fraction of training at which every module is replaced; the rest trains the student alone "
+                        "(default 0.6)")
     k = p.add_argument_group("loss")
     k.add_argument("--alpha", type=float, default=0.5, help="weight of the gold-label loss (default 0.5; 1: labels only)")
     k.add_argument("--temperature", "-T", type=float, default=2.0, help="softmax temperature T (default 2)")
@@ -113,12 +129,18 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.workflows import distil as workflow
     from ptmkit.workflows.finetune import task_data
 
-    config = []
-    for item in args.student_config:
+    config, overrides = [], []
+    for item in args.overrides:
         key, eq, value = item.partition("=")
-        if not eq:
-            raise PtmError(f"--student-config takes KEY=VALUE, got {item!r}")
-        config.append((key.strip(), parse_value(value)))
+        if key.strip().startswith("student."):
+            if not eq:
+                raise PtmError(f"student settings take KEY=VALUE, got {item!r}")
+            config.append((key.strip().removeprefix("student."), parse_value(value)))
+        else:
+            overrides.append(item)
+    if config and args.student not in ("transformer", "bilstm"):
+        raise PtmError(f"student.{config[0][0]}: encoder settings apply to --student transformer or bilstm; a "
+                       f"{args.student!r} student takes its shape from {'the teacher' if args.student == 'layers' else '--student-from'}")
     if args.student == "pretrained" and not args.student_from:
         raise PtmError("--student pretrained needs --student-from RUN (the encoder to start from)")
     student = StudentSpec(args.student, args.layers, tuple(config), args.student_from)
@@ -126,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
                               args.layer_map, args.projection)
     files = (args.train, args.dev, args.test)
     load = (lambda: task_data(args.task, None, files, args.type)) if (args.task or any(files)) else None
-    workflow.distil(args.teacher, args.out, student, settings, list(args.overrides), list(args.seeds), load, args.unlabelled,
+    workflow.distil(args.teacher, args.out, student, settings, overrides, list(args.seeds), load, args.unlabelled,
                     args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
-                    inputs=[*files, args.student_from])
+                    inputs=[*files, args.student_from],
+                    replacing=(args.replace_rate, args.replace_full_at) if args.theseus else None)
     return 0

@@ -6,8 +6,9 @@ read the same token ids).
 * ``transformer`` — a smaller Transformer of the teacher's family, freshly initialised (layers,
   width, heads, feed-forward size by ``KEY=VALUE``), as TinyBERT's student.
 * ``bilstm`` — Tang et al. (2019), "Distilling task-specific knowledge from BERT into simple
-  neural networks": a one-layer BiLSTM over word embeddings (initialised from the teacher's token
-  embeddings where the widths agree).
+  neural networks": a one-layer BiLSTM over word embeddings.  By default its cells and embeddings
+  are as wide as the teacher (Tang et al.: 300), so the word table starts as the teacher's token
+  embeddings (they used word2vec's); another ``hidden_size`` starts from random embeddings.
 * ``pretrained`` — an encoder saved elsewhere (a task-agnostic distilled model, say); it must have
   been trained with the teacher's tokenizer.
 """
@@ -26,9 +27,9 @@ from ptmkit.errors import PtmError
 from ptmkit.pretrained import Pretrained, load_pretrained
 
 KINDS = ("layers", "transformer", "bilstm", "pretrained")
-# Tang et al. (2019): 300 LSTM units per direction
-BILSTM = {"encoder": "lstm", "num_layers": 1, "hidden_size": 300, "bidirectional": True, "residual": False,
-          "char_cnn": False, "dropout": 0.1}
+# Tang et al. (2019): one BiLSTM layer (they used 300 units, over 300-d word2vec embeddings)
+BILSTM = {"encoder": "lstm", "num_layers": 1, "bidirectional": True, "residual": False, "char_cnn": False,
+          "dropout": 0.1, "projection_size": None}
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def build_student(teacher: Any, spec: StudentSpec, seed: int) -> Pretrained:
                            f"with the teacher's tokenizer")
         encoder = loaded.backbone
     else:
-        base = {**BILSTM, "vocab_size": model_cfg["vocab_size"], "projection_size": t_enc.output_size} \
+        base = {**BILSTM, "vocab_size": model_cfg["vocab_size"], "hidden_size": t_enc.output_size} \
             if spec.kind == "bilstm" else model_cfg
         given = dict(spec.config)
         if "vocab_size" in given and given["vocab_size"] != model_cfg["vocab_size"]:

@@ -24,6 +24,7 @@ from torch import nn
 from ptmkit import outputs
 from ptmkit.compress.distil import Distillation, DistilSettings
 from ptmkit.compress.students import StudentSpec, build_student
+from ptmkit.compress.theseus import Theseus
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.tasks.base import task_type_of
@@ -74,9 +75,11 @@ def read_unlabelled(path: str | os.PathLike, limit: int | None = None) -> list[s
 def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: StudentSpec, settings: DistilSettings,
            cfg: FinetuneConfig | list[str], seeds: Sequence[int] = (0,), load_data: Any = None, unlabelled: str | None = None,
            unlabelled_limit: int | None = None, cache: bool = True, overwrite: bool = False, resume: bool = False,
-           progress: bool = True, inputs: Sequence[Any] = ()) -> dict[str, Any]:
+           progress: bool = True, inputs: Sequence[Any] = (), replacing: tuple[float, float] | None = None) -> dict[str, Any]:
     """Distil the task model in ``teacher_run`` into ``student`` students, one per seed, under ``out_dir``.
-    cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's."""
+    cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's.
+    replacing: ``(rate, full_at)``: BERT-of-Theseus module replacing instead of the distillation
+    losses (:mod:`ptmkit.compress.theseus`; a ``layers`` student: one successor layer per module)."""
     if resume and overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
     out = Path(out_dir)
@@ -99,7 +102,13 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         runs = []
         for seed in seeds:
             pretrained = build_student(teacher, student, seed)
-            training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache)
+            if replacing is not None:
+                if student.kind != "layers" or unlabelled:
+                    raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
+                                   "on the task's own data (no --unlabelled)")
+                training = Theseus(teacher.model, *replacing, cfg.epochs, source, student.describe())
+            else:
+                training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache)
             r = finetune(pretrained, data, out / f"student-seed{seed}", replace(cfg), seed=seed, progress=progress,
                          desc=f"distil seed={seed}", resume=resume, training=training)
             r["init"] = "student"
@@ -111,7 +120,9 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         student_ne = non_embedding_parameters(load_task_model(out / f"student-seed{seeds[0]}", data).model)
         summary = {
             "teacher": {"run": str(teacher_run), "dev": t_dev, "test": t_test, "non_embedding_parameters": t_params},
-            "student": student.describe(), "settings": settings.__dict__,
+            "student": student.describe(),
+            "method": "theseus" if replacing is not None else "distillation",
+            "settings": ({"rate": replacing[0], "full_at": replacing[1]} if replacing is not None else settings.__dict__),
             "summary": summarize_inits(runs),
             "non_embedding_parameters": student_ne, "parameters": s_params[0],
             "parameter_ratio": round(student_ne / max(t_params, 1), 4),
