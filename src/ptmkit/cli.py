@@ -16,7 +16,9 @@ import signal
 import sys
 
 from ptmkit import __version__
+from ptmkit.commands import verbosity_options
 from ptmkit.errors import PtmError, os_error_message
+from ptmkit.verbosity import set_quiet
 
 # Order shown in ``ptm --help``.
 COMMANDS = (
@@ -62,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ptmkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only: no progress displays")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -71,14 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    verbosity_options(sub)  # --quiet / --verbose after every sub-command too
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.quiet and args.verbose:
+        parser.error("--quiet and --verbose exclude each other")
+    set_quiet(args.quiet)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )

@@ -63,3 +63,35 @@ class HelpFromRegistry(argparse.ArgumentParser):
 
 class RegistryHelpParser(HelpFromRegistry, IntermixedParser):
     """:class:`HelpFromRegistry` for a parser that also takes ``KEY=VALUE`` positionals anywhere."""
+
+
+VERBOSITY = (
+    (("-q", "--quiet"), "quiet", "warnings and errors only: no progress displays, no info logging"),
+    (("-v", "--verbose"), "verbose", "debug logging"),
+)
+
+
+def verbosity_options(subparsers: argparse._SubParsersAction) -> None:
+    """``--quiet`` and ``--verbose`` after any sub-command as before it (``ptm CMD --quiet`` is
+    ``ptm --quiet CMD``): added to every sub-command's parser, nested ones included, without a
+    default of their own, so that a sub-command never resets what was given before it.  A
+    sub-command's own option of the same name (``ptm finetune --quiet``) becomes the shared one."""
+    for parser in _parsers(subparsers):
+        for flags, dest, text in VERBOSITY:
+            actions = parser._option_string_actions
+            own = [actions[f] for f in flags if f in actions and actions[f].dest == dest]
+            for action in own:
+                action.default, action.help = argparse.SUPPRESS, text
+            free = [f for f in flags if f not in actions]
+            if not own and any(f.startswith("--") for f in free):
+                parser.add_argument(*free, dest=dest, action="store_true", default=argparse.SUPPRESS, help=text)
+
+
+def _parsers(subparsers: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
+    found = []
+    for parser in dict.fromkeys(subparsers.choices.values()):  # aliases share a parser
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.extend(_parsers(action))
+    return found

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
-from tqdm.auto import tqdm
 
 from ptmkit import outputs
 from ptmkit.data.corpus import (
@@ -44,6 +43,7 @@ from ptmkit.data.sources.base import sha256
 from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer, kinds
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
+from ptmkit.train.progress import progress as progress_display
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: in
         dtype = token_dtype(tok.vocab_size)
         writer = _Writer(root, dtype)
         total_bytes = sum(p.stat().st_size for p in paths)
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress)
+        bar = progress_display(total_bytes, desc="prepare", unit="B", unit_scale=True, disable=not progress)
         n_unk = 0
         with bar:
             for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers, segmenter):

@@ -38,9 +38,9 @@ from pathlib import Path
 import numba
 import numpy as np
 import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
+from ptmkit.train.progress import progress as progress_display
 
 RECORD = np.dtype([("i", "<i4"), ("j", "<i4"), ("x", "<f8")])
 WEIGHTINGS = {"harmonic": 0, "uniform": 1, "linear": 2}
@@ -333,7 +333,7 @@ def count_cooccurrence(
     n_sent = offsets.shape[0] - 1
     bar = None
     if progress:
-        bar = tqdm(total=int(ids.shape[0]), unit="tok", desc="co-occurrence", unit_scale=True)
+        bar = progress_display(int(ids.shape[0]), desc="co-occurrence", unit="tok", unit_scale=True)
     while True:
         sent, pos, used = _fill(ids, offsets, sent, pos, keys, vals, used, max_used, window,
                                 WEIGHTINGS[weighting], symmetric, vocab_size, scale)

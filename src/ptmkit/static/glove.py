@@ -33,7 +33,6 @@ from dataclasses import asdict, dataclass
 import numba
 import numpy as np
 from numba import prange
-from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
@@ -43,6 +42,7 @@ from ptmkit.static.kernels.prefetch import prefetch_row
 from ptmkit.static.output import train_and_save
 from ptmkit.static.vectors import WordVectors
 from ptmkit.static.vocab import load_corpus
+from ptmkit.train.progress import progress as progress_display
 
 OUTPUTS = ("sum", "word")
 
@@ -234,7 +234,7 @@ def fit_cooccurrence(cooc: Cooccurrence, cfg: GloVeConfig, progress: bool = True
     losses = []
     bar = None
     if progress:
-        bar = tqdm(total=cfg.epochs, unit="epoch", desc="GloVe")
+        bar = progress_display(cfg.epochs, desc="GloVe", unit="epoch")
     for epoch in range(cfg.epochs):
         blocks = epoch_block_order(cooc.nnz, cfg.seed, epoch, block_size)
         losses.append(model.epoch(I, J, logX, fX, blocks, cfg.lr, n_chunks, cfg.grad_clip, block_size))

@@ -16,9 +16,9 @@ import threading
 import time
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ptmkit.static.vocab import IdCorpus
+from ptmkit.train.progress import progress as progress_display
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def run_epochs(step, corpus: IdCorpus, cfg, progress: bool, desc: str) -> dict:
             stop.set()
 
     t0 = time.perf_counter()
-    bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
+    bar = progress_display(int(words_all), desc=desc, unit="w", unit_scale=True, disable=not progress)
     pool = [threading.Thread(target=worker, name=f"{desc} {i}", daemon=True) for i in range(threads)]
     shown = 0
     try:

@@ -38,13 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ptmkit.errors import PtmError
 from ptmkit.static.huffman import HuffmanTree, build_huffman
 from ptmkit.static.kernels.w2v import MAX_EXP
 from ptmkit.static.sampling import init_input_vectors, keep_probabilities, negative_table
 from ptmkit.static.vocab import IdCorpus, Vocab
+from ptmkit.train.progress import progress as progress_display
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +404,7 @@ def train_on_ids_torch(
     threads = torch.get_num_threads()
     if device.type == "cpu" and cfg.workers > 0:  # on a shared machine fewer threads spin less
         torch.set_num_threads(cfg.workers)
-    bar = tqdm(total=int(words_all), unit="w", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
+    bar = progress_display(int(words_all), desc=desc, unit="w", unit_scale=True, disable=not progress)
     t0 = time.perf_counter()
     try:
         for _, batch in iter_batches(

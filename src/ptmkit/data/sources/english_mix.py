@@ -48,8 +48,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from tqdm.auto import tqdm
-
 from ptmkit.data.sources.base import Package, Source, _run, fetch
 from ptmkit.data.sources.text_formats import (
     MIN_WORDS,
@@ -72,6 +70,7 @@ from ptmkit.data.sources.text_formats import (
 )
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.train.progress import progress_iter
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +254,8 @@ class EnglishMix(Source):
         stats: dict[str, dict] = {}
         t_all = time.perf_counter()
         with open(out / "english-mix.txt", "w", encoding="utf-8") as f:
-            bar = tqdm(SOURCES.items(), desc="english-mix", unit="source", disable=None)
-            for name, (reader, origin, licence) in bar:
-                bar.set_postfix(source=name)
+            for name, (reader, origin, licence) in progress_iter(SOURCES.items(), len(SOURCES), "english-mix", "source",
+                                                                 postfix=lambda item: {"source": item[0]}):
                 t0 = time.perf_counter()
                 st = mix({name: reader(work)}, f, dedup=dedup)[name]
                 stats[name] = {**st, "seconds": round(time.perf_counter() - t0, 2), "origin": origin, "license": licence}
