@@ -34,7 +34,7 @@ def _unit_rows(x: np.ndarray) -> np.ndarray:
 class WordVectors:
     """Word vectors.
 
-    words: list[str] [V] (index order = row order; frequency order when trained here).
+    words: list[str], [V] (index order = row order; frequency order when trained here).
     vectors: float32 [V, D].  counts: optional int64 [V] corpus counts.
     """
 
