@@ -162,7 +162,11 @@ def _scorer(tm: Any, splits: Sequence[str]) -> Callable[[torch.Tensor], dict[str
 
     def score(mask: torch.Tensor) -> dict[str, Any]:
         with head_mask_injected(encoder_of(tm.model), mask.to(next(tm.model.parameters()).dtype)):
-            return {split: tm.evaluate(split) for split in splits}
+            scores = {split: tm.evaluate(split) for split in splits}
+        metric = tm.task.select
+        print(f"  {int((mask == 0).sum())} of {mask.numel()} heads masked: "
+              + ", ".join(f"{split} {metric} {s[metric]:.4f}" for split, s in scores.items()), flush=True)
+        return scores
     return score
 
 
