@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
     finally:
+        set_quiet(False)  # a caller that runs main() in its own process keeps its progress displays
         _end_process_group(succeeded)
     return int(rc or 0)
 

@@ -21,9 +21,10 @@ PROGRESS = re.compile(r"^(?P<stage>[^:]+): \S+/\S+.* \((?P<pct>\d+)%\) elapsed "
 
 
 @pytest.fixture(autouse=True)
-def loud_again():
+def loud():
+    verbosity.set_quiet(False)
     yield
-    verbosity.set_quiet(False)  # main() sets it for the process
+    verbosity.set_quiet(False)
 
 
 def stages(log: str) -> dict[str, list[int]]:
@@ -105,6 +106,8 @@ def test_quiet_silences_progress_and_info(tmp_path, capsys, where):
     err = capsys.readouterr().err
     assert not stages(err) and " INFO " not in err
     assert logging.getLogger("ptmkit").getEffectiveLevel() >= logging.WARNING or logging.root.level >= logging.WARNING
+    assert not verbosity.quiet()  # main() gives the process back as it was
+    verbosity.set_quiet(True)
     assert isinstance(progress(10), type(progress(10, disable=True)))  # every display is silent
 
 
