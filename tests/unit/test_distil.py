@@ -186,3 +186,31 @@ def test_a_bilstm_student_starts_from_the_teachers_embeddings(teacher, tmp_path,
     assert rc == 0, err
     info = json.loads((tmp_path / "b" / "student-seed0" / "task_model.json").read_text())
     assert info["config"]["model"]["encoder"] == "lstm"
+
+
+def test_general_distillation_starts_from_teacher_layers_and_trains(tmp_path, capsys):
+    from conftest import write_corpus
+
+    from ptmkit.objectives.distil_mlm import start_from_teacher
+
+    text = write_corpus(tmp_path / "text.txt", docs=30)
+    teacher = tiny_checkpoint(tmp_path / "teacher", text.read_text().splitlines(), layers=4, heads=2)
+    rc, err = run_cli(["distil", teacher, "--general", "--data", text, "-o", tmp_path / "student", "--layers", "1,3",
+                       "--hidden", "1", "--attention", "1", "train.max_steps=6", "train.batch_size=4", "train.seq_len=32",
+                       "train.warmup_steps=1", "train.eval_batches=1", "train.num_threads=1", "train.log_every=1"], capsys)
+    assert rc == 0, err
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    assert config["model"]["num_layers"] == 2 and config["objective"]["name"] == "distil_mlm"
+    records = [json.loads(line) for line in (tmp_path / "student" / "metrics.jsonl").read_text().splitlines()]
+    assert any("hidden_loss" in r and "attention_loss" in r and "cosine_loss" in r for r in records)
+    # the student starts as the teacher's layers 1 and 3: the same outputs as running them by hand
+    t = load_pretrained(teacher, heads=False).backbone
+    from ptmkit.build import build_encoder
+
+    s = build_encoder({**config["model"]}, load_pretrained(teacher, heads=False).tokenizer)
+    start_from_teacher(s, t, [1, 3])
+    t.keep_layers([1, 3])
+    ids = torch.randint(5, 50, (2, 7))
+    assert torch.allclose(s.eval()(ids).last_hidden_state, t.eval()(ids).last_hidden_state)
+    with pytest.raises(PtmError, match="teacher has layers 0 .. 1"):
+        start_from_teacher(s, t, [0, 5])

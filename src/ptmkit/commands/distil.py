@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ptmkit.commands import IntermixedParser
+from ptmkit.errors import PtmError
 
 HELP = "distil a fine-tuned model into a smaller student (Hinton KD, TinyBERT layers, DistilBERT init, BiLSTM)"
 
@@ -40,6 +41,11 @@ many consecutive modules as the student has layers; in each step every module ru
 layer with probability p, else its (frozen) teacher layers; p rises linearly from --replace-rate
 to 1 at --replace-full-at of training, then the student trains alone.
 
+--general distils a pre-trained TEACHER (a run, checkpoint or imported HF model) on a corpus
+instead (DistilBERT's triple loss: --soft 5 --mlm 2 --cosine 1; TinyBERT's general distillation:
+--mlm 0 --cosine 0 --hidden 1 --attention 1): the student, made of --layers of the teacher, is an
+ordinary pre-training run in OUT to fine-tune with `ptm finetune`.
+
 --unlabelled FILE adds text of the task's domain (one example per line) to the training set,
 labelled by the teacher; it counts in the soft loss only.  Without intermediate losses the
 teacher's logits of the training examples are computed once and reused every epoch.
@@ -58,6 +64,7 @@ examples:
   ptm distil out/mr/pretrained-seed0 -o out/mr-tinybert --hidden 1 --attention 1 --layers 1,3,5
   ptm distil out/mr/pretrained-seed0 -o out/mr-labels --alpha 1                    the labels-only baseline
   ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm --student bilstm lr=1e-3 epochs=5
+  ptm distil runs/minilm --general --data text.txt -o runs/minilm-3 --hidden 1 --attention 1 train.max_steps=2000
   ptm distil out/mr/pretrained-seed0 -o out/mr-theseus --theseus --layers 1,3,5            6 -> 3 layers
   ptm distil out/mr/pretrained-seed0 -o out/mr-small --student transformer --student-config num_layers=2 \\
       hidden_size=192 num_heads=4 intermediate_size=768 --hidden 1 --unlabelled more-reviews.txt
@@ -85,6 +92,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--layers", type=_ints, default=None, metavar="I,J,...",
                    help="teacher layers a 'layers' student keeps (0-based; default every other, the top one kept)")
     s.add_argument("--student-from", metavar="RUN", default=None, help="the encoder of a 'pretrained' student")
+    g = p.add_argument_group("task-agnostic distillation (DistilBERT; TinyBERT's general distillation)")
+    g.add_argument("--general", action="store_true",
+                   help="distil a pre-trained TEACHER (not a fine-tuned one) on the text of --data into a smaller "
+                        "pre-trained model: an ordinary pre-training run in OUT (KEY=VALUE: train.* / objective.* "
+                        "overrides), to fine-tune afterwards")
+    g.add_argument("--data", nargs="+", metavar="TEXT", default=None,
+                   help="--general: text files (one sentence per line) or a corpus prepared with the teacher's tokenizer")
+    g.add_argument("--soft", type=float, default=0.0,
+                   help="--general: weight of the teacher's soft MLM targets (DistilBERT 5; 0 for a teacher without a "
+                        "pre-trained MLM head, such as all-MiniLM-L6-v2)")
+    g.add_argument("--mlm", type=float, default=1.0, help="--general: weight of the student's own MLM loss (DistilBERT 2)")
+    g.add_argument("--cosine", type=float, default=1.0, help="--general: weight of the hidden-state cosine loss (DistilBERT 1)")
     r = p.add_argument_group("module replacing (BERT-of-Theseus, Xu et al. 2020)")
     r.add_argument("--theseus", action="store_true",
                    help="train by progressive module replacing instead of the distillation losses: each group of "
@@ -122,12 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.compress.distil import DistilSettings
-    from ptmkit.compress.students import StudentSpec
-    from ptmkit.config import parse_value
-    from ptmkit.errors import PtmError
-    from ptmkit.workflows import distil as workflow
-    from ptmkit.workflows.finetune import task_data
+    from ptmkit.workflows import distil as workflow  # the one heavy import, when the command runs
 
     config, overrides = [], []
     for item in args.overrides:
@@ -135,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         if key.strip().startswith("student."):
             if not eq:
                 raise PtmError(f"student settings take KEY=VALUE, got {item!r}")
-            config.append((key.strip().removeprefix("student."), parse_value(value)))
+            config.append((key.strip().removeprefix("student."), workflow.parse_value(value)))
         else:
             overrides.append(item)
     if config and args.student not in ("transformer", "bilstm"):
@@ -143,11 +157,19 @@ def run(args: argparse.Namespace) -> int:
                        f"{args.student!r} student takes its shape from {'the teacher' if args.student == 'layers' else '--student-from'}")
     if args.student == "pretrained" and not args.student_from:
         raise PtmError("--student pretrained needs --student-from RUN (the encoder to start from)")
-    student = StudentSpec(args.student, args.layers, tuple(config), args.student_from)
-    settings = DistilSettings(args.alpha, args.temperature, args.hidden, args.attention, args.embedding,
+    student = workflow.StudentSpec(args.student, args.layers, tuple(config), args.student_from)
+    settings = workflow.DistilSettings(args.alpha, args.temperature, args.hidden, args.attention, args.embedding,
                               args.layer_map, args.projection)
+    if args.general:
+        if not args.data:
+            raise PtmError("--general distils on a corpus: give --data TEXT (or a corpus prepared with the teacher's tokenizer)")
+        weights = {"soft": args.soft, "mlm": args.mlm, "cosine": args.cosine, "hidden": args.hidden,
+                   "attention": args.attention, "temperature": args.temperature, "layer_map": args.layer_map}
+        workflow.distil_general(args.teacher, args.data, args.out, args.layers, weights, list(args.overrides),
+                       resume=args.resume, overwrite=args.overwrite)
+        return 0
     files = (args.train, args.dev, args.test)
-    load = (lambda: task_data(args.task, None, files, args.type)) if (args.task or any(files)) else None
+    load = (lambda: workflow.task_data(args.task, None, files, args.type)) if (args.task or any(files)) else None
     workflow.distil(args.teacher, args.out, student, settings, overrides, list(args.seeds), load, args.unlabelled,
                     args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
                     inputs=[*files, args.student_from],

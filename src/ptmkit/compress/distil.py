@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ptmkit.compress.losses import attention_mse, hidden_mse, layer_map, soft_cross_entropy
+from ptmkit.compress.students import copy_head
 from ptmkit.errors import PtmError
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.tasks.saved import encoder_of
@@ -244,8 +245,6 @@ class Distillation(Training):
         self.labelled, self.use_cache = labelled, cache
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int):
-        from ptmkit.compress.students import copy_head
-
         copy_head(model, self.teacher)  # the head starts from the teacher's where the shapes agree
         indexed = IndexedBatches(batches)
         n = task.train_size(encoded["train"])

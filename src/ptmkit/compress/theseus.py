@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ptmkit.compress.students import copy_head
 from ptmkit.errors import PtmError
 from ptmkit.tasks.saved import encoder_of
 from ptmkit.tasks.training import Training
@@ -88,8 +89,6 @@ class Theseus(Training):
         self.source, self.student = source, student
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int):
-        from ptmkit.compress.students import copy_head
-
         copy_head(model, self.teacher)
         t_enc = encoder_of(self.teacher)
         if not hasattr(t_enc, "layers"):

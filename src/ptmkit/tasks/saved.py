@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from ptmkit.build import build_encoder, is_causal
+from ptmkit.compress.quantize import restore
 from ptmkit.config import from_dict, to_dict
 from ptmkit.data.tasks import builtin_tasks, load_task
 from ptmkit.encoders.base import Encoder
@@ -80,8 +81,6 @@ def save_task_model(out_dir: str | Path, model: nn.Module, task: TaskType, confi
     config: the pre-training config the model descends from (its ``model`` section is replaced by
     the encoder's own, :func:`encoder_config`).  weights: the tensors to store (a quantized
     model's plain tensors); ``None`` stores ``model.state_dict()``."""
-    from safetensors.torch import save
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     backbone = encoder_of(model)
@@ -199,8 +198,6 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
     state = load_file(str(run / BEST_FILE))
     spec = (info.get("compression") or {}).get("quantization")
     if spec:
-        from ptmkit.compress.quantize import restore  # only quantized models need it
-
         model = restore(model, spec, state)
     else:
         try:

@@ -25,12 +25,15 @@ from ptmkit import outputs
 from ptmkit.compress.distil import Distillation, DistilSettings
 from ptmkit.compress.students import StudentSpec, build_student
 from ptmkit.compress.theseus import Theseus
+from ptmkit.config import parse_value  # noqa: F401  (for the command, which imports only this module)
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
+from ptmkit.workflows.distil_general import distil_general  # noqa: F401
+from ptmkit.workflows.finetune import parse_overrides, task_data  # noqa: F401
 from ptmkit.workflows.report import format_table, summarize_inits
 
 SUMMARY_FILE = "summary.json"
@@ -87,8 +90,6 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     outputs.check(out, "distil", inputs, overwrite, reuse=resume)
     teacher = load_task_model(teacher_run, load_data() if load_data is not None else None)
     if not isinstance(cfg, FinetuneConfig):
-        from ptmkit.workflows.finetune import parse_overrides
-
         cfg = parse_overrides(list(cfg), base=teacher.cfg)
     data, labelled = teacher.task_data, None
     if unlabelled:

@@ -25,6 +25,7 @@ from ptmkit.tasks.base import option_keys, read_task_files
 from ptmkit.tasks.finetune import _resumable, after_intermediate_task, finetune, load_model
 from ptmkit.tasks.finetune_config import FinetuneConfig, recipe_config
 from ptmkit.tasks.multitask import load_tasks
+from ptmkit.tasks.saved import load_task_model
 from ptmkit.workflows.report import format_table, summarize_inits
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,6 @@ def eval_only(run: str | os.PathLike, load_data: Any, out_dir: str | os.PathLike
     pruned or quantized model) on the dev and test splits of its task (``load_data()`` when given,
     else the built-in task it was trained on) without training; ``out_dir`` gets ``results.json``
     and the test ``predictions.jsonl``."""
-    from ptmkit.tasks.saved import load_task_model
-
     out = Path(out_dir)
     outputs.check(out, "finetune", inputs, overwrite)
     tm = load_task_model(run, load_data() if load_data is not None else None)

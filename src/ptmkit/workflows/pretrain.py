@@ -217,7 +217,8 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.
                         source: ContinuedStart | None = None):
     """``(corpus, tokenizer)``: a prepared corpus as is, or raw text -> tokenizer + corpus in RUN_DIR/data
     (kept and reused when resuming, so the resumed run sees the same token ids).  Continued
-    pre-training prepares raw text with the source run's tokenizer instead of a newly trained one."""
+    pre-training prepares raw text with the source run's tokenizer instead of a newly trained one, and
+    a ``tokenizer.file`` with that tokenizer.json."""
     paths = as_paths(data)
     if len(paths) == 1 and is_corpus(paths[0]):
         corpus = Corpus.open(paths[0])
@@ -233,6 +234,8 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.
     if run.info.is_main and not (run.resume and is_corpus(out)):
         if source is not None:
             tok = source.tokenizer
+        elif tok_section.get("file"):  # an existing tokenizer (a teacher's, for its distilled student)
+            tok = Tokenizer.load(tok_section["file"])
         else:
             section = dict(tok_section)
             kind = section.pop("kind", "wordpiece")
