@@ -50,6 +50,7 @@ from ptmkit.fileio import atomic_write_text
 from ptmkit.identity import content_sha256, differences
 from ptmkit.nn.adapters import add_adapters, freeze_for_adapters
 from ptmkit.pretrained import load_pretrained
+from ptmkit.runcard import write_run_card
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE, AuxWeightDecay, DevSelection, StagedFreezing
 from ptmkit.tasks.classification import SequenceClassifier, classifier_on
@@ -328,6 +329,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
+        origins = [getattr(model, "path", model), (training.derived_from().get("teacher") or {}).get("run")]
+        write_run_card(out, derives_from=[o for o in origins if o is not None])
     return result
 
 
