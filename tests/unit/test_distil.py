@@ -214,3 +214,44 @@ def test_general_distillation_starts_from_teacher_layers_and_trains(tmp_path, ca
     assert torch.allclose(s.eval()(ids).last_hidden_state, t.eval()(ids).last_hidden_state)
     with pytest.raises(PtmError, match="teacher has layers 0 .. 1"):
         start_from_teacher(s, t, [0, 5])
+
+
+def test_a_tagger_distils_word_by_word(tmp_path):
+    """Tagging: the soft loss runs over each sentence's words (teacher logits cached per sentence)."""
+    from ptmkit.compress.distil import DistilSettings
+    from ptmkit.compress.students import StudentSpec
+    from ptmkit.tasks.tagging import TaggingData, TaggingSplit
+    from ptmkit.workflows.distil import distil
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        words, tags = [], []
+        for _ in range(n):
+            w = [str(x) for x in rng.choice(["the", "a", "cat", "dog", "ran", "sat"], size=int(rng.integers(2, 7)))]
+            words.append(w)
+            tags.append(["DET" if x in ("the", "a") else "NOUN" if x in ("cat", "dog") else "VERB" for x in w])
+        return TaggingSplit(words, tags)
+
+    data = TaggingData("toy-pos", ["DET", "NOUN", "VERB"], split(80), split(20), split(20))
+    ck = tiny_checkpoint(tmp_path / "model", [" ".join(w) for w in data.train.words], layers=2, heads=2)
+    cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
+    finetune(load_pretrained(ck, heads=False), data, tmp_path / "teacher", cfg, seed=0, progress=False)
+    summary = distil(tmp_path / "teacher", tmp_path / "d", StudentSpec("layers", (1,)), DistilSettings(), cfg,
+                     load_data=lambda: data, progress=False)
+    run = summary["runs"][0]
+    assert run["task_type"] == "tagging" and run["test"]["accuracy"] > 0.5
+    records = [json.loads(line) for line in (tmp_path / "d" / "student-seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert any("soft_loss" in r for r in records)
+
+
+def test_unlabelled_text_is_labelled_by_the_teacher(teacher, tmp_path, capsys):
+    extra = toy_sentiment(sizes=(40, 1, 1), seed=5).train.texts
+    (tmp_path / "more.txt").write_text("\n".join(extra) + "\n\n")
+    rc, err = _distil(teacher, capsys, tmp_path / "u", "--unlabelled", tmp_path / "more.txt")
+    assert rc == 0, err
+    result = json.loads((tmp_path / "u" / "student-seed0" / "results.json").read_text())
+    assert result["sizes"]["train"] == 160 + 40 and result["training"]["labelled"] == 160
+    (tmp_path / "empty.txt").write_text("\n")
+    rc, err = _distil(teacher, capsys, tmp_path / "e", "--unlabelled", tmp_path / "empty.txt")
+    assert rc == 2 and "holds no text" in err
