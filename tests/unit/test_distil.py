@@ -255,3 +255,34 @@ def test_unlabelled_text_is_labelled_by_the_teacher(teacher, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("\n")
     rc, err = _distil(teacher, capsys, tmp_path / "e", "--unlabelled", tmp_path / "empty.txt")
     assert rc == 2 and "holds no text" in err
+
+
+def test_a_causal_lm_distils_into_a_smaller_causal_lm(tmp_path, capsys):
+    from conftest import write_corpus
+
+    from ptmkit.build import build_model
+    from ptmkit.tokenization import Tokenizer
+
+    text = write_corpus(tmp_path / "text.txt", docs=30)
+    teacher = tiny_checkpoint(tmp_path / "gpt", text.read_text().splitlines(), layers=4, heads=2, causal=True)
+    args = ["--general", "--data", text, "--layers", "1,3", "train.max_steps=4", "train.batch_size=4",
+            "train.seq_len=32", "train.warmup_steps=1", "train.eval_batches=1", "train.num_threads=1", "train.log_every=1",
+            "--quiet"]
+    rc, err = run_cli(["distil", teacher, "-o", tmp_path / "small", "--soft", "1", "--mlm", "1", "--cosine", "0",
+                       *args, "objective.chunk=7"], capsys)
+    assert rc == 0, err
+    config = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert config["objective"]["name"] == "distil_clm" and config["model"]["num_layers"] == 2
+    records = [json.loads(line) for line in (tmp_path / "small" / "metrics.jsonl").read_text().splitlines()]
+    assert any("soft_loss" in r and "clm_loss" in r for r in records)
+    # the chunked soft loss is the whole-matrix one, gradient included
+    model = build_model(config, Tokenizer.load(tmp_path / "small" / "checkpoints" / "step-0000004" / "tokenizer.json"))
+    obj, enc = model.objective, model.backbone
+    ids = torch.randint(5, 40, (2, 9))
+    batch = {"input_ids": ids, "labels": torch.roll(ids, -1, 1)}
+    out = obj(enc, batch)
+    h = enc(ids, causal=True).last_hidden_state.flatten(0, 1)
+    with torch.no_grad():
+        z_t = obj.teacher(ids, causal=True).last_hidden_state.flatten(0, 1) @ obj.teacher.output_embeddings().t()
+    want = soft_cross_entropy(h @ enc.output_embeddings().t(), z_t, 2.0)
+    assert float(out.metrics["soft_loss"]) == pytest.approx(float(want.detach()), rel=1e-5)

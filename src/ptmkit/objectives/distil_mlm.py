@@ -67,23 +67,7 @@ class DistilMLM(MaskedLM):
 
     def __init__(self, cfg: DistilMLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
-        teacher = load_pretrained(cfg.teacher, heads=cfg.soft > 0)
-        sha = getattr(tokenizer, "sha256", None)
-        if sha is not None and teacher.tokenizer.sha256() != tokenizer.sha256():
-            raise PtmError(f"the teacher {cfg.teacher} uses another tokenizer than the corpus: teacher and student must "
-                           f"share one; prepare the corpus with the teacher's tokenizer.json")
-        object.__setattr__(self, "teacher", teacher.model if cfg.soft > 0 else teacher.backbone)
-        self.teacher.eval().requires_grad_(False)
-        t_enc = teacher.backbone
-        if cfg.hidden > 0 or cfg.attention > 0:
-            self.map = layer_map(cfg.layer_map, encoder.num_layers, t_enc.num_layers)
-        s_width, t_width = encoder.output_size, t_enc.output_size
-        if cfg.cosine > 0 and s_width != t_width:
-            raise PtmError(f"objective.cosine aligns hidden states of one width; the student is {s_width} wide, the "
-                           f"teacher {t_width}: use objective.hidden (a learned projection) instead")
-        self.proj = nn.Linear(s_width, t_width) if cfg.hidden > 0 and s_width != t_width else None
-        if cfg.init_layers:
-            start_from_teacher(encoder, t_enc, [int(i) for i in cfg.init_layers.split(",")])
+        attach_teacher(self, cfg, encoder, tokenizer, heads=cfg.soft > 0)
 
     def _teacher_encoder(self) -> nn.Module:
         return self.teacher.backbone if hasattr(self.teacher, "objective") else self.teacher
@@ -111,21 +95,53 @@ class DistilMLM(MaskedLM):
             soft = soft_cross_entropy(s_logits, t_logits, cfg.temperature)
             metrics["soft_loss"] = soft.detach()
             total = total + cfg.soft * soft
-        if cfg.cosine > 0:
-            cos = cosine_loss(out.last_hidden_state, t_out.last_hidden_state, mask)
-            metrics["cosine_loss"] = cos.detach()
-            total = total + cfg.cosine * cos
-        if cfg.hidden > 0:
-            proj = self.proj or (lambda x: x)
-            h = sum(hidden_mse(proj(out.hidden_states[m]), t_out.hidden_states[n], mask) for m, n in self.map.items())
-            metrics["hidden_loss"] = h.detach()
-            total = total + cfg.hidden * h
-        if cfg.attention > 0:
-            a = sum(attention_mse(out.attentions[m - 1], t_out.attentions[n - 1], mask)
-                    for m, n in self.map.items() if m > 0 and n > 0)
-            metrics["attention_loss"] = a.detach()
-            total = total + cfg.attention * a
+        total = total + inner_losses(self, out, t_out, mask, metrics)
         return StepOutput(loss=total, metrics=metrics, n_tokens=int(mask.sum()), n_predictions=n_predictions)
+
+
+def attach_teacher(objective: nn.Module, cfg: Any, encoder: Encoder, tokenizer: Any, heads: bool) -> None:
+    """Load ``cfg.teacher`` (with its objective's heads when ``heads``) into ``objective.teacher``,
+    outside the module tree and frozen; check the tokenizer; set the layer map and the projection
+    ``objective.proj``; start the student ``encoder`` from the teacher's ``cfg.init_layers``."""
+    teacher = load_pretrained(cfg.teacher, heads=heads)
+    sha = getattr(tokenizer, "sha256", None)
+    if sha is not None and teacher.tokenizer.sha256() != tokenizer.sha256():
+        raise PtmError(f"the teacher {cfg.teacher} uses another tokenizer than the corpus: teacher and student must "
+                       f"share one; prepare the corpus with the teacher's tokenizer.json")
+    object.__setattr__(objective, "teacher", teacher.model if heads else teacher.backbone)
+    objective.teacher.eval().requires_grad_(False)
+    t_enc = teacher.backbone
+    if cfg.hidden > 0 or cfg.attention > 0:
+        objective.map = layer_map(cfg.layer_map, encoder.num_layers, t_enc.num_layers)
+    s_width, t_width = encoder.output_size, t_enc.output_size
+    if cfg.cosine > 0 and s_width != t_width:
+        raise PtmError(f"objective.cosine aligns hidden states of one width; the student is {s_width} wide, the "
+                       f"teacher {t_width}: use objective.hidden (a learned projection) instead")
+    objective.proj = nn.Linear(s_width, t_width) if cfg.hidden > 0 and s_width != t_width else None
+    if cfg.init_layers:
+        start_from_teacher(encoder, t_enc, [int(i) for i in cfg.init_layers.split(",")])
+
+
+def inner_losses(objective: nn.Module, out: Any, t_out: Any, mask: torch.Tensor, metrics: dict) -> torch.Tensor:
+    """``cosine · (1 - cos) + hidden · Σ MSE + attention · Σ MSE`` of the student's and the
+    teacher's encoder outputs over the real tokens; each term is logged in ``metrics``."""
+    cfg = objective.cfg
+    total = out.last_hidden_state.new_zeros(())
+    if cfg.cosine > 0:
+        cos = cosine_loss(out.last_hidden_state, t_out.last_hidden_state, mask)
+        metrics["cosine_loss"] = cos.detach()
+        total = total + cfg.cosine * cos
+    if cfg.hidden > 0:
+        proj = objective.proj or (lambda x: x)
+        h = sum(hidden_mse(proj(out.hidden_states[m]), t_out.hidden_states[n], mask) for m, n in objective.map.items())
+        metrics["hidden_loss"] = h.detach()
+        total = total + cfg.hidden * h
+    if cfg.attention > 0:
+        a = sum(attention_mse(out.attentions[m - 1], t_out.attentions[n - 1], mask)
+                for m, n in objective.map.items() if m > 0 and n > 0)
+        metrics["attention_loss"] = a.detach()
+        total = total + cfg.attention * a
+    return total
 
 
 def start_from_teacher(student: Any, teacher: Any, layers: list[int]) -> None:
@@ -152,4 +168,4 @@ def start_from_teacher(student: Any, teacher: Any, layers: list[int]) -> None:
                        f"({str(exc).splitlines()[0]}); keep the teacher's model settings but num_layers") from None
 
 
-__all__ = ["DistilMLM", "DistilMLMConfig", "start_from_teacher"]
+__all__ = ["DistilMLM", "DistilMLMConfig", "attach_teacher", "inner_losses", "start_from_teacher"]

@@ -1,5 +1,6 @@
 """``ptm distil TEACHER --general --data TEXT``: task-agnostic distillation of a pre-trained encoder on a
-corpus (DistilBERT / TinyBERT's general distillation) into a smaller pre-trained model.
+corpus (DistilBERT / TinyBERT's general distillation) into a smaller pre-trained model; a causal LM
+teacher (GPT) distils into a smaller causal LM (:mod:`ptmkit.objectives.distil_clm`).
 
 The student is the teacher's architecture with fewer layers (``layers``: the teacher layers it
 starts from; default one of two, DistilBERT's choice) and the teacher's tokenizer; it is trained
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from ptmkit.build import is_causal
 from ptmkit.compress.students import every_other
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained
@@ -36,8 +38,12 @@ def general_config(teacher: str | os.PathLike, layers: Sequence[int] | None, wei
                        f"{model.get('encoder')!r} encoder")
     keep = list(layers) if layers is not None else every_other(pre.backbone.num_layers)
     model.update(num_layers=len(keep), pruned_heads={})
-    objective = {"name": "distil_mlm", "teacher": str(ck), "init_layers": ",".join(map(str, keep)), "nsp": False,
-                 **weights}
+    if is_causal(pre.config):  # a causal LM distils into a causal LM (the student's own loss: next token)
+        weights = {("clm" if k == "mlm" else k): v for k, v in weights.items()}
+        objective = {"name": "distil_clm", "teacher": str(ck), "init_layers": ",".join(map(str, keep)), **weights}
+    else:
+        objective = {"name": "distil_mlm", "teacher": str(ck), "init_layers": ",".join(map(str, keep)), "nsp": False,
+                     **weights}
     return {"model": model, "objective": objective, "tokenizer": {"file": str(ck / ckpt.TOKENIZER_FILE)},
             "train": dict(TRAIN)}
 
