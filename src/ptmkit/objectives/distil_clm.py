@@ -28,12 +28,15 @@ from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.objectives.base import StepOutput, TokenizerLike
 from ptmkit.objectives.clm import CausalLM, CLMConfig
-from ptmkit.objectives.distil_mlm import attach_teacher, inner_losses
+from ptmkit.objectives.distil_mlm import attach_teacher, check_teacher_settings, inner_losses
 from ptmkit.registry import register
 
 
 @dataclass(frozen=True)
 class DistilCLMConfig(CLMConfig):
+    """As :class:`ptmkit.objectives.distil_mlm.DistilMLMConfig`, with ``clm`` the weight of the student's
+    own next-token loss; chunk: rows of the ``[N, V]`` logits formed at a time."""
+
     teacher: str = ""
     soft: float = 1.0
     clm: float = 1.0
@@ -43,14 +46,10 @@ class DistilCLMConfig(CLMConfig):
     temperature: float = 2.0
     layer_map: str = "uniform"
     init_layers: str = ""
-    chunk: int = 1024  # rows of the [N, V] logits formed at a time
+    chunk: int = 1024
 
     def __post_init__(self) -> None:
-        if not self.teacher:
-            raise PtmError("objective.teacher: give the teacher's run or checkpoint directory")
-        for name in ("soft", "clm", "cosine", "hidden", "attention"):
-            if float(getattr(self, name)) < 0:
-                raise PtmError(f"objective.{name} is a loss weight: give a number >= 0")
+        check_teacher_settings(self, ("soft", "clm", "cosine", "hidden", "attention"))
 
 
 def _soft_chunk(h_s: torch.Tensor, w_s: torch.Tensor, z_t: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -34,8 +34,21 @@ from ptmkit.pretrained import load_pretrained
 from ptmkit.registry import register
 
 
+def check_teacher_settings(cfg: Any, weights: tuple[str, ...]) -> None:
+    """What both distillation objectives' configs require: a teacher, and loss weights >= 0."""
+    if not cfg.teacher:
+        raise PtmError("objective.teacher: give the teacher's run or checkpoint directory")
+    for name in weights:
+        if float(getattr(cfg, name)) < 0:
+            raise PtmError(f"objective.{name} is a loss weight: give a number >= 0")
+
+
 @dataclass(frozen=True)
 class DistilMLMConfig(MLMConfig):
+    """teacher: its run or checkpoint; soft / mlm / cosine / hidden / attention: loss weights;
+    temperature: T; layer_map: student -> teacher layers (``uniform``, ``last``, ``1:2,2:4``);
+    init_layers: ``"1,3,5"``, the teacher layers the student starts from (``""``: its own init)."""
+
     teacher: str = ""
     soft: float = 0.0
     mlm: float = 1.0
@@ -44,16 +57,12 @@ class DistilMLMConfig(MLMConfig):
     attention: float = 0.0
     temperature: float = 2.0
     layer_map: str = "uniform"
-    init_layers: str = ""  # "1,3,5": the teacher layers the student starts from ("": its own initialisation)
+    init_layers: str = ""
     nsp: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.teacher:
-            raise PtmError("objective.teacher: give the teacher's run or checkpoint directory")
-        for name in ("soft", "mlm", "cosine", "hidden", "attention"):
-            if float(getattr(self, name)) < 0:
-                raise PtmError(f"objective.{name} is a loss weight: give a number >= 0")
+        check_teacher_settings(self, ("soft", "mlm", "cosine", "hidden", "attention"))
         if self.nsp:
             raise PtmError("objective.nsp: distillation trains no next-sentence head; set objective.nsp=false")
 
@@ -168,4 +177,4 @@ def start_from_teacher(student: Any, teacher: Any, layers: list[int]) -> None:
                        f"({str(exc).splitlines()[0]}); keep the teacher's model settings but num_layers") from None
 
 
-__all__ = ["DistilMLM", "DistilMLMConfig", "attach_teacher", "inner_losses", "start_from_teacher"]
+__all__ = ["DistilMLM", "DistilMLMConfig", "attach_teacher", "check_teacher_settings", "inner_losses", "start_from_teacher"]
