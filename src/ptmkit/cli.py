@@ -32,6 +32,7 @@ COMMANDS = (
     "quantize",
     "evaluate",
     "compare",
+    "analyse",
     "generate",
     "export",
     "import_",

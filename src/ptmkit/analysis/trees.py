@@ -99,6 +99,13 @@ def gold_edges(heads: Sequence[int], keep: np.ndarray) -> set[frozenset[int]]:
     return {frozenset((int(new[i]), int(new[h]))) for i, h in enumerate(heads) if h >= 0 and keep[i] and keep[h]}
 
 
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rho; 0 where either side is constant (a star tree's distances from its centre)."""
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    return float(spearmanr(a, b).statistic)
+
+
 def _by_length(values: dict[int, list[float]]) -> float:
     picked = [np.mean(v) for n, v in values.items() if LENGTHS[0] <= n <= LENGTHS[1] and v]
     return float(np.mean(picked)) if picked else float("nan")
@@ -120,7 +127,7 @@ def distance_scores(pred: Sequence[np.ndarray], trees: Sequence[Sequence[int]],
         for i in range(W):
             others = np.arange(W) != i
             if W >= 3:
-                spear[W].append(spearmanr(p[i, others], g[i, others]).statistic)
+                spear[W].append(_spearman(p[i, others], g[i, others]))
     return {"uuas": found / total if total else float("nan"), "dspr": _by_length(spear)}
 
 
@@ -137,7 +144,7 @@ def depth_scores(pred: Sequence[np.ndarray], trees: Sequence[Sequence[int]],
             right += int(np.flatnonzero(keep)[np.argmin(p[keep])] == root)
             n += 1
         if len(heads) >= 3:
-            spear[len(heads)].append(spearmanr(p, depths(heads)).statistic)
+            spear[len(heads)].append(_spearman(p, depths(heads)))
     return {"root_accuracy": right / n if n else float("nan"), "nspr": _by_length(spear)}
 
 

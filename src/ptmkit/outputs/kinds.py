@@ -46,6 +46,7 @@ KINDS: dict[str, Kind] = {
     "compare": Kind("comparison", "ptm compare",
                     ("data", "runs", "finetune", "results.json", "table.md", "compare.png")),
     "classifier": Kind("fastText classifier", "ptm fasttext-classify train"),
+    "analyse": Kind("analysis", "ptm analyse", ("analysis.json", "report.md", "figures", "vectors")),
     "demo": Kind("demo output", "ptm demo",
                  ("text", "demo.png", "results.json", "summary.md"), overwrite=False),
 }
