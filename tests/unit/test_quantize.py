@@ -61,12 +61,17 @@ def test_a_linear_layer_errs_only_by_its_quantization_steps(backend):
     [-128, 127]; both backends), each entry within ``s_w / 2`` of W.  Output: the int8 product equals
     the float64 product of the dequantized weights and the input up to the input's rounding,
     ``|err_o| <= sum_i |W^_oi| s_x / 2`` (int32 accumulation is exact).  s_x: ao quantizes the whole
-    input to 7 bits over [min(x, 0), max(x, 0)] (fbgemm's reduce_range), torchao each row
-    symmetrically, ``max|x_row| / 127``."""
+    input over [min(x, 0), max(x, 0)] to 8 bits on a CPU with VNNI, else 7 (fbgemm's reduce_range),
+    torchao each row symmetrically, ``max|x_row| / 127``.  The last row, all at the top of the
+    range, times weights all at the top too, is where 8 bits would overflow int16 pair sums."""
     torch.manual_seed(0)
     lin = nn.Sequential(nn.Linear(48, 24))
+    with torch.no_grad():
+        lin[0].weight[0] = lin[0].weight[0].abs().max()  # a row of equal positive weights
     x = torch.randn(5, 48) * 3
-    q = quantize(lin, quantization_spec(backend))
+    x[4] = x.max()
+    spec = quantization_spec(backend)
+    q = quantize(lin, spec)
     state = quantized_state(q)
     w, s_w = state["0.weight_int8"], state["0.weight_scale"].double()
     assert w.dtype == torch.int8 and s_w.shape == (24,)
@@ -81,7 +86,8 @@ def test_a_linear_layer_errs_only_by_its_quantization_steps(backend):
     x64 = x.double()
     exact = x64 @ W_hat.T + lin[0].bias.detach().double()
     if backend == "ao":
-        s_x = ((x64.max().clamp(min=0) - x64.min().clamp(max=0)) / 127).expand(5, 1)
+        levels = 2 ** spec["activation_bits"] - 1
+        s_x = ((x64.max().clamp(min=0) - x64.min().clamp(max=0)) / levels).expand(5, 1)
     else:
         s_x = x64.abs().amax(dim=1, keepdim=True) / 127
     bound = (s_x / 2) * W_hat.abs().sum(dim=1)[None, :] + 1e-5 * (x64.abs() @ W_hat.abs().T)
@@ -144,6 +150,18 @@ def test_saved_int8_tensors_restore_to_bit_identical_outputs(backend, sharing):
     with torch.no_grad():
         assert torch.equal(q(ids, mask).last_hidden_state, restored(ids, mask).last_hidden_state)
     assert summary(restored)["linear_int8"] == summary(q)["linear_int8"]
+
+
+def test_8_bit_activations_fall_back_to_7_on_a_cpu_without_vnni(monkeypatch):
+    import ptmkit.compress.quantize as quant
+
+    spec = {**quantization_spec("ao"), "activation_bits": 8}
+    state = quantized_state(quantize(encoder(), spec))
+    monkeypatch.setattr(quant, "vnni", lambda: False)
+    assert quantization_spec("ao")["activation_bits"] == 7
+    restored = restore(encoder(), spec, state)
+    kinds = {type(m).__name__ for m in restored.modules() if quant.is_int8_linear(m)}
+    assert kinds == {"Linear"}  # torch.ao's own layer, reduce_range on
 
 
 def test_restore_refuses_weights_that_do_not_fit():
