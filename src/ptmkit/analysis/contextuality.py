@@ -8,9 +8,11 @@ one layer's word-occurrence vectors, on arrays.
   which this exact mean is the expectation.
 * intra-sentence similarity of a sentence with word vectors ``s_1 .. s_m``: the mean cosine of each
   word to the sentence vector ``s̄ = mean(s_i)`` (averaged over sentences by the caller).
-* maximum explainable variance (MEV): the share of the occurrence matrix's variance its first
-  principal component explains, ``σ_1² / Σ σ_i²`` with ``σ`` the singular values of the ``[n, d]``
-  occurrence matrix (the paper's equation; identical occurrences give 1).
+* maximum explainable variance (MEV): the share of the occurrences' variance their first
+  principal component explains, ``σ_1² / Σ σ_i²`` with ``σ`` the singular values of the *centred*
+  ``[n, d]`` occurrence matrix, as the released code computes it (scikit-learn's
+  ``PCA(n_components=1).explained_variance_ratio_[0]``, capped at 1 by ``min(1.0, ...)``, which also
+  turns the 0/0 of identical occurrences into 1).
 * anisotropy baseline: the mean cosine of random word occurrences, each from a different sentence
   (one random word of each of up to 1,000 random sentences, as the released code samples them),
   over all pairs of the sample; and the MEV of that sample.  The anisotropy-adjusted statistics
@@ -61,18 +63,32 @@ def anisotropy(x: np.ndarray) -> float:
     return self_similarity(x)
 
 
+def _centred(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x - x.mean(0, keepdims=True)
+
+
 def mev(x: np.ndarray) -> float:
-    """Maximum explainable variance of ``x [n, d]``: ``σ_1² / Σ σ_i²`` (singular values, uncentred)."""
-    sv = np.linalg.svd(np.asarray(x, dtype=np.float64), compute_uv=False)
+    """Maximum explainable variance of ``x [n, d]``: ``σ_1² / Σ σ_i²`` of the centred matrix (1 when
+    the occurrences do not vary at all, as the released code's ``min(1.0, nan)`` gives)."""
+    sv = np.linalg.svd(_centred(x), compute_uv=False)
     total = float((sv ** 2).sum())
-    return float(sv[0] ** 2 / total) if total > 0 else float("nan")
+    scale = float((np.asarray(x, dtype=np.float64) ** 2).sum())
+    if total <= 1e-20 * max(scale, 1e-300):
+        return 1.0
+    return min(1.0, float(sv[0] ** 2 / total))
 
 
 def first_pc(x: np.ndarray) -> np.ndarray:
-    """The first principal component ``[d]`` (unit norm) of ``x [n, d]``: the top right singular
-    vector, its sign chosen to point along the occurrences' mean (the SVD leaves it open)."""
+    """The first principal component ``[d]`` (unit norm) of ``x [n, d]`` (centred, as PCA's
+    ``components_[0]``), its sign chosen to point along the occurrences' mean (PCA leaves it open);
+    occurrences that do not vary give their own direction."""
     x = np.asarray(x, dtype=np.float64)
-    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    c = _centred(x)
+    if float((c ** 2).sum()) <= 1e-20 * max(float((x ** 2).sum()), 1e-300):
+        v = x.mean(0)
+        return v / max(np.linalg.norm(v), EPS)
+    _, _, vt = np.linalg.svd(c, full_matrices=False)
     v = vt[0]
     return v if float(v @ x.sum(0)) >= 0 else -v
 
