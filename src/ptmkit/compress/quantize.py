@@ -3,9 +3,10 @@ inference scheme), for CPU inference.
 
 Every ``nn.Linear`` (the Transformer's fused ``attn.qkv`` ``[3H, H]``, ``attn.out``, ``ffn.fc1``,
 ``ffn.fc2``, the pooler and the task head) gets int8 weights with one scale per output channel
-(symmetric: ``W[o, :] ≈ scale[o] · q[o, :]``, ``q`` in ``[-128, 127]``, ``scale[o] = max|W[o, :]| / 127.5``); its input is quantized at
-run time, per batch, from the batch's own range ("dynamic": no calibration data), the product is
-accumulated in int32 and rescaled to float32.  Two backends do that:
+(symmetric: ``W[o, :] ≈ scale[o] · q[o, :]``, ``q`` in ``[-128, 127]``,
+``scale[o] = max|W[o, :]| / 127.5``); its input is quantized at run time, per batch, from the
+batch's own range ("dynamic": no calibration data), the product is accumulated in int32 and
+rescaled to float32.  Two backends do that:
 
 * ``ao`` (default): ``torch.ao.quantization.quantize_dynamic`` with per-channel weights; activations
   uint8 with one scale and zero point per tensor; fbgemm / oneDNN int8 kernels.  torch.ao uses 7 of
@@ -24,7 +25,7 @@ Embedding tables (``embeddings=True``): weight-only int8 with one scale per row
 every other tensor stay float32.
 
 The spec (what ``task_model.json`` records under ``compression.quantization``) names the scheme,
-backend and whether the tables are quantized.  :func:`quantized_state` turns a quantized model
+backend, activation bits and whether the tables are quantized.  :func:`quantized_state` turns a quantized model
 into plain tensors (``<module>.weight_int8 [out, in]`` int8, ``.weight_scale [out]`` float32,
 ``.weight_zero_point [out]`` int64 for ``ao``, the float32 ``.bias``; a table's
 ``.weight_int8 [V, E]`` and ``.weight_scale [V]``; everything else float32 as in ``state_dict``), and
@@ -61,7 +62,7 @@ except ImportError:  # pragma: no cover - depends on the installed torch
 
 SCHEME = "dynamic_int8"
 BACKENDS = ("ao", "torchao")
-DEFAULT_BACKEND = "ao"  # 2.2-2.6x faster than float32 on CPU where torchao's eager path is slower (docs/compression.md)
+DEFAULT_BACKEND = "ao"  # faster than float32 on CPU, where torchao's eager path is slower (docs/compression.md)
 ACTIVATIONS = {
     "ao": "uint8 ({bits} bits), one scale and zero point per tensor, computed per batch at run time",
     "torchao": "int8, one scale per token, computed per batch at run time",
@@ -142,7 +143,7 @@ class DynamicLinear8(nnqd.Linear if nnqd is not None else nn.Module):
     @classmethod
     def of(cls, m: nn.Module) -> "DynamicLinear8":
         new = cls(m.in_features, m.out_features, dtype=torch.qint8)
-        new.set_weight_bias(*m._packed_params._weight_bias())
+        new.set_weight_bias(m.weight(), m.bias())
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -323,7 +324,7 @@ def quantized_state(model: nn.Module) -> dict[str, torch.Tensor]:
     for name, m in model.named_modules(remove_duplicate=False):
         p = f"{name}." if name else ""
         if _is_ao_linear(m):
-            w, bias = m._packed_params._weight_bias()
+            w, bias = m.weight(), m.bias()
             if w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric):
                 raise PtmError(f"{name}: per-tensor int8 weights are not a scheme ptmkit saves; quantize with ptmkit")
             state[p + "weight_int8"] = w.int_repr()
