@@ -149,3 +149,17 @@ def tiny_checkpoint(directory: Path, texts: Sequence[str], layers: int = 2, head
               "objective": {"name": "clm"} if causal else {"name": "mlm", "nsp": False}}
     torch.manual_seed(0)
     return save_pretrained(directory / "ck", config, build_model(config, tok), tok)
+
+
+def task_file_args(task, root: Path) -> list:
+    """Write a classification task's splits as JSONL files under ``root``; returns the CLI arguments
+    ``--train F --dev F --test F`` that read them back."""
+    import json
+
+    args: list = []
+    for split in ("train", "dev", "test"):
+        s = task.split(split)
+        path = root / f"{split}.jsonl"
+        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
+        args += [f"--{split}", path]
+    return args

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, tiny_checkpoint, toy_sentiment
+from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 
 from ptmkit.compress.losses import attention_mse, cosine_loss, hidden_mse, layer_map, soft_cross_entropy
 from ptmkit.errors import PtmError
@@ -73,13 +73,7 @@ def teacher(tmp_path_factory):
     ck = tiny_checkpoint(root / "model", task.train.texts, layers=2, heads=4)
     cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=32)
     finetune(load_pretrained(ck, heads=False), task, root / "teacher", cfg, seed=0, progress=False)
-    files = []
-    for split in ("train", "dev", "test"):
-        s = task.split(split)
-        path = root / f"{split}.jsonl"
-        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
-        files += [f"--{split}", path]
-    return root, files
+    return root, task_file_args(task, root)
 
 
 def _distil(teacher, capsys, out, *extra):

@@ -142,3 +142,33 @@ def test_pretraining_override_reaches_the_encoder() -> None:
     raw = apply_overrides(load_preset("bert-tiny"), ["model.layerdrop=0.2", "model.num_layers=2"])
     enc = build_encoder(raw["model"], special_ids(raw["model"].get("vocab_size", 30522)))
     assert enc.layerdrop == 0.2 and enc.config.layerdrop == 0.2
+
+
+def test_fine_tuning_with_layerdrop_skips_layers_and_evaluates_whole(tmp_path):
+    from conftest import tiny_checkpoint, toy_sentiment
+
+    from ptmkit.pretrained import load_pretrained
+    from ptmkit.tasks.finetune import FinetuneConfig, finetune
+    from ptmkit.tasks.saved import load_task_model
+
+    task = toy_sentiment(sizes=(64, 20, 20))
+    ck = tiny_checkpoint(tmp_path / "m", task.train.texts, layers=4, heads=2)
+    seen = []
+    pre = load_pretrained(ck, heads=False)
+    cfg = FinetuneConfig(epochs=1, lr=1e-3, batch_size=16, max_seq_len=32, layerdrop=0.5)
+    original = type(pre.backbone).dropped_layers
+
+    def spy(self):
+        skip = original(self)
+        seen.append((self.training, skip))
+        return skip
+
+    type(pre.backbone).dropped_layers = spy
+    try:
+        finetune(pre, task, tmp_path / "run", cfg, seed=0, progress=False)
+    finally:
+        type(pre.backbone).dropped_layers = original
+    trained = [s for t, s in seen if t]
+    assert trained and any(any(s) for s in trained)  # layers were skipped in training ...
+    assert all(s is None for t, s in seen if not t)  # ... and never when scoring dev
+    assert load_task_model(tmp_path / "run", task).backbone.layerdrop == 0.0  # a loaded model runs every layer

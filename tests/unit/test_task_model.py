@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import run_cli, tiny_checkpoint, toy_sentiment
+from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import load_pretrained
@@ -48,12 +48,7 @@ def test_the_user_task_must_be_given_again_and_must_match(finetuned, tmp_path):
 
 def test_eval_only_scores_a_saved_model_from_files(finetuned, tmp_path, capsys):
     task, run, result = finetuned
-    files = []
-    for split in ("train", "dev", "test"):
-        s = task.split(split)
-        path = tmp_path / f"{split}.jsonl"
-        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
-        files += [f"--{split}", path]
+    files = task_file_args(task, tmp_path)
     rc, err = run_cli(["finetune", run, "--eval-only", *files, "-o", tmp_path / "scored"], capsys)
     assert rc == 0, err
     scored = json.loads((tmp_path / "scored" / "results.json").read_text())

@@ -266,6 +266,11 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     encoded = {s: task.encode(s) for s in ("train", "dev", "test")}
     check_aux_lm(pretrained.config, cfg)
     backbone = _backbone(pretrained, init, seed)
+    if cfg.layerdrop:  # LayerDrop while fine-tuning (Fan et al. 2020): the model can be cut to any depth afterwards
+        if not hasattr(backbone, "layerdrop"):
+            raise PtmError(f"layerdrop={cfg.layerdrop:g} skips Transformer layers; the {backbone.name!r} encoder has "
+                           f"none to skip: set layerdrop=0")
+        backbone.layerdrop = float(cfg.layerdrop)
     clf = task.build(backbone)
     if cfg.gpt_transform:  # after the head, so the head's initialisation does not depend on the switch
 
