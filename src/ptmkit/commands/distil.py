@@ -60,7 +60,7 @@ overrides change them as for `ptm finetune` (epochs, lr, batch_size, max_seq_len
 
 EPILOG = """\
 examples:
-  ptm distil out/mr/pretrained-seed0 -o out/mr-distil --seeds 1 2 3 epochs=3 lr=1e-4
+  ptm distil out/mr/pretrained-seed0 epochs=3 lr=1e-4 -o out/mr-distil --seeds 1 2 3
   ptm distil out/mr/pretrained-seed0 -o out/mr-tinybert --hidden 1 --attention 1 --layers 1,3,5
   ptm distil out/mr/pretrained-seed0 -o out/mr-labels --alpha 1                    the labels-only baseline
   ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm --student bilstm lr=1e-3 epochs=5
