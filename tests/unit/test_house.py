@@ -13,9 +13,9 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 28  # + ptm quantize's workflow, torchao; ptm analyse's workflow
+LOCAL_IMPORT_BUDGET = 29  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy (en-spacy-trees)
 OPTIONAL = ("transformers", "jieba", "sacrebleu", "rouge_score", "gensim", "seqeval", "torch.utils.tensorboard",
-            "torchao")
+            "torchao", "spacy")
 LAZY_FOR_START_UP = ("ptmkit/commands/", "ptmkit/cli.py")
 MAX_LINES = 500
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
+from ptmkit.analysis.align import align_sentences
 from ptmkit.analysis.trees import check_tree
 from ptmkit.errors import PtmError
+
+OPTIONAL = ("upos", "tags")  # per-token fields a trees file may carry beside tokens, heads and relations
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,15 @@ def read_trees(path: str | Path, limit: int | None = None) -> list[Tree]:
                 raise PtmError(f"{path}:{n}: expected a JSON object with tokens, heads and relations ({exc})") from None
             if not (len(words) == len(heads) == len(rels)) or not words:
                 raise PtmError(f"{path}:{n}: tokens, heads and relations differ in length or are empty")
+            for key in OPTIONAL:
+                if key in row and len(row[key]) != len(words):
+                    raise PtmError(f"{path}:{n}: {len(row[key])} {key} for {len(words)} tokens")
+            bad = [w for w in words if not isinstance(w, str) or not w.strip()]
+            if bad:
+                raise PtmError(f"{path}:{n}: every token must be a non-empty string; got {bad[0]!r}")
+            if not all(isinstance(x, int) and 0 <= x <= len(words) for x in heads) or heads.count(0) != 1:
+                raise PtmError(f"{path}:{n}: heads are CoNLL-U's: 1-based word numbers, exactly one 0 (the root), "
+                               f"at most {len(words)}; got {heads} (0-based heads? add 1 to each)")
             h = np.asarray(heads, dtype=np.int64) - 1
             try:
                 check_tree(h)
@@ -83,4 +96,20 @@ def treebank_splits(source: str | Path, train: int, test: int) -> tuple[list[Tre
     return trees[:k], trees[k:], str(path)
 
 
-__all__ = ["Tree", "read_trees", "treebank_splits"]
+def check_words(trees: Sequence[Tree], tokenizer: Any, causal: bool, source: str, batch: int = 256) -> None:
+    """Refuse, naming the tree, a treebank whose words the model's tokenizer cannot align piece by
+    piece (before any model runs; tokenization alone)."""
+    for start in range(0, len(trees), batch):
+        chunk = trees[start:start + batch]
+        try:
+            align_sentences(tokenizer, [t.words for t in chunk], causal)
+        except PtmError:
+            for k, t in enumerate(chunk, start):
+                try:
+                    align_sentences(tokenizer, [t.words], causal)
+                except PtmError as exc:
+                    raise PtmError(f"{source}: tree {k + 1} ({' '.join(t.words)[:60]!r}): {exc}") from None
+            raise
+
+
+__all__ = ["OPTIONAL", "Tree", "check_words", "read_trees", "treebank_splits"]
