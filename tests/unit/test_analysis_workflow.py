@@ -66,7 +66,13 @@ def test_every_analysis_of_a_model_and_its_twin(setup, tmp_path):
         assert 0 <= pos["mix"]["expected_layer"] <= 2
         assert len(r["probe"]["structural"]) == 3 and "uuas" in r["probe"]["structural"][0]["distance"]
         assert np.asarray(r["attention"]["stats"]["entropy"]).shape == (2, 4)
-        assert "dep" in r["attention"]["relations"]
+        dep = r["attention"]["relations"]["dep"]
+        assert dep["best_direction"] in ("dep->head", "head<-dep") and len(dep["accuracy_head_to_dep"]) == 2
+        probe = r["attention"]["probe"]
+        assert 0 <= probe["uas"] <= 1 and len(probe["weights"]) == 2 * 2 * 4  # both directions of 2 x 4 heads
+        assert probe["train_sentences"] == 40 and probe["test_sentences"] == 20
+        assert r["probe"]["structural"][0]["root_selectivity"] == pytest.approx(
+            r["probe"]["structural"][0]["depth"]["root_accuracy"] - r["probe"]["structural"][0]["depth_control"]["root_accuracy"])
         assert np.asarray(r["heads"]["importance"]).shape == (2, 4)
     words, vecs = read_vectors(out / "vectors" / c["static_vectors"]["1"])
     assert vecs.shape == (c["words"], 32)
@@ -74,6 +80,7 @@ def test_every_analysis_of_a_model_and_its_twin(setup, tmp_path):
     assert {"contextuality.png", "probes.png", "structural.png"} <= figures
     report = (out / "report.md").read_text()
     assert "## Contextuality" in report and "figures/contextuality.png" in report
+    assert "## Where each task is solved" in report and "Attention-only probe" in report and "| direction |" in report
     # the same command, the same numbers
     again = _run(setup, tmp_path / "b", random_twins=False)
     assert json.dumps(again["models"][name], sort_keys=True) == json.dumps(doc["models"][name], sort_keys=True)
@@ -98,3 +105,13 @@ def test_refusals(setup, tmp_path, capsys):
     rc, err = run_cli(["analyse", elmo, "--corpus", corpus, "--what", "attention", "-o", tmp_path / "o4"], capsys)
     assert rc == 2 and "lstm encoder has no attention heads" in err
     assert not (tmp_path / "o4" / "analysis.json").exists()
+    # a tree whose word the model's tokenizer cannot align (a zero-width space): refused, naming the tree
+    lines = trees.read_text().splitlines()
+    bad = json.loads(lines[45])
+    bad["tokens"][1] = "\u200b"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines[:45] + [json.dumps(bad)] + lines[46:]) + "\n")
+    rc, err = run_cli(["analyse", ck, "--corpus", corpus, "--what", "probe", "--pos-task", tags, "--trees", broken,
+                       "--probe-sentences", "40,20", "-o", tmp_path / "o5"], capsys)
+    assert rc == 2 and "broken.jsonl, test: tree 6" in err and "gives no piece for the word" in err
+    assert not (tmp_path / "o5").exists()

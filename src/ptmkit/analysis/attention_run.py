@@ -1,6 +1,7 @@
 """Clark et al.'s attention analysis of one model: token statistics per head over the corpus's
 first sentences, and, on a treebank, each head's accuracy at finding a dependent's head word per
-relation beside the best positional offset."""
+relation beside the best positional offset, and the attention-only probe (a linear combination of
+all heads' maps trained to find each word's head)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ptmkit.analysis.attention_probe import AttentionFeatures, sentence_features, train_attention_probe
 from ptmkit.analysis.attention_stats import AttentionStream
 from ptmkit.analysis.corpus_text import sentences
 from ptmkit.analysis.extract import SentenceStates, word_states
 from ptmkit.analysis.models import Subject
+from ptmkit.analysis.probes import ProbeConfig
 from ptmkit.analysis.treebank import Tree
 from ptmkit.compress.importance import head_shape
 
@@ -37,10 +40,35 @@ def _feed(stream: AttentionStream, s: SentenceStates, tokenizer: Any, tree: Tree
     stream.add(s.attentions, a.ids == tokenizer.cls_id, a.ids == tokenizer.sep_id, is_punct, **kwargs)
 
 
+def probe_features(subject: Subject, trees: Sequence[Tree], batch_size: int = 16) -> tuple[list[AttentionFeatures], list[Tree]]:
+    """The attention probe's features of the trees' sentences and the trees they keep (a sentence
+    longer than the model keeps its first words when they still form a tree, else it is left out)."""
+    feats, kept = [], []
+    for s in word_states(subject.backbone, subject.tokenizer, [t.words for t in trees], subject.causal,
+                         attentions=True, batch_size=batch_size):
+        cut = trees[s.index].cut(len(s.aligned.words))
+        if cut is not None and len(cut.words) >= 2:
+            feats.append(sentence_features(s.attentions, s.aligned.word_of, len(cut.words)))
+            kept.append(cut)
+    return feats, kept
+
+
+def attention_probe(subject: Subject, train: Sequence[Tree], test: Sequence[Tree], seed: int = 0) -> dict[str, Any]:
+    """Clark et al.'s attention-only probe trained on ``train`` and scored on ``test`` (UAS without
+    punctuation, beside the right-branching baseline)."""
+    head_shape(subject.backbone)  # an LSTM: "the lstm encoder has no attention heads ..."
+    ft, tt = probe_features(subject, train)
+    fs, ts = probe_features(subject, test)
+    return train_attention_probe(ft, [t.heads for t in tt], fs, [t.heads for t in ts], [t.punct for t in ts],
+                                 ProbeConfig(epochs=10, lr=2e-3, batch_size=8, seed=seed))
+
+
 def attention(subject: Subject, corpus: str | Path | None, max_sentences: int = 1000,
-              trees: Sequence[Tree] | None = None, batch_size: int = 16) -> dict[str, Any]:
+              trees: Sequence[Tree] | None = None, batch_size: int = 16,
+              train_trees: Sequence[Tree] | None = None, seed: int = 0) -> dict[str, Any]:
     """``stats`` (per statistic ``[layers][heads]``) over the corpus's first ``max_sentences``
-    sentences (or the trees' sentences when no corpus), and ``relations`` over ``trees``."""
+    sentences (or the trees' sentences when no corpus), ``relations`` over ``trees`` and, with
+    ``train_trees`` too, the attention-only probe (``probe``) trained on them and scored on ``trees``."""
     layers, heads = head_shape(subject.backbone)
     stream = AttentionStream(layers, heads)
     source: Iterable[Sequence[str]] = sentences(corpus, max_sentences) if corpus else [t.words for t in trees or ()]
@@ -55,7 +83,9 @@ def attention(subject: Subject, corpus: str | Path | None, max_sentences: int = 
             _feed(syn, s, subject.tokenizer, trees[s.index])
         out["relations"] = syn.result(min_relation_count=20)["relations"]
         out["tree_sentences"] = len(trees)
+        if train_trees:
+            out["probe"] = attention_probe(subject, train_trees, trees, seed)
     return out
 
 
-__all__ = ["attention", "is_punctuation"]
+__all__ = ["attention", "attention_probe", "is_punctuation", "probe_features"]

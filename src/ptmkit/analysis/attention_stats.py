@@ -6,9 +6,11 @@ punctuation, on the token itself, on the previous and on the next token.
 
 Word level (for syntax): a word's attention *to* another word is the sum over that word's pieces,
 its attention *from* it the mean over its own pieces (Clark et al., section 4.1), giving
-``[heads, W, W]`` per layer.  A head "predicts" a dependent's syntactic head as the word it attends
-to most (the word itself excluded); its accuracy per relation is set against the positional
-baseline of the relation: the best fixed offset (the head always ``k`` words to the left or right).
+``[heads, W, W]`` per layer.  A head "predicts" a dependent's syntactic head in two directions, as
+Clark et al.'s code does: ``dep->head``, the word the dependent attends to most, and ``head<-dep``,
+the word that attends most to the dependent (the word itself excluded in both); its accuracy per
+relation, in its better direction, is set against the positional baseline of the relation: the
+best fixed offset (the head always ``k`` words to the left or right).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 STATS = ("entropy", "cls", "sep", "punct", "self", "prev", "next")
+DIRECTIONS = ("dep->head", "head<-dep")  # the dependent attends to its head / the head attends to the dependent
 MAX_OFFSET = 5  # positional baselines: heads from 5 words to the left to 5 to the right
 
 
@@ -42,7 +45,7 @@ class AttentionStream:
         self.N, self.H = int(layers), int(heads)
         self.sums = {k: np.zeros((self.N, self.H)) for k in STATS}
         self.tokens = 0
-        self.correct: dict[str, np.ndarray] = {}
+        self.correct: dict[str, np.ndarray] = {}  # per relation [2 directions, layers, heads]
         self.total: dict[str, int] = {}
         self.offset_correct: dict[str, np.ndarray] = {}
 
@@ -70,13 +73,14 @@ class AttentionStream:
         W = wa.shape[-1]
         scores = wa.copy()
         scores[..., np.arange(W), np.arange(W)] = -np.inf  # a word is not its own head
-        guess = scores.argmax(-1)  # [N, H, W]
+        # [2, N, H, W]: per word, the word it attends to most / the word attending most to it
+        guess = np.stack([scores.argmax(-1), scores.argmax(-2)])
         offsets = np.arange(-MAX_OFFSET, MAX_OFFSET + 1)
         for i, (h, rel) in enumerate(zip(heads, relations)):
             if h < 0:
                 continue
             if rel not in self.correct:
-                self.correct[rel] = np.zeros((self.N, self.H))
+                self.correct[rel] = np.zeros((2, self.N, self.H))
                 self.total[rel] = 0
                 self.offset_correct[rel] = np.zeros(len(offsets))
             self.correct[rel] += guess[..., i] == h
@@ -85,8 +89,10 @@ class AttentionStream:
 
     def result(self, min_relation_count: int = 1) -> dict[str, Any]:
         """``stats``: per statistic ``[layers][heads]`` means over tokens; ``relations``: per relation
-        its count, the accuracy of every head ``[layers][heads]``, the best head and its accuracy, and
-        the best positional baseline (offset and accuracy)."""
+        its count, the accuracy of every head ``[layers][heads]`` in each direction (``accuracy``:
+        dep->head, ``accuracy_head_to_dep``: head<-dep), the best head over both directions (its
+        ``best_direction``, dep->head on a tie) and its accuracy, and the best positional baseline
+        (offset and accuracy)."""
         n = max(self.tokens, 1)
         out: dict[str, Any] = {"tokens": self.tokens, "stats": {k: (v / n).tolist() for k, v in self.sums.items()}}
         rels = {}
@@ -95,14 +101,16 @@ class AttentionStream:
             if self.total[rel] < min_relation_count:
                 continue
             acc = self.correct[rel] / self.total[rel]
-            layer, head = np.unravel_index(int(acc.argmax()), acc.shape)
+            direction, layer, head = np.unravel_index(int(acc.argmax()), acc.shape)
             base = self.offset_correct[rel] / self.total[rel]
             k = int(base.argmax())
-            rels[rel] = {"count": self.total[rel], "accuracy": acc.round(4).tolist(),
-                         "best_head": [int(layer), int(head)], "best_accuracy": float(acc.max()),
+            rels[rel] = {"count": self.total[rel], "accuracy": acc[0].round(4).tolist(),
+                         "accuracy_head_to_dep": acc[1].round(4).tolist(),
+                         "best_head": [int(layer), int(head)], "best_direction": DIRECTIONS[direction],
+                         "best_accuracy": float(acc.max()),
                          "baseline_offset": int(offsets[k]), "baseline_accuracy": float(base[k])}
         out["relations"] = rels
         return out
 
 
-__all__ = ["AttentionStream", "MAX_OFFSET", "STATS", "word_attention"]
+__all__ = ["AttentionStream", "DIRECTIONS", "MAX_OFFSET", "STATS", "word_attention"]

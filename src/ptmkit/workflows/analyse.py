@@ -11,7 +11,8 @@
      ``OUT/vectors/`` (``ptm vectors evaluate`` reads them);
    * ``probe``: POS on ``pos_task`` (brown-pos, gold) and, with ``trees``, relation labels and the
      structural probe, each with its control task, plus Tenney's expected layer and center of gravity;
-   * ``attention``: Clark et al.'s head statistics (and per-relation head accuracy on ``trees``);
+   * ``attention``: Clark et al.'s head statistics (and, on ``trees``, per-relation head accuracy in
+     both directions and the attention-only probe trained on the training trees);
    * ``heads``: Michel et al.'s head importance under the model's own pre-training loss.
 
 3. ``analysis.json`` (every number), ``report.md`` and the figures (``OUT/figures/``) go to OUT through
@@ -37,7 +38,7 @@ from ptmkit.analysis.importance_run import check_importance, importance
 from ptmkit.analysis.models import Subject, load_subject, random_twin
 from ptmkit.analysis.probes import ProbeConfig
 from ptmkit.analysis.probing import dependency_probes, pos_probe
-from ptmkit.analysis.treebank import treebank_splits
+from ptmkit.analysis.treebank import check_words, treebank_splits
 from ptmkit.compress.importance import head_shape
 from ptmkit.data.sources.base import fetch
 from ptmkit.data.tasks import load_task
@@ -119,6 +120,10 @@ def analyse(runs: Sequence[str | Path], corpus: str | Path, out: str | Path, wha
             _check(s, what, static_layers)
         tagged = _tagging(pos_task, *probe_sentences) if "probe" in what else None
         bank = _trees(trees, *probe_sentences) if ("probe" in what or "attention" in what) else None
+        if bank is not None:
+            for s in subjects:
+                check_words(bank[0], s.tokenizer, s.causal, f"{bank[2]}, training")
+                check_words(bank[1], s.tokenizer, s.causal, f"{bank[2]}, test")
         cfg = ProbeConfig(epochs=probe_epochs, seed=seed)
         results: dict[str, Any] = {}
         with outputs.writing(out, "analyse", inputs, overwrite=overwrite) as session:
@@ -139,7 +144,8 @@ def analyse(runs: Sequence[str | Path], corpus: str | Path, out: str | Path, wha
                         r["probe"]["structural"] = dep.pop("structural")
                         r["probe"]["treebank"] = {**dep, "source": bank[2]}
                 if "attention" in what:
-                    r["attention"] = attention(s, corpus, attention_sentences, bank[1] if bank else None)
+                    r["attention"] = attention(s, corpus, attention_sentences, bank[1] if bank else None,
+                                               train_trees=bank[0] if bank else None, seed=seed)
                 if "heads" in what:
                     r["heads"] = importance(s, corpus, seed=seed)
                 results[s.label] = r

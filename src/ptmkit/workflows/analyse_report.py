@@ -131,6 +131,18 @@ def _fmt(xs: list[float]) -> str:
     return " ".join(f"{x:.3f}" for x in xs)
 
 
+def _pipeline(probes: dict[str, Any]) -> list[str]:
+    """Tenney et al.'s ordering: each task's center of gravity and expected layer side by side."""
+    rows = [[m, task, f"{p[task]['cumulative']['center_of_gravity']:.2f}", f"{p[task]['mix']['expected_layer']:.2f}"]
+            for m, p in probes.items() for task in ("pos", "relations") if task in p]
+    if not any(r[1] == "relations" for r in rows):
+        return []
+    return (["## Where each task is solved (Tenney et al. 2019)", "",
+             "Center of gravity of the cumulative linear probes and expected layer of the scalar mix; Tenney et al. "
+             "find POS below the dependency tasks in BERT.", ""]
+            + markdown_table(["model", "task", "center of gravity", "expected layer"], rows) + [""])
+
+
 def report(doc: dict[str, Any], figures: list[str]) -> str:
     """``report.md``: the tables per analysis, then the figures."""
     results = doc["models"]
@@ -163,6 +175,7 @@ def report(doc: dict[str, Any], figures: list[str]) -> str:
                  f"{p['majority_baseline']:.3f}"] for m, p in have.items() for kind in ("linear", "mlp")]
         lines += markdown_table(["model", "probe", "accuracy per layer", "selectivity per layer", "expected layer",
                                  "center of gravity", "majority"], rows) + [""]
+    lines += _pipeline(probes)
     struct = {m: p["structural"] for m, p in probes.items() if "structural" in p}
     if struct:
         lines += ["## Structural probe (Hewitt & Manning 2019)", ""]
@@ -172,9 +185,12 @@ def report(doc: dict[str, Any], figures: list[str]) -> str:
             best = int(np.nanargmax(uuas))
             rows.append([m, _fmt(uuas), _fmt([layer["distance"]["dspr"] for layer in layers]),
                          _fmt([layer["depth"]["root_accuracy"] for layer in layers]),
-                         _fmt([layer["uuas_selectivity"] for layer in layers]), str(best)])
+                         _fmt([layer["depth"]["nspr"] for layer in layers]),
+                         _fmt([layer["uuas_selectivity"] for layer in layers]),
+                         _fmt([layer["root_selectivity"] for layer in layers]), str(best)])
         lines += markdown_table(["model", "UUAS per layer", "DSpr. per layer", "root accuracy per layer",
-                                 "UUAS selectivity", "best layer"], rows) + [""]
+                                 "NSpr. per layer", "UUAS selectivity", "root selectivity", "best layer (UUAS)"],
+                                rows) + [""]
     for m, r in results.items():
         if "attention" not in r:
             continue
@@ -184,11 +200,17 @@ def report(doc: dict[str, Any], figures: list[str]) -> str:
                                                     for k in range(len(st["entropy"]))]) + [""]
         rels = r["attention"].get("relations", {})
         if rels:
-            lines += markdown_table(["relation", "count", "best head (layer, head)", "accuracy", "best offset",
-                                     "offset accuracy"],
-                                    [[k, str(v["count"]), str(tuple(v["best_head"])), f"{v['best_accuracy']:.3f}",
-                                      f"{v['baseline_offset']:+d}", f"{v['baseline_accuracy']:.3f}"]
+            lines += markdown_table(["relation", "count", "best head (layer, head)", "direction", "accuracy",
+                                     "best offset", "offset accuracy"],
+                                    [[k, str(v["count"]), str(tuple(v["best_head"])), v.get("best_direction", "dep->head"),
+                                      f"{v['best_accuracy']:.3f}", f"{v['baseline_offset']:+d}",
+                                      f"{v['baseline_accuracy']:.3f}"]
                                      for k, v in list(rels.items())[:15]]) + [""]
+        probe = r["attention"].get("probe")
+        if probe:
+            lines += [f"Attention-only probe (Clark et al. section 5; {probe['train_sentences']} training, "
+                      f"{probe['test_sentences']} test sentences): UAS {probe['uas']:.3f} (training {probe['train_uas']:.3f}); "
+                      f"right-branching baseline {probe['right_branching_uas']:.3f}.", ""]
     lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     return "\n".join(lines)
 
