@@ -260,7 +260,33 @@ def main() -> None:
                   "student_int8": out / "int8-kd"}
         res["speed"] = speed({k: v for k, v in models.items() if (v / "task_model.json").is_file()})
         save()
+    print(table(res))
     print(json.dumps(res))
+
+
+def _mean_sd(x: dict | None) -> str:
+    if not x:
+        return "—"
+    n = len(x["test"])
+    return f"{x['test_mean']:.4f} ± {x['test_sd']:.4f}" if n > 1 else f"{x['test_mean']:.4f} (1 seed)"
+
+
+def table(res: dict) -> str:
+    """The Markdown table of the headline rows: test accuracy (mean ± sd over seeds) and retention."""
+    t = res["teacher"]["test_mean"]
+    rows = [("MiniLM teacher (6 layers)", res.get("teacher")), ("3-layer student, distilled", res.get("kd")),
+            ("3-layer student, gold labels only", res.get("labels")),
+            ("3-layer student, + TinyBERT hidden/attention losses", res.get("tinybert")),
+            ("3-layer student, BERT-of-Theseus", res.get("theseus")),
+            ("BiLSTM student, distilled", res.get("bilstm")), ("BiLSTM, gold labels only", res.get("bilstm_labels"))]
+    lines = ["| model | MR test accuracy | retention |", "|---|---|---|"]
+    for name, x in rows:
+        if x:
+            lines.append(f"| {name} | {_mean_sd(x)} | {x['test_mean'] / t:.1%} |")
+    for q in res.get("int8", []):
+        lines.append(f"| int8 teacher ({q['source'].rsplit('-', 1)[-1]}) | {q['test']['int8']['accuracy']:.4f} "
+                     f"(fp32 {q['test']['float32']['accuracy']:.4f}) | |")
+    return "\n".join(lines)
 
 
 def _finished(run: Path) -> bool:
