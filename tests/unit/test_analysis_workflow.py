@@ -46,6 +46,7 @@ def _run(setup, out, **kw):
     root, corpus, ck, trees, tags = setup
     args = dict(what="contextuality,probe,attention,heads", random_twins=True, static_layers=(1, 2), max_sentences=80,
                 pos_task=str(tags), trees=str(trees), probe_sentences=(40, 20), probe_epochs=2, attention_sentences=20,
+                attention_probe_updates=200,
                 progress=False)
     return analyse([ck], corpus, out, **{**args, **kw})
 
@@ -70,7 +71,7 @@ def test_every_analysis_of_a_model_and_its_twin(setup, tmp_path):
         assert dep["best_direction"] in ("dep->head", "head<-dep") and len(dep["accuracy_head_to_dep"]) == 2
         probe = r["attention"]["probe"]
         assert 0 <= probe["uas"] <= 1 and len(probe["weights"]) == 2 * 2 * 4  # both directions of 2 x 4 heads
-        assert probe["train_sentences"] == 40 and probe["test_sentences"] == 20
+        assert probe["train_sentences"] == 40 and probe["test_sentences"] == 20 and probe["updates"] == 200
         assert r["probe"]["structural"][0]["root_selectivity"] == pytest.approx(
             r["probe"]["structural"][0]["depth"]["root_accuracy"] - r["probe"]["structural"][0]["depth_control"]["root_accuracy"])
         assert np.asarray(r["heads"]["importance"]).shape == (2, 4)

@@ -9,10 +9,14 @@ pair, in both directions (``α_k(i, j)``: ``i`` attends to ``j``; ``α_k(j, i)``
 a softmax over the candidates: every other word of the sentence and ROOT.  As in Clark et al.'s
 code, ROOT's feature for each map is the word's attention to the special tokens before the words
 (``[CLS]``) and after them (``[SEP]``), weighted by two learned scalars (``ρ_start``, ``ρ_end``):
-``Σ_k w_k (ρ_start α_k(i, start) + ρ_end α_k(i, end))``, transposed maps likewise.  Trained by
-Adam (learning rate 0.002, Clark's) on the cross-entropy of the gold head; scored by UAS without
-punctuation.  One change from the code: a word is never its own head candidate (the code lets
-the probe learn that).
+``Σ_k w_k (ρ_start α_k(i, start) + ρ_end α_k(i, end))``, transposed maps likewise.  Trained as
+Clark et al. train it: Adam (learning rate 0.002) on the cross-entropy of the gold heads, one
+sentence per update, the weights starting at 0; they make one pass over the ~40k sentences of the
+PTB training set, so a smaller training set is passed over until :data:`UPDATES` updates (the
+weights of attention values in [0, 1] must grow large for a sharp softmax: 600 updates of 8
+sentences left MiniLM's probe at 0.41 UAS on silver Brown trees where 40,000 reach 0.51).  Scored
+by UAS without punctuation.  One change from the code: a word is never its own head candidate
+(the code lets the probe learn that).
 
 The positional reference is the right-branching baseline Clark et al. report (each word's head is
 the next word, the last word the root).
@@ -32,6 +36,7 @@ from ptmkit.analysis.probes import ProbeConfig, fit
 from ptmkit.errors import PtmError
 
 ROOT_SLOTS = 2  # the special tokens before the words ([CLS]) and after them ([SEP])
+UPDATES = 40_000  # sentence updates, as one pass over PTB's training sentences (Clark et al.)
 
 
 @dataclass
@@ -135,7 +140,7 @@ def right_branching(heads: Sequence[np.ndarray]) -> list[np.ndarray]:
 def train_attention_probe(train: Sequence[AttentionFeatures], train_heads: Sequence[np.ndarray],
                           test: Sequence[AttentionFeatures], test_heads: Sequence[np.ndarray],
                           test_punct: Sequence[np.ndarray] | None = None,
-                          cfg: ProbeConfig = ProbeConfig(epochs=10, lr=2e-3, batch_size=8)) -> dict[str, object]:
+                          cfg: ProbeConfig = ProbeConfig(epochs=10, lr=2e-3, batch_size=1)) -> dict[str, object]:
     """Train the probe on the training sentences (features and gold heads ``[W]``, -1 at the root)
     and score it: ``uas`` on the test sentences, the right-branching baseline's, ``train_uas``, and
     the learned weights (``weights [K]``, ``root``)."""
@@ -158,8 +163,8 @@ def train_attention_probe(train: Sequence[AttentionFeatures], train_heads: Seque
             "train_uas": uas(predict_heads(probe, train), train_heads),
             "weights": probe.weights.detach().numpy().round(4).tolist(),
             "root": probe.root.detach().numpy().round(4).tolist(),
-            "train_sentences": len(train), "test_sentences": len(test)}
+            "train_sentences": len(train), "test_sentences": len(test), "updates": cfg.epochs * -(-len(train) // cfg.batch_size)}
 
 
-__all__ = ["AttentionFeatures", "AttentionProbe", "predict_heads", "right_branching", "sentence_features",
+__all__ = ["UPDATES", "AttentionFeatures", "AttentionProbe", "predict_heads", "right_branching", "sentence_features",
            "train_attention_probe", "uas"]

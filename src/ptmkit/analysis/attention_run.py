@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ptmkit.analysis.attention_probe import AttentionFeatures, sentence_features, train_attention_probe
+from ptmkit.analysis.attention_probe import UPDATES, AttentionFeatures, sentence_features, train_attention_probe
 from ptmkit.analysis.attention_stats import AttentionStream
 from ptmkit.analysis.corpus_text import sentences
 from ptmkit.analysis.extract import SentenceStates, word_states
@@ -53,19 +53,22 @@ def probe_features(subject: Subject, trees: Sequence[Tree], batch_size: int = 16
     return feats, kept
 
 
-def attention_probe(subject: Subject, train: Sequence[Tree], test: Sequence[Tree], seed: int = 0) -> dict[str, Any]:
-    """Clark et al.'s attention-only probe trained on ``train`` and scored on ``test`` (UAS without
-    punctuation, beside the right-branching baseline)."""
+def attention_probe(subject: Subject, train: Sequence[Tree], test: Sequence[Tree], seed: int = 0,
+                    updates: int = UPDATES) -> dict[str, Any]:
+    """Clark et al.'s attention-only probe trained on ``train`` (one sentence per update, passes over
+    them until ``updates``) and scored on ``test`` (UAS without punctuation, beside the
+    right-branching baseline)."""
     head_shape(subject.backbone)  # an LSTM: "the lstm encoder has no attention heads ..."
     ft, tt = probe_features(subject, train)
     fs, ts = probe_features(subject, test)
+    epochs = max(1, -(-updates // max(len(ft), 1)))
     return train_attention_probe(ft, [t.heads for t in tt], fs, [t.heads for t in ts], [t.punct for t in ts],
-                                 ProbeConfig(epochs=10, lr=2e-3, batch_size=8, seed=seed))
+                                 ProbeConfig(epochs=epochs, lr=2e-3, batch_size=1, seed=seed))
 
 
 def attention(subject: Subject, corpus: str | Path | None, max_sentences: int = 1000,
               trees: Sequence[Tree] | None = None, batch_size: int = 16,
-              train_trees: Sequence[Tree] | None = None, seed: int = 0) -> dict[str, Any]:
+              train_trees: Sequence[Tree] | None = None, seed: int = 0, probe_updates: int = UPDATES) -> dict[str, Any]:
     """``stats`` (per statistic ``[layers][heads]``) over the corpus's first ``max_sentences``
     sentences (or the trees' sentences when no corpus), ``relations`` over ``trees`` and, with
     ``train_trees`` too, the attention-only probe (``probe``) trained on them and scored on ``trees``."""
@@ -84,7 +87,7 @@ def attention(subject: Subject, corpus: str | Path | None, max_sentences: int = 
         out["relations"] = syn.result(min_relation_count=20)["relations"]
         out["tree_sentences"] = len(trees)
         if train_trees:
-            out["probe"] = attention_probe(subject, train_trees, trees, seed)
+            out["probe"] = attention_probe(subject, train_trees, trees, seed, probe_updates)
     return out
 
 

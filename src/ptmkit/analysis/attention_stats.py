@@ -32,7 +32,7 @@ def word_attention(attn: np.ndarray, word_of: np.ndarray, num_words: int) -> np.
     real = word_of >= 0
     to[word_of[real], np.flatnonzero(real)] = 1.0
     per_word = np.maximum(to.sum(1, keepdims=True), 1.0)
-    return np.einsum("wt,...ts,vs->...wv", to / per_word, attn, to)
+    return (to / per_word) @ attn @ to.T  # two matrix products (a three-operand einsum loops over all five indices)
 
 
 class AttentionStream:

@@ -25,10 +25,17 @@ OUT/figures/*.png and OUT/analysis.json.  RUN is a pre-training run or checkpoin
                  Tenney's expected layer and cumulative center of gravity.
   attention      per head: entropy and the share of attention on [CLS], [SEP], punctuation, the
                  token itself, the previous and the next token (Clark et al. 2019); with --trees,
-                 how often each head's most-attended word is the syntactic head, per relation,
-                 beside the best fixed-offset baseline.  Refused for LSTM encoders.
+                 how often each head's most-attended word is the syntactic head, per relation and
+                 in both directions, beside the best fixed-offset baseline, and the attention-only
+                 probe (a linear combination of all heads' maps trained to find each word's head;
+                 UAS beside the right-branching baseline).  Refused for LSTM encoders.
   heads          head importance (Michel et al. 2019) under the model's own pre-training loss on
                  the corpus, as a layer x head heatmap (needs the model's pre-training heads).
+
+--trees takes a JSONL file (tokens, heads: 1-based with 0 for the root, relations) or a data set:
+  en-spacy-trees    Brown parsed by spaCy en_core_web_sm (silver; ptm data get en-spacy-trees
+                    needs pip install 'ptmkit[analysis]')
+  turkish-treebank  the Turkish Web Treebank (gold)
 
 --random-twins adds, for every RUN, a randomly initialised model of the same architecture.
 Everything is seeded (--seed) and runs on --threads threads: the same command gives the same
@@ -40,6 +47,7 @@ examples:
   ptm analyse runs/bert-mini --corpus text.txt -o out/analysis
   ptm analyse runs/bert-mini runs/gpt2 runs/elmo --corpus text.txt --what contextuality,probe --random-twins -o out/a
   ptm analyse ckpt/minilm --corpus text.txt --trees en-spacy-trees --static-layers 1,3 -o out/minilm
+  ptm analyse ckpt/minilm --corpus text.txt --what probe,attention --trees turkish-treebank --random-twins -o out/tr
 """
 
 
@@ -78,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a word's vector: its first piece's (default) or the mean of its pieces")
     p.add_argument("--pos-task", default="brown-pos", help="tagging task for the POS probe (default: brown-pos)")
     p.add_argument("--trees", default=None, metavar="NAME|FILE",
-                   help="dependency trees (a data set name or a JSONL file of tokens/heads/relations)")
+                   help="dependency trees: en-spacy-trees, turkish-treebank, or a JSONL file of tokens/heads/relations")
     p.add_argument("--probe-sentences", type=_pair, default=(1000, 300), metavar="TRAIN,TEST",
                    help="sentences the probes train and test on (default: 1000,300)")
     p.add_argument("--probe-epochs", type=int, default=10, metavar="N", help="probe training epochs (default: 10)")

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ptmkit import outputs
+from ptmkit.analysis.attention_probe import UPDATES
 from ptmkit.analysis.attention_run import attention
 from ptmkit.analysis.contextuality_run import check_layers, contextuality
 from ptmkit.analysis.importance_run import check_importance, importance
@@ -95,7 +96,8 @@ def analyse(runs: Sequence[str | Path], corpus: str | Path, out: str | Path, wha
             random_twins: bool = False, labels: Sequence[str] | None = None, static_layers: Sequence[int] = (1,),
             max_sentences: int | None = 5000, max_words: int | None = 2000, pooling: str = "first",
             pos_task: str = "brown-pos", trees: str | Path | None = None, probe_sentences: tuple[int, int] = (1000, 300),
-            probe_epochs: int = 10, attention_sentences: int = 500, seed: int = 0, threads: int = 1,
+            probe_epochs: int = 10, attention_sentences: int = 500, attention_probe_updates: int = UPDATES,
+            seed: int = 0, threads: int = 1,
             overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
     """``ptm analyse`` (see the module docstring).  Returns what ``OUT/analysis.json`` holds."""
     what = parse_what(what)
@@ -145,7 +147,8 @@ def analyse(runs: Sequence[str | Path], corpus: str | Path, out: str | Path, wha
                         r["probe"]["treebank"] = {**dep, "source": bank[2]}
                 if "attention" in what:
                     r["attention"] = attention(s, corpus, attention_sentences, bank[1] if bank else None,
-                                               train_trees=bank[0] if bank else None, seed=seed)
+                                               train_trees=bank[0] if bank else None, seed=seed,
+                                               probe_updates=attention_probe_updates)
                 if "heads" in what:
                     r["heads"] = importance(s, corpus, seed=seed)
                 results[s.label] = r

@@ -200,16 +200,20 @@ def report(doc: dict[str, Any], figures: list[str]) -> str:
                                                     for k in range(len(st["entropy"]))]) + [""]
         rels = r["attention"].get("relations", {})
         if rels:
+            lines += ["Per relation (punctuation left out, as Clark et al.): the best head at finding the dependent's head "
+                      "word, as the word the dependent attends to most (dep->head) or the word attending most to the "
+                      "dependent (head<-dep), beside the best fixed offset.", ""]
             lines += markdown_table(["relation", "count", "best head (layer, head)", "direction", "accuracy",
                                      "best offset", "offset accuracy"],
                                     [[k, str(v["count"]), str(tuple(v["best_head"])), v.get("best_direction", "dep->head"),
                                       f"{v['best_accuracy']:.3f}", f"{v['baseline_offset']:+d}",
                                       f"{v['baseline_accuracy']:.3f}"]
-                                     for k, v in list(rels.items())[:15]]) + [""]
+                                     for k, v in [kv for kv in rels.items() if kv[0] != "punct"][:15]]) + [""]
         probe = r["attention"].get("probe")
         if probe:
             lines += [f"Attention-only probe (Clark et al. section 5; {probe['train_sentences']} training, "
-                      f"{probe['test_sentences']} test sentences): UAS {probe['uas']:.3f} (training {probe['train_uas']:.3f}); "
+                      f"{probe['test_sentences']} test sentences, {probe['updates']} updates): UAS {probe['uas']:.3f} "
+                      f"(training {probe['train_uas']:.3f}); "
                       f"right-branching baseline {probe['right_branching_uas']:.3f}.", ""]
     lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     return "\n".join(lines)
