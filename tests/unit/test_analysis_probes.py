@@ -53,9 +53,17 @@ def test_control_labels_follow_hewitt_and_liang():
     heads = controls.control_heads(words, beh)
     expect = {"self": None, "first": 0, "last": 3}
     assert [h for h in heads] == [i if expect[beh[w]] is None else expect[beh[w]] for i, w in enumerate(words)]
-    tree = controls.control_tree(words, controls.control_sides(sents))
-    T.check_tree(tree)
-    assert tree[0] == -1 and tree[3] == 0
+    side, rank = {"w1": 0, "w2": 1, "w3": 0, "w4": 1}, {"w1": 5, "w2": 1, "w3": 9, "w4": 2}
+    # w3 ranks highest: the root; the last word the anchor, under it; w1 (bit 0) -> root, w2 (bit 1) -> anchor
+    assert controls.control_tree(words, side, rank).tolist() == [2, 3, -1, 2]
+    assert controls.control_tree(["w2", "w1", "w3"], side, rank).tolist() == [2, 2, -1]  # the root last: anchor first
+    assert controls.control_tree(["w3", "w1", "w3"], side, rank).tolist() == [-1, 0, 0]  # ties: the first is the root
+    sides, ranks = controls.control_sides(sents), controls.control_ranks(sents)
+    assert sorted(ranks.values()) == list(range(len(vocab)))
+    roots = Counter(int(np.flatnonzero(controls.control_tree(s, sides, ranks) == -1)[0]) for s in sents)
+    assert len(roots) == 8 and max(roots.values()) < 0.3 * len(sents)  # the root is no position
+    for s in sents[:20]:
+        T.check_tree(controls.control_tree(s, sides, ranks))
     assert controls.selectivity(0.9, 0.6) == pytest.approx(0.3)
 
 

@@ -8,9 +8,12 @@ the control task, with the same probe and features.
   the empirical distribution of the task's labels over all tokens (H&L section 3.1).
 * Dependency edges: each word type gets one of three behaviours, uniformly: attach to itself, to
   the first word of the sentence or to the last (H&L section 3.2).
-* Trees (for the structural probe, which needs a tree): the same idea made a tree — the first word
-  is the root, the last word attaches to the first, and every other word to the first or the last
-  word as its type decides (one random bit per type).
+* Trees (for the structural probe, which needs a tree): the same idea made a tree — every word type
+  draws a random rank and a random bit; the word of the highest rank is the root, an anchor word
+  (the last word, or the first when the last is the root) attaches to it, and every other word to
+  the root or to the anchor as its type's bit decides.  Both the root and the attachments are
+  facts about word types that a probe can only memorise (a root fixed by position, say always the
+  first word, would be found from position alone and make the depth probe's control easy).
 
 The draws follow the sorted list of word types from one seeded generator, so a type gets the
 same control output in every split and every run.
@@ -57,22 +60,31 @@ def control_heads(words: Sequence[str], behaviour: dict[str, str]) -> np.ndarray
                     dtype=np.int64)
 
 
-def control_tree(words: Sequence[str], side: dict[str, int]) -> np.ndarray:
-    """A control tree ``[W]`` of head indices (-1 at the root): word 0 is the root, the last word
-    attaches to it, every other word to word 0 or to the last word by ``side[type]`` (0 or 1)."""
+def control_tree(words: Sequence[str], side: dict[str, int], rank: dict[str, int]) -> np.ndarray:
+    """A control tree ``[W]`` of head indices (-1 at the root): the word of the highest
+    ``rank[type]`` (the first of them) is the root; the anchor, the last word (the first when the
+    last is the root), attaches to it; every other word to the root (``side[type] == 0``) or the anchor."""
     W = len(words)
-    heads = np.zeros(W, dtype=np.int64)
-    heads[0] = -1
-    for i in range(1, W - 1):
-        heads[i] = 0 if side[words[i]] == 0 else W - 1
+    root = int(np.argmax([rank[w] for w in words]))
+    anchor = W - 1 if root != W - 1 else 0
+    heads = np.array([root if side[w] == 0 else anchor for w in words], dtype=np.int64)
+    heads[anchor] = root
+    heads[root] = -1
     return heads
 
 
 def control_sides(sentences: Sequence[Sequence[str]], seed: int = 0) -> dict[str, int]:
-    """word type -> 0 (attach to the first word) or 1 (to the last), one fair coin per type."""
+    """word type -> 0 (attach to the root) or 1 (to the anchor), one fair coin per type."""
     types = _types(sentences)
     draws = np.random.default_rng([seed, 107]).integers(2, size=len(types))
     return {w: int(k) for w, k in zip(types, draws)}
+
+
+def control_ranks(sentences: Sequence[Sequence[str]], seed: int = 0) -> dict[str, int]:
+    """word type -> its place in one random order of all types (the control tree's root: the highest)."""
+    types = _types(sentences)
+    order = np.random.default_rng([seed, 109]).permutation(len(types))
+    return {w: int(k) for w, k in zip(types, order)}
 
 
 def selectivity(task_accuracy: float, control_accuracy: float) -> float:
@@ -80,5 +92,5 @@ def selectivity(task_accuracy: float, control_accuracy: float) -> float:
     return float(task_accuracy - control_accuracy)
 
 
-__all__ = ["BEHAVIOURS", "control_behaviours", "control_heads", "control_labels", "control_sides", "control_tree",
-           "selectivity"]
+__all__ = ["BEHAVIOURS", "control_behaviours", "control_heads", "control_labels", "control_ranks", "control_sides",
+           "control_tree", "selectivity"]

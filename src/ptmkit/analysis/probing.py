@@ -116,7 +116,7 @@ def dependency_probes(subject: Subject, train: Sequence[Tree], test: Sequence[Tr
     xt, yt, ct = _arcs(ftrain, train, rel_control)
     xs, ys, cs = _arcs(ftest, test, rel_control)
     relations = tagging_probes(xt, yt, ct, xs, ys, cs, cfg, hidden)
-    sides = controls.control_sides(everything, seed)
+    sides, ranks = controls.control_sides(everything, seed), controls.control_ranks(everything, seed)
 
     def usable(feats: list[np.ndarray], trees: Sequence[Tree]) -> tuple[list[np.ndarray], list[Tree]]:
         pairs = [(f, t.cut(f.shape[1])) for f, t in zip(feats, trees) if f.size and f.shape[1] >= 2]
@@ -126,7 +126,7 @@ def dependency_probes(subject: Subject, train: Sequence[Tree], test: Sequence[Tr
     ftest, test_t = usable(ftest, test)
     scfg = structural_cfg or ProbeConfig(epochs=30, lr=1e-3, batch_size=20, seed=seed)
     gold = lambda ts: [t.heads for t in ts]  # noqa: E731
-    ctrl = lambda ts: [controls.control_tree(t.words, sides) for t in ts]  # noqa: E731
+    ctrl = lambda ts: [controls.control_tree(t.words, sides, ranks) for t in ts]  # noqa: E731
     punct = [t.punct for t in test_t]
     layers = []
     for k in range(ftrain[0].shape[0]):
