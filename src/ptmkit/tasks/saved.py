@@ -177,7 +177,8 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
         if any(run.glob(f"*/{TASK_MODEL_FILE}")):
             hint = f"; it holds runs: {', '.join(sorted(p.parent.name for p in run.glob(f'*/{TASK_MODEL_FILE}'))[:4])}"
         elif (run / BEST_FILE).is_file():
-            hint = "; it was fine-tuned by an older ptmkit that did not save the model's shape: fine-tune again"
+            hint = ("; its fine-tuning is still under way, or was made by an older ptmkit that did not save the "
+                    "model's shape (then fine-tune again)")
         raise PtmError(f"{run} is not a fine-tuned model (no {TASK_MODEL_FILE}){hint}")
     try:
         info = json.loads(file.read_text(encoding="utf-8"))
