@@ -119,6 +119,8 @@ def test_turkish_tokens_that_do_not_match_the_text_are_refused():
         merge_igs(rows, "s")
     with pytest.raises(PtmError, match="10 columns"):
         read_conllu("# text = a\n1\ta\t_", "s")
+    with pytest.raises(PtmError, match="an integer id"):  # a multiword token's range
+        read_conllu("# text = ab\n1-2\tab" + "\t_" * 8, "s")
 
 
 def test_turkish_build_splits_each_section_eight_one_one(tmp_path):

