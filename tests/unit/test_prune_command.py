@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from conftest import run_cli, tiny_checkpoint, toy_sentiment
+from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, finetune
@@ -24,12 +24,7 @@ def run(tmp_path_factory):
     ck = tiny_checkpoint(root / "model", task.train.texts, layers=3, heads=4, hidden=16)
     cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=24)
     finetune(load_pretrained(ck, heads=False), task, root / "run", cfg, seed=0, progress=False)
-    files = []
-    for split in ("train", "dev", "test"):
-        s = task.split(split)
-        path = root / f"{split}.jsonl"
-        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
-        files += [f"--{split}", path]
+    files = task_file_args(task, root)
     return task, root / "run", files
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import run_cli, tiny_checkpoint, toy_sentiment
+from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 from torch import nn
 
 from ptmkit.compress.quantize import (
@@ -216,12 +216,7 @@ def finetuned(tmp_path_factory):
     ck = tiny_checkpoint(root / "model", task.train.texts)
     cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
     finetune(load_pretrained(ck, heads=False), task, root / "run", cfg, seed=0, progress=False)
-    files = []
-    for split in ("train", "dev", "test"):
-        s = task.split(split)
-        path = root / f"{split}.jsonl"
-        path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
-        files += [f"--{split}", str(path)]
+    files = [str(a) for a in task_file_args(task, root)]
     return task, root / "run", files
 
 
