@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ptmkit.commands import IntermixedParser
+from ptmkit.commands import RegistryHelpParser
+from ptmkit.commands.task_args import add_task_arguments, task_files, task_loader
 from ptmkit.errors import PtmError
 
 HELP = "distil a fine-tuned model into a smaller student (Hinton KD, TinyBERT layers, DistilBERT init, BiLSTM)"
@@ -122,11 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     k.add_argument("--projection", choices=("auto", "off"), default="auto",
                    help="learned W_h / W_e where the widths differ (auto), or none (widths must match)")
     d = p.add_argument_group("data")
-    d.add_argument("--task", help="a built-in task (default: the teacher's)")
-    d.add_argument("--train", metavar="FILE")
-    d.add_argument("--dev", metavar="FILE")
-    d.add_argument("--test", metavar="FILE")
-    d.add_argument("--type", default=None, help="task type of the files (default: from their columns)")
+    add_task_arguments(d)
     d.add_argument("--unlabelled", metavar="FILE", default=None,
                    help="text of the task's domain, one example per line, labelled by the teacher")
     d.add_argument("--unlabelled-limit", type=int, default=None, metavar="N", help="read the first N lines only")
@@ -136,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace ptm's earlier output in OUT")
     p.add_argument("--resume", action="store_true", help="continue an interrupted distillation in OUT")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.__class__ = IntermixedParser
+    p.__class__ = RegistryHelpParser
     p.set_defaults(func=run)
 
 
@@ -168,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
         workflow.distil_general(args.teacher, args.data, args.out, args.layers, weights, list(args.overrides),
                        resume=args.resume, overwrite=args.overwrite)
         return 0
-    files = (args.train, args.dev, args.test)
-    load = (lambda: workflow.task_data(args.task, None, files, args.type)) if (args.task or any(files)) else None
+    files, load = task_files(args), task_loader(args, workflow.task_data)
     workflow.distil(args.teacher, args.out, student, settings, overrides, list(args.seeds), load, args.unlabelled,
                     args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
                     inputs=[*files, args.student_from],

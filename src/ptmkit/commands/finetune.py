@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ptmkit.commands import RegistryHelpParser
+from ptmkit.commands.task_args import column_pair, columns_of
 
 HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
 
@@ -77,13 +78,6 @@ examples:
 
 
 
-def _column_pair(text: str) -> tuple[str, str]:
-    name, eq, column = text.partition("=")
-    if not eq or not name or not column:
-        raise argparse.ArgumentTypeError(f"expected NAME=COLUMN, got {text!r}")
-    return name, column
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "finetune", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -107,7 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                        "(default: text)")
     p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
     p.add_argument("--label-column", default=None, help="column of the label or target (default: label)")
-    p.add_argument("--column", dest="columns", action="append", type=_column_pair, metavar="NAME=COLUMN",
+    p.add_argument("--column", dest="columns", action="append", type=column_pair, metavar="NAME=COLUMN",
                    help="any column of the task type's files, e.g. --column question=q --column tokens=words")
     p.add_argument("--after", metavar="FINETUNE_RUN", default=None,
                    help="two-stage fine-tuning: start from the encoder selected by an earlier fine-tuning on an "
@@ -151,10 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.workflows import finetune as workflow  # the one heavy import, when the command runs
 
     cfg = workflow.parse_overrides(list(args.overrides), args.recipe)
-    columns = dict(args.columns or [])
-    for name, value in (("text", args.text_column), ("text_pair", args.pair_column), ("label", args.label_column)):
-        if value is not None:
-            columns[name] = value
+    columns = columns_of(args)
     files = (args.train, args.dev, args.test)
 
     def load_data():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ptmkit.commands import HelpFromRegistry
+from ptmkit.commands.task_args import add_task_arguments, task_files, task_loader
 
 HELP = "prune a fine-tuned model (attention heads, whole layers, or weights by magnitude) and measure it"
 
@@ -56,13 +57,6 @@ examples:
 """
 
 
-def _column_pair(text: str) -> tuple[str, str]:
-    name, eq, column = text.partition("=")
-    if not eq or not name or not column:
-        raise argparse.ArgumentTypeError(f"expected NAME=COLUMN, got {text!r}")
-    return name, column
-
-
 def _layer_list(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -91,16 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default: 0)")
     p.add_argument("--importance-split", choices=("train", "dev", "test"), default="dev",
                    help="the split whose loss head importance is measured on (default: dev)")
-    p.add_argument("--task", help="built-in task to score on (default: the one RUN was fine-tuned on): {names:task}")
-    p.add_argument("--train", metavar="FILE", help="your own task's training file (JSONL/CSV/TSV)")
-    p.add_argument("--dev", metavar="FILE", help="your own task's dev file")
-    p.add_argument("--test", metavar="FILE", help="your own task's test file")
-    p.add_argument("--type", default=None, metavar="TYPE", help="task type of the files ({names:task_type})")
-    p.add_argument("--text-column", default=None, help="column of the (first) text (default: text)")
-    p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")
-    p.add_argument("--label-column", default=None, help="column of the label or target (default: label)")
-    p.add_argument("--column", dest="columns", action="append", type=_column_pair, metavar="NAME=COLUMN",
-                   help="any column of the task type's files, e.g. --column tokens=words")
+    add_task_arguments(p)
     p.add_argument("--threads", type=int, default=2, metavar="N",
                    help="CPU threads for scoring and timing (default: 2)")
     p.add_argument("--rounds", type=int, default=5, metavar="N",
@@ -115,18 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ptmkit.workflows import finetune, prune  # the heavy imports, when the command runs
 
-    columns = dict(args.columns or [])
-    for name, value in (("text", args.text_column), ("text_pair", args.pair_column), ("label", args.label_column)):
-        if value is not None:
-            columns[name] = value
-    files = (args.train, args.dev, args.test)
-    given = bool(args.task or any(files))
-
-    def load_data():
-        return finetune.task_data(args.task, None, files, args.type, columns)
-
+    files, load_data = task_files(args), task_loader(args, finetune.task_data)
     prune.prune_run(args.run, args.out, method=args.method, fraction=args.fraction, order=args.order,
-                    layers=args.keep_layers, curve=args.curve, load_data=load_data if given else None, seed=args.seed,
+                    layers=args.keep_layers, curve=args.curve, load_data=load_data, seed=args.seed,
                     tolerance=args.tolerance, importance_split=args.importance_split, inputs=files,
                     overwrite=args.overwrite, threads=args.threads, rounds=args.rounds)
     return 0
