@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ptmkit.commands import HelpFromRegistry
-from ptmkit.commands.task_args import add_task_arguments, task_files, task_loader
+from ptmkit.commands.task_args import add_task_arguments, add_timing_arguments, task_files, task_loader
 
 HELP = "prune a fine-tuned model (attention heads, whole layers, or weights by magnitude) and measure it"
 
@@ -86,10 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--importance-split", choices=("train", "dev", "test"), default="dev",
                    help="the split whose loss head importance is measured on (default: dev)")
     add_task_arguments(p)
-    p.add_argument("--threads", type=int, default=2, metavar="N",
-                   help="CPU threads for scoring and timing (default: 2)")
-    p.add_argument("--rounds", type=int, default=5, metavar="N",
-                   help="timing rounds; the speeds are medians over them (default: 5)")
+    add_timing_arguments(p)
     p.add_argument("--out", "-o", required=True, metavar="OUT",
                    help="output directory: new, empty, or (with --overwrite) an earlier pruning output")
     p.add_argument("--overwrite", action="store_true", help="replace the pruned model ptm wrote in OUT")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ptmkit.commands import HelpFromRegistry
-from ptmkit.commands.task_args import add_task_arguments, task_files, task_loader
+from ptmkit.commands.task_args import add_task_arguments, add_timing_arguments, task_files, task_loader
 from ptmkit.errors import PtmError
 
 HELP = "quantize a fine-tuned model to int8 (dynamic) and measure its scores, size and speed"
@@ -58,10 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("ao", "torchao"), default=None,
                    help="ao (default: torch.ao dynamic int8 kernels, the faster on CPU) or torchao")
     add_task_arguments(p)
-    p.add_argument("--threads", type=int, default=2, metavar="N",
-                   help="CPU threads for scoring and timing (default: 2)")
-    p.add_argument("--rounds", type=int, default=5, metavar="N",
-                   help="timing rounds; the speeds are medians over them (default: 5)")
+    add_timing_arguments(p)
     p.add_argument("--out", "-o", required=True, metavar="OUT",
                    help="output directory: new, empty, or (with --overwrite) an earlier quantization")
     p.add_argument("--overwrite", action="store_true", help="replace the quantized model ptm wrote in OUT")

@@ -35,6 +35,14 @@ def add_task_arguments(p: Any) -> None:
     add_column_arguments(p)
 
 
+def add_timing_arguments(p: argparse.ArgumentParser) -> None:
+    """``--threads`` and ``--rounds`` of the commands that time a model before and after compressing it."""
+    p.add_argument("--threads", type=int, default=2, metavar="N",
+                   help="CPU threads for scoring and timing (default: 2)")
+    p.add_argument("--rounds", type=int, default=5, metavar="N",
+                   help="timing rounds; the speeds are medians over them (default: 5)")
+
+
 def columns_of(args: argparse.Namespace) -> dict[str, str]:
     """The column names the options give (``--column`` pairs and the three named ones)."""
     columns = dict(args.columns or [])
