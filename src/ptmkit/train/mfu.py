@@ -1,0 +1,124 @@
+"""Model FLOPs utilisation (MFU): achieved FLOP/s over the device's dense peak for the dtype.
+
+MFU (Chowdhery et al. 2022, PaLM) is only as honest as its denominator.  On a GPU the peak is
+the vendor's *dense* figure for the training dtype (:data:`GPU_PEAKS`; H100 SXM bf16 is
+989 TFLOP/s, not the 1,979 quoted with 2:4 sparsity).  A CPU has no such table: its peak
+depends on the core count, the vector units (AVX-512, AMX) and the threads torch uses, so it is
+*measured* once per process by a matrix-product probe (:func:`measure_matmul_peak`) with the
+threads and dtype training will use.  The numerator counts the operations that actually run
+(:mod:`ptmkit.flops`), not the 6·N formula.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import torch
+
+# Dense (non-sparse) peak FLOP/s per GPU model for bf16/fp16 tensor cores, tf32 and fp32.
+# Matched against ``torch.cuda.get_device_name`` by the first key contained in it (most specific first).
+GPU_PEAKS: dict[str, dict[str, float]] = {
+    "H200": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},
+    "H100 PCIe": {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp32": 51e12},
+    "H100 NVL": {"bf16": 835e12, "fp16": 835e12, "tf32": 418e12, "fp32": 60e12},
+    "H100": {"bf16": 989e12, "fp16": 989e12, "tf32": 494e12, "fp32": 67e12},  # SXM
+    "A100": {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp32": 19.5e12},
+    "L40S": {"bf16": 362e12, "fp16": 362e12, "tf32": 183e12, "fp32": 91.6e12},
+    "L4": {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12, "fp32": 30.3e12},
+    "A10": {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12, "fp32": 31.2e12},
+    "RTX 4090": {"bf16": 165e12, "fp16": 165e12, "tf32": 82.6e12, "fp32": 82.6e12},
+    "V100": {"fp16": 125e12, "fp32": 15.7e12},
+    "T4": {"fp16": 65e12, "fp32": 8.1e12},
+}
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def gpu_peak(name: str, dtype: torch.dtype) -> float | None:
+    """The table's dense peak for GPU ``name`` (as CUDA reports it) and ``dtype``; None if unknown."""
+    key = _DTYPE_NAMES.get(dtype)
+    for model, peaks in GPU_PEAKS.items():
+        if model in name:
+            if key == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+                return peaks.get("tf32", peaks.get("fp32"))
+            return peaks.get(key) if key else None
+    return None
+
+
+def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", n: int = 1024,
+                        seconds: float = 0.25) -> float:
+    """FLOP/s of ``n x n @ n x n`` products in ``dtype`` on ``device`` with torch's current threads.
+
+    The best of several timed rounds of about ``seconds / 5`` each (after a warm-up), so a
+    background hiccup lowers no figure: a peak is the most the machine did, not the mean.
+    """
+    device = torch.device(device)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a @ b  # warm-up: thread pool, kernel selection, packing buffers
+    sync()
+    t0 = time.perf_counter()
+    a @ b
+    sync()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = max(1, int(seconds / 5 / one))
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        sync()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2.0 * n**3 / best
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_peak(dtype: torch.dtype, threads: int) -> float:
+    return measure_matmul_peak(dtype, "cpu")
+
+
+def peak_flops(device: torch.device | str, dtype: torch.dtype = torch.float32) -> float | None:
+    """The dense peak FLOP/s MFU is measured against: the table for a known GPU, the measured
+    matrix-product rate on a CPU (once per process, dtype and thread count), None otherwise."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return gpu_peak(torch.cuda.get_device_name(device), dtype)
+    if device.type == "cpu":
+        return _cpu_peak(dtype, torch.get_num_threads())
+    return None
+
+
+def training_dtype(precision: str) -> torch.dtype:
+    """The dtype the matrix products of a ``train.precision`` run use."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+
+
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``AMD EPYC …``, ``Intel(R) Xeon(R) …``), with AMX when its flags list it."""
+    try:
+        with open(cpuinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        import platform
+
+        return platform.processor() or "unknown CPU"
+    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown CPU")
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+    extras = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return name + (f" ({', '.join(extras)})" if extras else "")
+
+
+def device_name(device: torch.device | str) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return f"{cpu_name()}, {torch.get_num_threads()} threads"
+    return str(device)
+
+
+def mfu(flops_per_s: float, peak: float | None) -> float | None:
+    """Achieved over peak FLOP/s, or None without a peak."""
+    return flops_per_s / peak if peak else None
