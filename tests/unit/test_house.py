@@ -13,9 +13,10 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 29  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy (en-spacy-trees)
+LOCAL_IMPORT_BUDGET = 32  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy (en-spacy-trees);
+# onnx and onnxruntime (ptm export --format onnx) and that command's lazy import of the exporter
 OPTIONAL = ("transformers", "jieba", "sacrebleu", "rouge_score", "gensim", "seqeval", "torch.utils.tensorboard",
-            "torchao", "spacy")
+            "torchao", "spacy", "onnx")
 LAZY_FOR_START_UP = ("ptmkit/commands/", "ptmkit/cli.py")
 MAX_LINES = 500
 

@@ -127,7 +127,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     approximate="tanh")``): the kernels for contiguous CPU float32 / bfloat16 tensors of at
     least ``MIN_KERNEL_ELEMENTS``, PyTorch elsewhere.  First order only on the kernel's path (a
     double backward raises)."""
-    if _kernel_applies(x) and x.numel() >= MIN_KERNEL_ELEMENTS:
+    # a tracer (ONNX export) cannot see into the kernel: it would record its output as a constant
+    if _kernel_applies(x) and x.numel() >= MIN_KERNEL_ELEMENTS and not torch.jit.is_tracing():
         return _GeluTanh.apply(x)
     return torch.nn.functional.gelu(x, approximate="tanh")
 

@@ -41,6 +41,7 @@ KINDS: dict[str, Kind] = {
     "prune": Kind("pruned task model", "ptm prune",
                   ("results.json", "task_model.json", "tokenizer.json", "best.safetensors", "curve.json", "curve.png")),
     "export": Kind("HF transformers export", "ptm export", overwrite=False),
+    "onnx": Kind("ONNX export", "ptm export --format onnx", overwrite=False),
     "checkpoint": Kind("imported checkpoint", "ptm import", overwrite=False),
     "evaluate": Kind("evaluation", "ptm evaluate", ("results.json", "table.md", "table.png")),
     "compare": Kind("comparison", "ptm compare",
