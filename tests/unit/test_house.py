@@ -13,10 +13,12 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 32  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy (en-spacy-trees);
+LOCAL_IMPORT_BUDGET = 35  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy; FSDP and DCP;
 # onnx and onnxruntime (ptm export --format onnx) and that command's lazy import of the exporter
+# torch.distributed.fsdp and .checkpoint register the DTensor operators on import (about 0.7 s), which
+# only sharded runs need: imported where first used, like an optional package.
 OPTIONAL = ("transformers", "jieba", "sacrebleu", "rouge_score", "gensim", "seqeval", "torch.utils.tensorboard",
-            "torchao", "spacy", "onnx")
+            "torchao", "spacy", "torch.distributed.fsdp", "torch.distributed.checkpoint", "onnx")
 LAZY_FOR_START_UP = ("ptmkit/commands/", "ptmkit/cli.py")
 MAX_LINES = 500
 

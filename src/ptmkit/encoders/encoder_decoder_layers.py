@@ -167,6 +167,11 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Post-LN (or pre-LN) block: causal self-attention, cross-attention over the encoder, FFN; ``[B, T, H]``."""
 
+    # The decoder projects the encoder states into every layer's cross-attention keys and values
+    # before the first layer runs (once per sequence, kept in the generation cache), so a layer's
+    # weights are used outside its forward: FSDP keeps them with the enclosing unit (ptmkit.train.sharding).
+    shard_alone = False
+
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
         H = cfg.hidden_size

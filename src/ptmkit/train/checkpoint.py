@@ -34,7 +34,9 @@ from ptmkit import fileio
 from ptmkit.errors import PtmError
 
 # The trainer writes metrics.jsonl through ``ckpt.atomic_write_text``; checkpoints use both.
-from ptmkit.fileio import atomic_dir, atomic_write_text
+from ptmkit.fileio import atomic_dir, atomic_write_text, fsync_path, make_tmp_dir, replace_dir
+from ptmkit.train import distributed as dist
+from ptmkit.train import sharded_checkpoint as sharded
 from ptmkit.train.distributed import unwrap
 
 CHECKPOINTS = "checkpoints"
@@ -168,6 +170,59 @@ def save_checkpoint(
     return final
 
 
+def save_sharded_checkpoint(
+    run_dir: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trainer_state: dict[str, Any] | None,
+    extra: Extra = None,
+    keep: int = 2,
+    final: bool = False,
+) -> Path | None:
+    """Every rank writes its shards into one temporary directory, rank 0 the rest; then the
+    directory is renamed to ``step-NNNNNNN`` and ``latest`` moved, as for :func:`save_checkpoint`
+    (collective; the path on rank 0, ``None`` elsewhere).  ``final`` also gathers one
+    ``model.safetensors`` for the commands that read a finished run."""
+    run_dir = Path(run_dir)
+    ckdir = run_dir / CHECKPOINTS
+    main = dist.current().is_main
+    tmp = None
+    if main:
+        ckdir.mkdir(parents=True, exist_ok=True)
+        clean_stale(run_dir)
+        tmp = make_tmp_dir(ckdir)
+    tmp = Path(dist.broadcast_object(str(tmp) if tmp is not None else None))
+    target = ckdir / step_name(step)
+    try:
+        sharded.save_shards(tmp, model, optimizer)
+        if final:
+            sharded.write_full(tmp, model)
+        if main:
+            write_extra(tmp, extra)
+            sharded.write_tied(tmp, model)
+            if trainer_state is not None:
+                torch.save(trainer_state, tmp / STATE_FILE)
+            for f in tmp.rglob("*"):
+                if f.is_file():
+                    fsync_path(f)
+            replace_dir(tmp, target)
+    except BaseException as exc:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            previous = latest_checkpoint(run_dir)
+            safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
+                    else "the run has no checkpoint yet")
+            raise PtmError(f"saving checkpoint {target.name} failed: {exc}; {safe}") from exc
+        raise
+    if main:
+        atomic_write_text(ckdir / LATEST, target.name + "\n")
+        prune(run_dir, keep)
+    dist.barrier()
+    return target if main else None
+
+
 # -- reading and validation -----------------------------------------------------------------
 
 
@@ -182,15 +237,22 @@ def resolve_checkpoint(path: Path | str) -> Path:
             f"`ptm vectors neighbors {path / 'vectors.bin'} WORD` or `ptm vectors evaluate {path / 'vectors.bin'}`"
         )
     if (path / MODEL_FILE).exists() or (path / CONFIG_FILE).exists() and not (path / CHECKPOINTS).is_dir():
-        return path
+        return _consolidated(path)
     if (path / CHECKPOINTS).is_dir():
         ck = latest_checkpoint(path)
         if ck is None:
             raise PtmError(f"run directory {path} has no checkpoint yet (nothing under {path / CHECKPOINTS})")
-        return ck
+        return _consolidated(ck)
     raise PtmError(
         f"{path} is neither a checkpoint directory (with {MODEL_FILE}) nor a run directory (with {CHECKPOINTS}/)"
     )
+
+
+def _consolidated(ck: Path) -> Path:
+    """A sharded checkpoint gets its one-file weights on first use (see ``sharded_checkpoint``)."""
+    if not (ck / MODEL_FILE).exists() and sharded.is_sharded(ck):
+        sharded.consolidate(ck)
+    return ck
 
 
 def check_safetensors(path: Path, advice: str = "use an earlier checkpoint of the run") -> dict[str, Any]:
@@ -222,12 +284,14 @@ def check_safetensors(path: Path, advice: str = "use an earlier checkpoint of th
 def validate_checkpoint(ck: Path, need_state: bool = False) -> None:
     """Raise :class:`PtmError` unless ``ck`` holds a complete checkpoint."""
     ck = Path(ck)
-    required = [CONFIG_FILE, MODEL_FILE] + ([STATE_FILE] if need_state else [])
+    weights = [] if sharded.is_sharded(ck) else [MODEL_FILE]  # shards, or one file
+    required = [CONFIG_FILE, *weights] + ([STATE_FILE] if need_state else [])
     for name in required:
         f = ck / name
         if not f.is_file() or f.stat().st_size == 0:
             raise PtmError(f"checkpoint {ck} is incomplete: {name} is missing or empty")
-    check_safetensors(ck / MODEL_FILE)
+    if weights:
+        check_safetensors(ck / MODEL_FILE)
     read_config(ck)
 
 
@@ -242,8 +306,12 @@ def read_config(ck: Path) -> dict[str, Any]:
 
 
 def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
-    """Load ``model.safetensors`` of checkpoint ``ck`` into ``model`` (tied weights restored)."""
+    """Load ``model.safetensors`` of checkpoint ``ck`` into ``model`` (tied weights restored), or
+    its shards when it has no single file (any world size; collective when distributed)."""
     f = Path(ck) / MODEL_FILE
+    if not f.exists() and sharded.is_sharded(ck):
+        sharded.load_shards(Path(ck), unwrap(model))
+        return
     check_safetensors(f)
     try:
         load_model(unwrap(model), str(f), strict=strict)
@@ -258,7 +326,7 @@ def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:
     Tensors that a module shares between several names (tied or cross-layer shared weights) are
     stored once; a name missing from the file is accepted when its tensor is one that was loaded.
     """
-    f = Path(ck) / MODEL_FILE
+    f = _consolidated(Path(ck)) / MODEL_FILE
     check_safetensors(f)
     with safe_open(str(f), framework="pt") as handle:
         state = {k[len(prefix):]: handle.get_tensor(k) for k in handle.keys() if k.startswith(prefix)}

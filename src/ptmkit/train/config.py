@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from ptmkit.errors import PtmError, suggest
 
 SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
+STRATEGIES = ("ddp", "fsdp")  # ptmkit.train.sharding
 INIT_EMBEDDINGS = ("none", "skipgram", "cbow")  # ptmkit.static.init_embeddings.METHODS
 REPORT_TO = ("none", "tensorboard")  # where the logged scalars go besides metrics.jsonl (ptmkit.train.tensorboard)
 
@@ -29,7 +30,21 @@ class TrainConfig:
     eval_batches: at most this many evaluation batches per evaluation.
     eval_fraction: share of the training examples held out for evaluation when no eval data is given.
     keep_checkpoints: number of most recent checkpoints kept (older ones are deleted).
-    precision: ``fp32`` or ``bf16`` (autocast on CUDA or CPU; weights and optimizer state stay fp32).
+    precision: ``fp32``, ``bf16`` (autocast on CUDA or CPU; weights and optimizer state stay fp32) or
+        ``fp16`` (CUDA only: autocast in float16 with a dynamic gradient scaler; a step whose scaled
+        gradients overflow is skipped and counted as ``overflow_skipped`` in the logs).
+    strategy: with several processes (``torchrun``), ``ddp`` (every rank holds the whole model) or
+        ``fsdp`` (parameters, gradients and optimizer state sharded over the ranks; sharded
+        checkpoints that load at any world size).  One process trains unsharded under either,
+        and ``fsdp`` still writes sharded checkpoints.  See ``ptmkit.train.sharding``.
+    fsdp_offload: under ``fsdp``, keep the shards and the optimizer state in CPU memory.
+    fsdp_mixed_precision: under ``fsdp`` with ``precision=bf16``, gather the weights in bf16 and run
+        every operation in bf16 (FSDP's ``MixedPrecisionPolicy``; gradients reduced in fp32) instead
+        of autocast's per-operation casts.  Faster, numerically not the same as autocast.
+    activation_checkpointing: recompute each layer's activations in the backward pass instead of
+        keeping them (memory for about one more forward pass of compute; the losses are unchanged).
+    compile: run the training forward and backward through ``torch.compile`` (the first steps
+        compile; CPU and CUDA).
     device: ``auto`` (CUDA if available), ``cpu``, ``cuda`` or ``cuda:N``.
     num_threads: CPU threads for torch (0 keeps torch's default).
     nan_guard: a step with a non-finite loss or gradient is skipped with a warning; after this many
@@ -76,6 +91,11 @@ class TrainConfig:
     init_embeddings: str = "none"
     init_embeddings_epochs: int = 3
     report_to: str = "none"
+    strategy: str = "ddp"
+    fsdp_offload: bool = False
+    fsdp_mixed_precision: bool = False
+    activation_checkpointing: bool = False
+    compile: bool = False
 
     def __post_init__(self) -> None:
         def positive(name: str) -> None:
@@ -98,8 +118,15 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PtmError(f"train.{name} must be a number, got {value!r}")
-        if not isinstance(self.bias_correction, bool):
-            raise PtmError(f"train.bias_correction must be true or false, got {self.bias_correction!r}")
+        for name in ("bias_correction", "fsdp_offload", "fsdp_mixed_precision", "activation_checkpointing", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.strategy not in STRATEGIES:
+            raise PtmError(f"train.strategy={self.strategy!r} is not one of {STRATEGIES}{suggest(str(self.strategy), STRATEGIES)}")
+        if self.strategy != "fsdp" and (self.fsdp_offload or self.fsdp_mixed_precision):
+            raise PtmError("train.fsdp_offload and train.fsdp_mixed_precision apply to train.strategy=fsdp only")
+        if self.fsdp_mixed_precision and self.precision != "bf16":
+            raise PtmError("train.fsdp_mixed_precision=true needs train.precision=bf16 (the dtype the weights are gathered in)")
         if self.lr <= 0 or self.eps <= 0:
             raise PtmError(f"train.lr and train.eps must be positive (got lr={self.lr}, eps={self.eps})")
         if self.max_seconds < 0:

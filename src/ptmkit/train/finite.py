@@ -18,7 +18,9 @@ def nonfinite_parameter(model: nn.Module) -> str | None:
     """The name of the first floating-point parameter of ``model`` holding a NaN or an infinity,
     or ``None`` when all are finite.  One ``isfinite(p).all()`` reduction per parameter and a
     single device-to-host read for the lot (the name is looked up only on failure)."""
-    named = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
+    # an FSDP parameter is checked on the shard this rank holds (``nonfinite_on_any_rank`` combines them)
+    named = [(name, getattr(p, "to_local", lambda p=p: p)()) for name, p in model.named_parameters()
+             if p.is_floating_point()]
     if not named:
         return None
     with torch.no_grad():

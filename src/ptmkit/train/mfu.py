@@ -12,6 +12,7 @@ threads and dtype training will use.  The numerator counts the operations that a
 from __future__ import annotations
 
 import functools
+import platform
 import time
 
 import torch
@@ -35,12 +36,15 @@ GPU_PEAKS: dict[str, dict[str, float]] = {
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
-def gpu_peak(name: str, dtype: torch.dtype) -> float | None:
-    """The table's dense peak for GPU ``name`` (as CUDA reports it) and ``dtype``; None if unknown."""
+def gpu_peak(name: str, dtype: torch.dtype, tf32: bool | None = None) -> float | None:
+    """The table's dense peak for GPU ``name`` (as CUDA reports it) and ``dtype``; None if unknown.
+    float32 products run on the TF32 tensor cores when ``tf32`` (default: as torch is set)."""
     key = _DTYPE_NAMES.get(dtype)
+    if tf32 is None:
+        tf32 = torch.backends.cuda.matmul.allow_tf32
     for model, peaks in GPU_PEAKS.items():
         if model in name:
-            if key == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+            if key == "fp32" and tf32:
                 return peaks.get("tf32", peaks.get("fp32"))
             return peaks.get(key) if key else None
     return None
@@ -101,8 +105,6 @@ def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
         with open(cpuinfo) as f:
             lines = f.read().splitlines()
     except OSError:
-        import platform
-
         return platform.processor() or "unknown CPU"
     name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown CPU")
     flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])

@@ -62,6 +62,7 @@ class Window:
         self.tokens = 0.0
         self.steps = 0
         self.skipped = 0
+        self.overflow = 0  # fp16 steps the loss scaler skipped
         self.grad_norm = 0.0
 
     def add(self, out: StepOutput, loss: float) -> None:

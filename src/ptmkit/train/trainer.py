@@ -47,8 +47,10 @@ from torch import nn
 
 from ptmkit.config import check_finite, to_dict
 from ptmkit.errors import PtmError
+from ptmkit.flops import counter as flop_counter
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
+from ptmkit.train import mfu, resume
 from ptmkit.train.callback import Callback, TrainerCallback
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.finite import ADVICE, nonfinite_on_any_rank
@@ -59,13 +61,13 @@ from ptmkit.train.metrics_log import (
     MetricsLog,
     plot_losses,
     read_metrics,
-    truncate_metrics,
 )
-from ptmkit.train.optim import build_optimizer, build_schedule, build_scheduler
+from ptmkit.train.optim import build_optimizer, build_scheduler
 from ptmkit.train.precision import autocast, cpu_has_native_bf16, warn_if_emulated
 from ptmkit.train.progress import progress
-from ptmkit.train.state import Window, rng_state, seed_everything, set_rng_state, split_batch, to_device
+from ptmkit.train.state import Window, seed_everything, split_batch, to_device
 from ptmkit.train.step import BatchSource
+from ptmkit.train.strategy import Strategy
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,7 @@ class Trainer:
             )
         if int(getattr(train_batches, "steps_per_epoch", 0)) <= 0:
             raise PtmError("the training data yields no batch: it has fewer examples than train.batch_size")
+        self.strategy = Strategy(cfg, self.device, self.dist)  # DDP / FSDP, checkpointing, compile, fp16
         self.model = model.to(self.device)
         # Modules that carry state from one step to the next (an objective's memory): saved in
         # the training checkpoint, restored on resume, never part of the weights.
@@ -129,14 +132,18 @@ class Trainer:
             switches = sorted({getattr(m, "carried_state_switch", "") for m in self.carriers.values()} - {""})
             raise PtmError(
                 f"{', '.join(sorted(n or 'the model' for n in self.carriers))} carries state across steps (a memory), "
-                f"which is not supported with {self.dist.world_size} processes; train on one process, or switch the "
-                f"memory off" + (f" ({', '.join(switches)})" if switches else "")
+                f"which is not supported with {self.dist.world_size} processes (train.strategy={cfg.strategy}: each rank "
+                f"would hold only its rows' state); train on one process, or switch the memory off"
+                + (f" ({', '.join(switches)})" if switches else "")
             )
+        self.strategy.prepare(self.model)  # before the optimizer: FSDP replaces the parameters by shards
         # Modules that follow the optimizer step (a schedule inside the model).
         self.step_listeners = [m for m in self.model.modules() if callable(getattr(m, "at_train_step", None))]
         self.optimizer = build_optimizer(self.model, cfg)
         self.scheduler = build_scheduler(self.optimizer, cfg)
-        self.ddp_model = self.model  # replaced by the DDP wrapper in fit()
+        self.ddp_model = self.train_model = self.model  # the DDP wrapper and the compiled module, set in fit()
+        self.flops_per_step: float | None = None  # this rank's, counted during the first step of fit()
+        self.peak_flops: float | None = None
         self.step = 0
         self.window = Window()
         self.nan_streak = 0
@@ -188,33 +195,40 @@ class Trainer:
         finite = True
         loss_sum = 0.0
         outs = []
-        for i, mb in enumerate(micro):
-            mb = to_device(mb, self.device)
-            sync = i == len(micro) - 1
-            ctx = self.ddp_model.no_sync() if (not sync and self.ddp_model is not self.model) else contextlib.nullcontext()
-            with ctx:
-                with self._autocast():
-                    out = self.ddp_model(mb)
-                (out.loss.float() / cfg.grad_accum).backward()
-            value = float(out.loss.detach())
-            finite = finite and math.isfinite(value)
-            outs.append((out, value))
-            loss_sum += value
-        max_norm = cfg.clip_norm if cfg.clip_norm > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-        finite = finite and math.isfinite(grad_norm)
+        # the first step of a run counts its FLOPs (eagerly: the counter sees what runs)
+        counting = self.flops_per_step is None
+        forward_model = self.ddp_model if counting else self.train_model
+        with flop_counter() if counting else contextlib.nullcontext() as fc:
+            for i, mb in enumerate(micro):
+                mb = to_device(mb, self.device)
+                with self.strategy.sync(forward_model, self.model, last=i == len(micro) - 1):
+                    with self._autocast():
+                        out = forward_model(mb)
+                    self.strategy.backward(out.loss.float() / cfg.grad_accum)
+                value = float(out.loss.detach())
+                finite = finite and math.isfinite(value)
+                outs.append((out, value))
+                loss_sum += value
+        if counting:
+            self.flops_per_step = float(fc.get_total_flops())
+        self.strategy.unscale(self.optimizer)
+        grad_norm = self.strategy.grad_norm(self.model)
+        # under fp16 an overflowing gradient is the loss scaler's to skip, not a divergence
+        finite = finite and (math.isfinite(grad_norm) or self.strategy.scaler is not None)
         if dist.is_distributed():  # every rank must take the same decision
             flag = torch.tensor([0.0 if finite else 1.0], device=self.device if self.device.type == "cuda" else "cpu")
             finite = float(dist.all_reduce_sum(flag)) == 0.0
         lr = self._lr()
         if finite or cfg.nan_guard == 0:
-            self.optimizer.step()
+            if not self.strategy.step(self.optimizer):
+                self.window.overflow += 1
             self.nan_streak = 0
             for out, value in outs:
                 self.window.add(out, value)
             self.window.grad_norm += grad_norm
             self.window.steps += 1
         else:
+            self.strategy.skip()
             self.nan_streak += 1
             self.window.skipped += 1
             log.warning(
@@ -284,6 +298,10 @@ class Trainer:
         record["lr"] = getattr(self, "_step_lr", self._lr())
         record["grad_norm"] = w.grad_norm / max(1, w.steps)
         record["tokens_per_s"] = w.tokens / max(1e-9, now - window_start)
+        if self.flops_per_step and self.peak_flops:  # this rank's FLOPs over this rank's device
+            record["mfu"] = (w.steps + w.skipped) * self.flops_per_step / max(1e-9, now - window_start) / self.peak_flops
+        if w.overflow:
+            record["overflow_skipped"] = w.overflow
         record["elapsed"] = self.elapsed + now - self._t0
         if w.skipped:
             record["skipped"] = w.skipped
@@ -332,72 +350,17 @@ class Trainer:
             return self.checkpoint_extra
         return {"config": {"train": to_dict(self.cfg)}}
 
-    def save(self) -> Path | None:
-        """Checkpoint the current step (collective under DDP; rank 0 writes).  Weights holding a NaN
-        or an infinity are never written: :class:`PtmError` naming the last good checkpoint."""
+    def save(self, final: bool = False) -> Path | None:
+        """Checkpoint the current step (collective; see :mod:`ptmkit.train.resume`).  Weights holding
+        a NaN or an infinity are never written: :class:`PtmError` naming the last good checkpoint."""
         if self.run_dir is None:
             return None
         self.require_finite_weights(f"checkpoint {ckpt.step_name(self.step)} was not saved")
-        self.window.reduce(self.device)
-        if not self.is_main:
-            self.window = Window() if dist.is_distributed() else self.window
-        rngs = dist.all_gather_object(rng_state())
-        path = None
-        if self.is_main:
-            state = {
-                "step": self.step,
-                "epoch": self.step // int(self.train_batches.steps_per_epoch),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "rng": rngs,
-                "window": self.window.state_dict(),
-                "nan_streak": self.nan_streak,
-                "elapsed": self.elapsed + time.perf_counter() - self._t0,
-                "world_size": self.dist.world_size,
-                "train_config": to_dict(self.cfg),
-                "callbacks": [cb.state_dict() for cb in self.stateful_callbacks],
-            }
-            if self.carriers:
-                state["carried"] = {name: m.carried_state_dict() for name, m in self.carriers.items()}
-            path = ckpt.save_checkpoint(self.run_dir, self.step, self.model, state, self._extra(), self.cfg.keep_checkpoints)
-        dist.barrier()
-        return path
+        return resume.save(self, final)
 
     def load(self, ck: Path) -> None:
         """Restore model, optimizer, scheduler, RNG states, step and log window from ``ck``."""
-        ckpt.validate_checkpoint(ck, need_state=True)
-        ckpt.load_model_weights(self.model, ck)
-        state = ckpt.load_trainer_state(ck)
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
-        except (KeyError, ValueError, RuntimeError) as exc:
-            raise PtmError(f"the optimizer state in {ck} does not fit this model/config: {exc}") from exc
-        # The schedule follows the current config (e.g. a raised max_steps); identical otherwise.
-        schedule = build_schedule(self.cfg)
-        self.scheduler.lr_lambdas = [schedule for _ in self.optimizer.param_groups]
-        for g, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
-            g["lr"] = base * schedule(self.scheduler.last_epoch)
-        self.step = int(state["step"])
-        self.nan_streak = int(state.get("nan_streak", 0))
-        self.elapsed = float(state.get("elapsed", 0.0))
-        self.window = Window()
-        if self.is_main:
-            self.window.load_state_dict(state.get("window", {}))
-        carried = state.get("carried", {})
-        for name, m in self.carriers.items():
-            if name not in carried:
-                raise PtmError(f"the checkpoint {ck} has no carried state for {name or 'the model'}; it cannot be resumed exactly")
-            m.load_carried_state_dict(carried[name])
-        saved = state.get("callbacks", [])
-        for cb, cb_state in zip(self.stateful_callbacks, saved):
-            cb.load_state_dict(cb_state)
-        rngs = state["rng"]
-        set_rng_state(rngs[self.dist.rank] if len(rngs) == self.dist.world_size else rngs[0])
-        if len(rngs) != self.dist.world_size:
-            log.warning("resuming a %d-process run with %d processes: dropout RNG streams differ", len(rngs), self.dist.world_size)
-        if self.is_main and self.run_dir is not None:
-            truncate_metrics(self.run_dir / METRICS_FILE, self.step)
+        resume.load(self, ck)
 
     # -- the loop ---------------------------------------------------------------------------
     def _over_budget(self) -> bool:
@@ -411,6 +374,8 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train to ``cfg.max_steps``; return the last train log and final eval (``eval_*`` keys)."""
         cfg = self.cfg
+        # measured before the clock starts (a CPU's matmul probe takes a fraction of a second, once)
+        self.peak_flops = mfu.peak_flops(self.device, mfu.training_dtype(cfg.precision))
         self._t0 = time.perf_counter()
         if self.run_dir is not None and self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -429,7 +394,8 @@ class Trainer:
             seed_everything(cfg.seed + self.dist.rank)
         for cb in self.stateful_callbacks:
             cb.on_fit_start(self)
-        self.ddp_model = dist.wrap(self.model, self.device)
+        self.ddp_model = self.strategy.wrap(self.model)
+        self.train_model = self.strategy.compiled(self.ddp_model)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         start = self.step
@@ -472,13 +438,13 @@ class Trainer:
             if self.step > start:
                 self._require_finite_end(final_eval)
             if self.step > start or ckpt.latest_checkpoint(self.run_dir or Path("/nonexistent")) is None:
-                self.save()
+                self.save(final=True)
             for cb in self.stateful_callbacks:
                 cb.on_fit_end(self)
         finally:
             bar.close()
             self.metrics_log.close()
-            self.ddp_model = self.model
+            self.ddp_model = self.train_model = self.model
         if self.is_main and self.run_dir is not None:
             plot_losses(self.run_dir / METRICS_FILE, self.run_dir / LOSS_PLOT)
         result: dict[str, Any] = {"step": self.step}
