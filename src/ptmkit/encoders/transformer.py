@@ -59,7 +59,7 @@ from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
-from ptmkit.nn.kv_cache import KV, KVCache
+from ptmkit.nn.kv_cache import KV, KVCache, KVSlot
 from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
@@ -129,7 +129,7 @@ class TransformerLayer(nn.Module):
         x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
-    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | None,
+    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | KVSlot | None,
                        head_gate: torch.Tensor | None = None,
                        probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
         """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
@@ -442,8 +442,9 @@ class TransformerEncoder(Encoder):
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         kv: list[KV | None] = []
         probs: list[torch.Tensor] | None = [] if output_attentions else None
-        for i, (layer, past) in enumerate(zip(self.layers, cache.kv)):
-            x, layer_kv = layer.forward_cached(x, mask, past, None if gates is None else gates[i], probs)
+        slots = cache.slots()  # the new keys and values are written into each layer's store, not concatenated
+        for i, (layer, slot) in enumerate(zip(self.layers, slots)):
+            x, layer_kv = layer.forward_cached(x, mask, slot, None if gates is None else gates[i], probs)
             kv.append(layer_kv)
             if hidden is not None:
                 hidden.append(x)
@@ -453,11 +454,13 @@ class TransformerEncoder(Encoder):
                 hidden[-1] = x
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
-                             {"cache": KVCache(kv, key_mask)}, tuple(probs) if probs is not None else None)
+                             {"cache": KVCache(kv, key_mask, [s.store for s in slots], cache.limit)},
+                             tuple(probs) if probs is not None else None)
 
     def start_cache(self) -> KVCache:
-        """An empty :class:`KVCache` for :meth:`forward_cached`."""
-        return KVCache.empty(len(self.layers))
+        """An empty :class:`KVCache` for :meth:`forward_cached` (its stores never make room beyond
+        the model's positions)."""
+        return KVCache.empty(len(self.layers), self.max_positions())
 
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "SHARING", "Embeddings", "Pooler", "TransformerConfig", "TransformerEncoder",

@@ -11,6 +11,7 @@ from torch import nn
 
 from ptmkit.nn.dropout import dropout
 from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
+from ptmkit.nn.kv_cache import KV, KVSlot, extend
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
@@ -125,20 +126,20 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
         return self.out(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
     def forward_cached(
-        self, x: torch.Tensor, past: tuple[torch.Tensor, torch.Tensor] | None, mask: torch.Tensor | None = None,
+        self, x: torch.Tensor, past: KV | KVSlot | None, mask: torch.Tensor | None = None,
         head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Attention for incremental decoding: the ``T`` new positions of ``x [B, T, H]`` attend to
-        the cached keys/values ``past`` (each ``[B, heads, t0, d]``, or ``None`` for ``t0 = 0``)
-        and to themselves.  mask: broadcastable to ``[B, heads, T, t0 + T]`` (bool, True = may
-        attend), or ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
+        the cached keys/values ``past`` (each ``[B, heads, t0, d]``, or ``None`` for ``t0 = 0``; or a
+        :class:`~ptmkit.nn.kv_cache.KVSlot`, whose store the new ones are written into) and to
+        themselves.  mask: broadcastable to ``[B, heads, T, t0 + T]`` (bool, True = may attend), or
+        ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
         the extended keys/values ``[B, heads, t0 + T, d]``; head_gate / probs as in :meth:`forward`."""
         B, T, H = x.shape
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        k, v = extend(past, (k, v))  # in place when ``past`` is a slot of a cache with room, else copied
         is_causal = False
         if mask is None and T > 1:
             t0 = k.shape[2] - T
