@@ -65,10 +65,14 @@ def resolve_device(name: str, info: DistInfo | None = None) -> torch.device:
     return device
 
 
-def init_distributed(device: str = "auto") -> DistInfo:
-    """Start the process group if launched by ``torchrun`` (idempotent); return this process's place."""
+def init_distributed(device: str = "auto", group_of_one: bool = False) -> DistInfo:
+    """Start the process group if launched by ``torchrun`` (idempotent); return this process's place.
+
+    group_of_one: start it even when ``torchrun`` launched a single process (FSDP on one GPU
+    shards over a group of one: the same code path, hooks and checkpoint format as on many)."""
     info = env_info()
-    if not info.enabled:
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if not (info.enabled or (group_of_one and launched)):
         return info
     if not dist.is_initialized():
         dev = resolve_device(device, info)

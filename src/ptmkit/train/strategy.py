@@ -37,11 +37,12 @@ class Strategy:
         self.cfg = cfg
         self.device = device
         self.fsdp = cfg.strategy == "fsdp"
-        # FSDP with one process has nothing to shard over: train as usual, keep the sharded
-        # checkpoint format (so a run started on one process resumes on many and back).
-        self.sharded = self.fsdp and info.enabled
+        # FSDP without torchrun has no process group to shard over: train as usual, keep the
+        # sharded checkpoint format (so a run started on one process resumes on many and back).
+        # Under torchrun it shards, over a group of one if need be (one GPU).
+        self.sharded = self.fsdp and torch.distributed.is_initialized()
         self.scaler = grad_scaler(cfg.precision, device)
-        if self.fsdp and not info.enabled:
+        if self.fsdp and not self.sharded:
             log.warning("train.strategy=fsdp with a single process: training unsharded (launch with `torchrun "
                         "--nproc_per_node N` to shard); checkpoints are written in the sharded format")
         if self.sharded and self.scaler is not None:

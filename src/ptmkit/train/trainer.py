@@ -110,7 +110,7 @@ class Trainer:
         self.eval_source = eval_batches
         self.checkpoint_extra = checkpoint_extra
         self.callbacks = list(callbacks)
-        self.dist = dist.init_distributed(cfg.device)
+        self.dist = dist.init_distributed(cfg.device, group_of_one=cfg.strategy == "fsdp")
         self.device = dist.resolve_device(cfg.device, self.dist)
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
