@@ -83,7 +83,7 @@ def measure(framework: str, workload: str, batches: list[dict], device: torch.de
     sync(device)
     seconds = time.perf_counter() - t0
     tokens = sum(int(b[framework]["input_ids"].numel()) for b in (batches[i % len(batches)] for i in range(steps)))
-    peak = mfu.peak_flops(device, torch.bfloat16)
+    peak = mfu.peak_flops(device, torch.bfloat16, n=2048)
     return {"tokens_per_s": tokens / seconds, "flops_per_step": flops, "mfu": mfu.mfu(flops * steps / seconds, peak),
             "loss": loss, "peak_flops": peak}
 

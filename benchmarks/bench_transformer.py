@@ -66,6 +66,12 @@ training run needs.  ``steady_mb`` is the RSS after the first step minus the bas
 ``step_extra_mb`` the peak over the later steps above that steady state (the high-water mark is
 reset through ``/proc/self/clear_refs``).
 
+MFU: each model's training step is counted once by :func:`ptmkit.flops.counter` (the operations
+that run: ptmkit's MLM head on the masked positions only, HF's on every position), and divided
+by the median step time and this CPU's measured matrix-product peak for the step's dtype
+(:func:`ptmkit.train.mfu.peak_flops`, same threads); ``WORKLOAD_mfu`` is ptmkit's, and the CPU's
+name is in ``config``.
+
 Run: ``python benchmarks/bench_transformer.py [--quick]``.  The last line printed is JSON with
 ``mlm_speedup``, ``clm_speedup``, ``bart_speedup``, ``t5_speedup``, ``xlnet_speedup`` (ptmkit tokens/s / HF
 tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``t5_mem_ratio``, ``xlnet_mem_ratio`` (ptmkit
@@ -439,6 +445,14 @@ class Runner:
         self.batches = [b[framework] for b in batches]
         self.i = 0
 
+    def count_flops(self) -> float:
+        """FLOPs of one training step (forward + backward) as they run, counted on one step."""
+        from ptmkit.flops import counter
+
+        with counter() as fc:
+            self.step()
+        return float(fc.get_total_flops())
+
     def step(self) -> float:
         batch = self.batches[self.i % len(self.batches)]
         self.i += 1
@@ -521,6 +535,7 @@ def measure_speed(args: argparse.Namespace) -> dict:
     for key in keys:  # warm-up: first-call allocations, kernel selection
         for _ in range(args.warmup):
             runners[key].step()
+    flops = {key: runners[key].count_flops() for key in keys}
     times: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     cpu: dict[tuple[str, str], list[float]] = {k: [] for k in keys}
     tokens = args.batch_size * args.seq_len
@@ -536,7 +551,7 @@ def measure_speed(args: argparse.Namespace) -> dict:
     # on a shared machine other processes stretch wall time but not this process's CPU time.
     return {f"{f}_{w}": {"tok_s": tokens / statistics.median(times[(f, w)]),
                          "cpu_tok_s": tokens / statistics.median(cpu[(f, w)]),
-                         "step_s": statistics.median(times[(f, w)]),
+                         "step_s": statistics.median(times[(f, w)]), "flops_per_step": flops[(f, w)],
                          "step_s_all": [round(t, 4) for t in times[(f, w)]]} for (f, w) in keys}
 
 
@@ -569,6 +584,11 @@ def main() -> None:
 
     import transformers
 
+    from ptmkit.train import mfu
+
+    # MFU against this CPU's measured matrix-product peak for the step's dtype (same threads),
+    # probed first, while nothing else of this benchmark runs
+    peaks = {"fp32": mfu.peak_flops("cpu", torch.float32, n=2048), "bf16": mfu.peak_flops("cpu", torch.bfloat16, n=2048)}
     speed = measure_speed(args)
     memory = measure_memory(args)
     result: dict = {
@@ -576,6 +596,8 @@ def main() -> None:
                    "seq_len": args.seq_len, "batch_size": args.batch_size, "threads": args.threads,
                    "dtype": "fp32 (the *_bf16 workloads: bf16 autocast, fp32 weights)",
                    "rounds": args.rounds, "steps_per_round": args.steps, "torch": torch.__version__,
+                   "cpu": mfu.cpu_name(), "peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1),
+                   "peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
                    "transformers": transformers.__version__},
     }
     for workload in args.workloads:
@@ -588,6 +610,11 @@ def main() -> None:
             "ptmkit_steady_mb": round(m_ours["steady_mb"], 1), "hf_steady_mb": round(m_theirs["steady_mb"], 1),
             "ptmkit_step_extra_mb": m_ours["step_extra_mb"], "hf_step_extra_mb": m_theirs["step_extra_mb"],
         }
+        peak = peaks["bf16" if workload.endswith("_bf16") else "fp32"]
+        for name, r in (("ptmkit", ours), ("hf", theirs)):
+            result[workload][f"{name}_gflops_per_step"] = round(r["flops_per_step"] / 1e9, 2)
+            result[workload][f"{name}_mfu"] = round(r["flops_per_step"] / r["step_s"] / peak, 4)
+        result[f"{workload}_mfu"] = result[workload]["ptmkit_mfu"]
         result[f"{workload}_speedup"] = round(ours["tok_s"] / theirs["tok_s"], 3)
         result[f"{workload}_cpu_time_speedup"] = round(ours["cpu_tok_s"] / theirs["cpu_tok_s"], 3)
         result[f"{workload}_mem_ratio"] = round(m_ours["peak_mb"] / m_theirs["peak_mb"], 3)
@@ -597,8 +624,12 @@ def main() -> None:
             result[f"{workload}_cpu_time_vs_hf"] = result.pop(f"{workload}_cpu_time_speedup")
             result[f"{workload}_speedup"] = round(ours["tok_s"] / speed[f"ptmkit_{fp32}"]["tok_s"], 3)
             result[f"hf_{workload}_speedup"] = round(theirs["tok_s"] / speed[f"hf_{fp32}"]["tok_s"], 3)
+    print(f"{result['config']['cpu']}, {args.threads} threads: measured matrix-product peak "
+          f"fp32 {result['config']['peak_fp32_gflops']} GFLOP/s, bf16 {result['config']['peak_bf16_gflops']} GFLOP/s")
     for workload in args.workloads:
         r = result[workload]
+        print(f"{workload}: MFU ptmkit {r['ptmkit_mfu']:.1%} ({r['ptmkit_gflops_per_step']} GFLOP/step), "
+              f"HF {r['hf_mfu']:.1%} ({r['hf_gflops_per_step']} GFLOP/step)")
         if workload != base_workload(workload):
             print(f"{workload}: ptmkit {r['ptmkit_tok_s']:.0f} tok/s (x{result[workload + '_speedup']} over ptmkit fp32), "
                   f"HF {r['hf_tok_s']:.0f} tok/s (x{result['hf_' + workload + '_speedup']} over HF fp32); ptmkit/HF "

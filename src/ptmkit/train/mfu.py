@@ -79,18 +79,20 @@ def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: torch.device
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_peak(dtype: torch.dtype, threads: int) -> float:
-    return measure_matmul_peak(dtype, "cpu")
+def _cpu_peak(dtype: torch.dtype, threads: int, n: int) -> float:
+    return measure_matmul_peak(dtype, "cpu", n=n)
 
 
-def peak_flops(device: torch.device | str, dtype: torch.dtype = torch.float32) -> float | None:
+def peak_flops(device: torch.device | str, dtype: torch.dtype = torch.float32, n: int = 1024) -> float | None:
     """The dense peak FLOP/s MFU is measured against: the table for a known GPU, the measured
-    matrix-product rate on a CPU (once per process, dtype and thread count), None otherwise."""
+    rate of ``n x n`` matrix products on a CPU (once per process, dtype, thread count and ``n``;
+    the Trainer's start-up probe uses 1024, a fraction of a second; benchmarks 2048), None otherwise.
+    A CPU's probe is only as good as the machine is idle: another busy process lowers it."""
     device = torch.device(device)
     if device.type == "cuda":
         return gpu_peak(torch.cuda.get_device_name(device), dtype)
     if device.type == "cpu":
-        return _cpu_peak(dtype, torch.get_num_threads())
+        return _cpu_peak(dtype, torch.get_num_threads(), n)
     return None
 
 
