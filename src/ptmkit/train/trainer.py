@@ -409,7 +409,8 @@ class Trainer:
                     rec = self.flush_log(window_start)
                     window_start = time.perf_counter()
                     if rec is not None and "loss" in rec:
-                        bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", refresh=False)
+                        extra = {"mfu": f"{rec['mfu']:.1%}"} if "mfu" in rec else {}
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", tok_s=f"{rec['tokens_per_s']:.0f}", **extra, refresh=False)
                 bar.update(1)
                 for cb in self.stateful_callbacks:
                     cb.on_step_end(self, step)
