@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
+from ptmkit.data.memory import parse_count, parse_size  # light: no numpy, no torch
+from ptmkit.errors import PtmError
+
 HELP = "tokenize text files into a memory-mapped corpus (for pre-training)"
 
 DESCRIPTION = """\
@@ -13,6 +16,22 @@ per token: does it begin a word, for whole-word and span masking), sentences.npy
 documents.npy (offsets), meta.json and a copy of the tokenizer.  One line is one sentence; a
 blank line or the end of a file ends a document.  Streams the input with bounded memory on all
 cores; the result does not depend on --workers.
+
+--memory-budget SIZE bounds the memory the text in flight takes in all processes together (the
+reader and writer, and the workers while they encode): the block size, the text handed to the
+encoder at once and the blocks in flight are derived from it, fewer workers are used when it
+cannot feed them all (unless --workers is given), and a budget too small is refused with the
+minimum it needs.  SIZE is bytes with K, M, G (1024-based): 512M, 2G, 1.5GiB.  The processes'
+own footprint (Python, numpy, numba and the tokenizer library: about 120 MB in the parent, a
+few MB per worker) comes on top and does not grow with the corpus.  A line longer than a block
+is refused under a budget (one line is one sentence).  At the end ptm logs the peak it measured.
+
+--shard-size TOKENS writes the corpus as shards of about TOKENS tokens (k, M, G: 1000-based;
+50M = 50,000,000 tokens, about 100 MB of uint16 ids) in DIR/shards/00000, 00001, ..., each an
+ordinary corpus directory, with the index in DIR/meta.json (the shards, their counts and where
+each begins).  A shard ends at the first sentence end at or past its size; a document may run on
+into the next shard.  `ptm pretrain --data DIR` reads the set as the one corpus it was cut from.
+Without --shard-size DIR is one corpus, as before.
 
 DIR must be new, empty, or a corpus ptm prepared (marked by .ptmkit-output.json); an input file
 inside DIR is refused.  The corpus is written to a scratch directory inside DIR and moved into
@@ -24,6 +43,10 @@ example:
   ptm prepare ptb/train.txt ptb/valid.txt -t tok.json -o corpora/ptb
   ptm prepare zh.txt -t tok.json -o corpora/zh --segmenter jieba   # Chinese words for whole-word masking
   ptm prepare zh.txt -t tok.json -o corpora/zh --segmenter jieba --user-dict dictionary.txt
+  ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 2G         # bounded memory
+  ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 512M --shard-size 50M
+                                                                             # shards of ~50M tokens
+  ptm pretrain bert-tiny --data corpora/web -o runs/web                      # reads every shard
 """
 
 
@@ -47,6 +70,22 @@ def chunk_mb(text: str) -> float:
     return value
 
 
+def memory_budget(text: str) -> int:
+    """argparse type of ``--memory-budget``: a size such as 512M or 2G."""
+    try:
+        return parse_size(text)
+    except PtmError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--memory-budget: ")) from None
+
+
+def shard_size(text: str) -> int:
+    """argparse type of ``--shard-size``: a number of tokens such as 50M."""
+    try:
+        return parse_count(text)
+    except PtmError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard-size: ")) from None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,6 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=None, metavar="N", help="processes (default: all cores)")
     p.add_argument("--chunk-mb", type=chunk_mb, default=1.0, metavar="MB",
                    help=f"block size per task, {MIN_CHUNK_MB:g} to {MAX_CHUNK_MB:g} (default 1)")
+    p.add_argument("--memory-budget", type=memory_budget, default=None, metavar="SIZE",
+                   help="bound on the memory of the text in flight, all processes together (512M, 2G); "
+                        "the processes' own ~120 MB come on top")
+    p.add_argument("--shard-size", type=shard_size, default=None, metavar="TOKENS",
+                   help="write shards of about TOKENS tokens (50M = 50,000,000) under DIR/shards/ with one index")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the corpus ptm prepared in DIR (once the new one is complete; other files stay)")
     p.add_argument("--segmenter", default=None, metavar="NAME",
@@ -71,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=int(args.chunk_mb * (1 << 20)), overwrite=args.overwrite,
-                     segmenter=args.segmenter, user_dict=args.user_dict)
+                     segmenter=args.segmenter, user_dict=args.user_dict, memory_budget=args.memory_budget,
+                     shard_tokens=args.shard_size)
     print(f"{corpus}")
     return 0

@@ -3,12 +3,18 @@
 The reader cuts each file into blocks of about ``chunk_bytes`` ending at a newline, so memory is
 bounded by the number of blocks in flight (``2 * workers``), never by the corpus size.  Workers
 decode (strict UTF-8), split lines and run the Rust batch encoder; the parent appends their ids
-and offsets to files in the order the blocks were read, so the result does not depend on
-``workers``.  Each token's word start (from the tokenizer's ``word_ids``, optionally refined by
-a word segmenter such as ``jieba``) is appended the same way, one bit per token, to
-``word_starts.bin``.  Everything is written to a scratch directory published at the end
+and offsets to files in the order the blocks were read (:mod:`ptmkit.data.writer`), so the result
+does not depend on ``workers``.  Each token's word start (from the tokenizer's ``word_ids``,
+optionally refined by a word segmenter such as ``jieba``) is appended the same way, one bit per
+token, to ``word_starts.bin``.  Everything is written to a scratch directory published at the end
 (:func:`ptmkit.outputs.staged`): a failure (bad bytes, empty corpus, Ctrl-C) leaves nothing
 behind and never touches an existing corpus.
+
+``memory_budget`` bounds the memory of the text in flight in all processes together
+(:mod:`ptmkit.data.memory` picks the block size, the slice encoded at once and the blocks in
+flight; a line longer than a block is refused).  ``shard_tokens`` cuts the output into shards of
+about that many tokens under ``shards/`` with an index in ``meta.json`` (:class:`~ptmkit.data.writer.ShardWriter`);
+:meth:`Corpus.open` reads the set back as one corpus.
 """
 
 from __future__ import annotations
@@ -19,27 +25,19 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
 from ptmkit import outputs
-from ptmkit.data.corpus import (
-    DOCUMENTS,
-    FORMAT_VERSION,
-    META,
-    SENTENCES,
-    TOKENIZER,
-    TOKENS,
-    WORD_STARTS,
-    Corpus,
-    token_dtype,
-)
+from ptmkit.data import memory
+from ptmkit.data.corpus import FORMAT_VERSION, TOKENIZER, WORD_STARTS, Corpus, token_dtype
 from ptmkit.data.sources.base import sha256
+from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter
 from ptmkit.errors import PtmError, require_file
 from ptmkit.tokenization import Tokenizer, kinds
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
@@ -64,26 +62,23 @@ class _Chunk:
 
 
 @dataclass(frozen=True)
-class _Encoded:
-    """A chunk's result: ids [n_ids] uint32, word_starts [n_ids] bool, lengths [n_sentences]
-    (all > 0), doc_breaks, counts."""
+class _Settings:
+    """What a worker needs besides the tokenizer: the ids' dtype and how many characters of text
+    go to the encoder at once (None: the whole block)."""
 
-    ids: np.ndarray
-    word_starts: np.ndarray
-    lengths: np.ndarray
-    doc_breaks: np.ndarray  # sentences of this chunk before each blank line (non-decreasing)
-    n_bytes: int
-    n_empty: int  # non-blank lines that encoded to no token (skipped)
-    end_of_file: bool
+    dtype: str
+    encode_chars: int | None = None
 
 
 # ---------------------------------------------------------------------------- workers
 _TOKENIZER: Tokenizer | None = None
 _SEGMENTER: Segmenter | None = None
+_SETTINGS = _Settings("uint32")
+_BASE_RSS: int | None = None  # a worker's resident size after its start (see _encode_task)
 
 
-def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None) -> None:
-    global _TOKENIZER, _SEGMENTER
+def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None, settings: _Settings) -> None:
+    global _TOKENIZER, _SEGMENTER, _SETTINGS, _BASE_RSS
     # Each worker is one process; the Rust encoder's own thread pool would oversubscribe the cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
@@ -91,6 +86,22 @@ def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None) -> None
     kind, lowercase = kinds.detect_kind(json.loads(tokenizer_json))
     _TOKENIZER = Tokenizer(hf, kind or "wordpiece", lowercase)
     _SEGMENTER = get_segmenter(segmenter)
+    _SETTINGS = settings
+    _warm_up()
+    _BASE_RSS = memory.reset_peak()
+
+
+def _warm_up() -> None:
+    """Encode one line before measuring: the encoder's thread pool and the code it runs are the
+    process's footprint, not memory the text takes."""
+    _encode_lines(["warm up, 1."])
+
+
+def _encode_task(chunk: _Chunk) -> tuple[Encoded, int, int | None]:
+    """A worker's task: the encoded chunk, the worker's pid and its peak memory so far beyond its
+    size at the start (what it took for the text; pages shared with the parent are not counted)."""
+    enc = _encode_chunk(chunk)
+    return enc, os.getpid(), memory.worker_peak(_BASE_RSS)
 
 
 def _decode(chunk: _Chunk) -> str:
@@ -115,22 +126,20 @@ def _decode(chunk: _Chunk) -> str:
         ) from None
 
 
-def _encode_chunk(chunk: _Chunk) -> _Encoded:
+def _encode_chunk(chunk: _Chunk) -> Encoded:
     """Decode, split into lines and encode one chunk (runs in a worker)."""
-    assert _TOKENIZER is not None
     text = _decode(chunk)
     lines = [line.strip() for line in text.split("\n")] if text else []
-    if text.endswith("\n"):
+    del text
+    if lines and chunk.data.endswith(b"\n"):
         lines.pop()  # the text after the last newline is not a line
     blank = np.fromiter((not line for line in lines), dtype=bool, count=len(lines))
-    ids_per_line, word_starts = _TOKENIZER.encode_batch_with_word_starts([line for line in lines if line], _SEGMENTER)
-    lengths = np.fromiter((len(x) for x in ids_per_line), dtype=np.int64, count=len(ids_per_line))
-    ids = np.fromiter(itertools.chain.from_iterable(ids_per_line), dtype=np.uint32, count=int(lengths.sum()))
+    ids, word_starts, lengths = _encode_lines([line for line in lines if line])
     # Sentence index of each line among the kept (non-blank, non-empty) sentences.
     kept = np.zeros(len(lines), dtype=np.int64)
     kept[~blank] = lengths > 0
     before = np.cumsum(kept) - kept
-    return _Encoded(
+    return Encoded(
         ids=ids,
         word_starts=word_starts,
         lengths=lengths[lengths > 0],
@@ -141,88 +150,68 @@ def _encode_chunk(chunk: _Chunk) -> _Encoded:
     )
 
 
+def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids [n], word_starts [n], lengths [len(lines)])`` of the lines, encoded ``encode_chars``
+    characters at a time: the Rust encodings and the Python lists of ids of one slice at most are
+    alive at once (each line encodes on its own, so the slicing does not change the ids)."""
+    assert _TOKENIZER is not None
+    step = _SETTINGS.encode_chars
+    groups: list[list[str]] = [lines]
+    if step is not None:
+        groups, size = [[]], 0
+        for line in lines:
+            if size >= step:
+                groups.append([])
+                size = 0
+            groups[-1].append(line)
+            size += len(line)
+    parts = []
+    for group in groups:
+        ids_per_line, word_starts = _TOKENIZER.encode_batch_with_word_starts(group, _SEGMENTER)
+        lengths = np.fromiter((len(x) for x in ids_per_line), dtype=np.int64, count=len(ids_per_line))
+        ids = np.fromiter(itertools.chain.from_iterable(ids_per_line), dtype=_SETTINGS.dtype, count=int(lengths.sum()))
+        del ids_per_line
+        parts.append((ids, np.asarray(word_starts, dtype=bool), lengths))
+    if len(parts) == 1:
+        return parts[0]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
 # ---------------------------------------------------------------------------- reader
-def _chunks(files: Sequence[Path], chunk_bytes: int) -> Iterator[_Chunk]:
-    """Blocks of whole lines, ``chunk_bytes`` or a little more (a long line is never cut)."""
+def _chunks(files: Sequence[Path], chunk_bytes: int, max_line: int | None = None,
+            budget: int | None = None) -> Iterator[_Chunk]:
+    """Blocks of whole lines, ``chunk_bytes`` or a little more (a long line is never cut; with
+    ``max_line``, a line longer than that is refused: the memory budget has no room for it)."""
     for path in files:
         offset, line = 0, 1
         with open(path, "rb") as f:
-            carry = b""
+            carry: list[bytes] = []  # the start of a line whose newline is not read yet
+            held = 0
             while True:
                 block = f.read(chunk_bytes)
                 if not block:
                     break
-                data = carry + block
-                cut = data.rfind(b"\n")
+                cut = block.rfind(b"\n")
                 if cut < 0:
-                    carry = data
+                    carry.append(block)
+                    held += len(block)
+                    if max_line is not None and held > max_line:
+                        raise _line_too_long(path, line, max_line, budget)
                     continue
-                head, carry = data[: cut + 1], data[cut + 1 :]
+                head = b"".join([*carry, block[: cut + 1]])
+                carry, held = [block[cut + 1 :]], len(block) - cut - 1
                 yield _Chunk(str(path), offset, line, head, False)
                 offset += len(head)
                 line += head.count(b"\n")
-            yield _Chunk(str(path), offset, line, carry, True)
+            yield _Chunk(str(path), offset, line, b"".join(carry), True)
 
 
-# ---------------------------------------------------------------------------- writer
-class _Writer:
-    """Appends ids and offsets to files in the order chunks arrive."""
-
-    def __init__(self, root: Path, dtype: np.dtype) -> None:
-        self.dtype = dtype
-        self.tokens = open(root / TOKENS, "wb")
-        self.word_starts = open(root / WORD_STARTS, "wb")
-        self.bits = np.zeros(0, dtype=bool)  # word-start bits not yet filling a whole byte (< 8)
-        self.sent_raw = open(root / (SENTENCES + ".raw"), "wb")
-        self.doc_raw = open(root / (DOCUMENTS + ".raw"), "wb")
-        self.n_tokens = self.n_sentences = self.n_documents = self.n_empty = 0
-        self.last_break = 0  # sentence index where the current document starts
-        np.zeros(1, np.int64).tofile(self.sent_raw)
-        np.zeros(1, np.int64).tofile(self.doc_raw)
-
-    def add(self, enc: _Encoded) -> None:
-        enc.ids.astype(self.dtype, copy=False).tofile(self.tokens)
-        bits = np.concatenate([self.bits, enc.word_starts])
-        whole = len(bits) - len(bits) % 8
-        np.packbits(bits[:whole]).tofile(self.word_starts)
-        self.bits = bits[whole:]
-        (np.cumsum(enc.lengths) + self.n_tokens).tofile(self.sent_raw)
-        breaks = enc.doc_breaks + self.n_sentences
-        self.n_tokens += int(enc.lengths.sum())
-        self.n_sentences += int(enc.lengths.size)
-        self.n_empty += enc.n_empty
-        if enc.end_of_file:  # a new file starts a new document
-            breaks = np.append(breaks, self.n_sentences)
-        # Several blank lines in a row (or a blank line at a file's end) make no empty document.
-        breaks = np.unique(breaks[breaks > self.last_break])
-        if breaks.size:
-            breaks.tofile(self.doc_raw)
-            self.n_documents += int(breaks.size)
-            self.last_break = int(breaks[-1])
-
-    def close(self, root: Path) -> None:
-        if self.n_sentences > self.last_break:
-            np.array([self.n_sentences], np.int64).tofile(self.doc_raw)
-            self.n_documents += 1
-            self.last_break = self.n_sentences
-        np.packbits(self.bits).tofile(self.word_starts)  # the last byte, zero-padded
-        self.bits = np.zeros(0, dtype=bool)
-        for f in (self.tokens, self.word_starts, self.sent_raw, self.doc_raw):
-            f.close()
-        _raw_to_npy(root / (SENTENCES + ".raw"), root / SENTENCES, self.n_sentences + 1)
-        _raw_to_npy(root / (DOCUMENTS + ".raw"), root / DOCUMENTS, self.n_documents + 1)
-
-    def abort(self) -> None:
-        for f in (self.tokens, self.word_starts, self.sent_raw, self.doc_raw):
-            f.close()
-
-
-def _raw_to_npy(raw: Path, npy: Path, n: int) -> None:
-    """Prefix a raw little-endian int64 file with an ``.npy`` header (streamed copy)."""
-    with open(npy, "wb") as out, open(raw, "rb") as src:
-        np.lib.format.write_array_header_1_0(out, {"descr": "<i8", "fortran_order": False, "shape": (n,)})
-        shutil.copyfileobj(src, out, 1 << 22)
-    raw.unlink()
+def _line_too_long(path: Path, line: int, max_line: int, budget: int | None) -> PtmError:
+    return PtmError(
+        f"{path}: line {line} is longer than {max_line:,} bytes, the longest line --memory-budget "
+        f"{memory.format_size(budget or 0)} leaves room for (one line is one sentence: break the text into lines, "
+        f"or give a larger --memory-budget)"
+    )
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -236,6 +225,8 @@ def prepare(
     progress: bool = True,
     segmenter: str | Segmenter | None = None,
     user_dict: str | os.PathLike[str] | None = None,
+    memory_budget: int | str | None = None,
+    shard_tokens: int | str | None = None,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -245,12 +236,27 @@ def prepare(
     (see :mod:`ptmkit.tokenization.segmenters`); a callable must be picklable when the
     platform cannot fork.  ``user_dict``: a jieba user dictionary (one word per line, optionally
     with a frequency and a POS tag) for ``segmenter="jieba"``; its SHA-256 goes into ``meta.json``.
+
+    ``memory_budget`` (bytes, or a size such as ``"512M"``): the most memory the text in flight
+    may take in all processes together (:mod:`ptmkit.data.memory`; ``chunk_bytes`` is then an
+    upper bound of the block size, and without an explicit ``workers`` fewer workers are used
+    when the budget cannot feed them all).  ``shard_tokens`` (a count, or ``"50M"``): write
+    shards of about that many tokens under ``out_dir/shards/`` with the index in
+    ``out_dir/meta.json``; the result opens as a :class:`~ptmkit.data.corpus.ShardedCorpus`.
     """
     paths = [Path(f) for f in files]
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
         require_file(p, "input file")
+    budget = memory.parse_size(memory_budget) if memory_budget is not None else None
+    shard_size = memory.parse_count(shard_tokens) if shard_tokens is not None else None
+    if chunk_bytes < 1:
+        raise PtmError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    if workers is not None and workers < 1:
+        raise PtmError(f"workers must be at least 1, got {workers}")
+    cores = workers or os.cpu_count() or 1
+    plan = memory.plan(budget, cores, workers is not None, chunk_bytes) if budget is not None else None
     seg = get_segmenter(segmenter, user_dict)  # an unknown or uninstalled segmenter fails before any work
     seg_record = _segmenter_record(segmenter, user_dict)
     tok_path = None if isinstance(tokenizer, Tokenizer) else Path(tokenizer)
@@ -258,16 +264,40 @@ def prepare(
     inputs = [*paths, tok_path]
     outputs.check(out, "corpus", inputs, overwrite)  # before the tokenizer is even read
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
-    if chunk_bytes < 1:
-        raise PtmError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    if plan is not None:
+        chunk_bytes = plan.block_bytes
+        log.info("--memory-budget %s: %d worker(s), blocks of %s, %d in flight (about %s at most)",
+                 memory.format_size(plan.budget), plan.workers, memory.format_size(plan.block_bytes), plan.in_flight,
+                 memory.format_size(plan.estimate))
     n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
-    workers = max(1, min(workers or os.cpu_count() or 1, n_blocks))
+    workers = max(1, min(plan.workers if plan is not None else cores, n_blocks))
+    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record)
 
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
     with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
-        _write_corpus(tmp, paths, tok, chunk_bytes, workers, progress, seg, seg_record)
+        _write_corpus(tmp, paths, tok, run)
     return Corpus.open(out)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How one prepare runs: block size, processes, the memory plan, shards, progress, segmenter."""
+
+    chunk_bytes: int
+    workers: int
+    plan: memory.MemoryPlan | None
+    shard_tokens: int | None
+    progress: bool
+    segmenter: str | Segmenter | None
+    seg_record: dict | str | None
+
+    @property
+    def in_flight(self) -> int:
+        return 2 * self.workers if self.plan is None else min(self.plan.in_flight, 2 * self.workers)
+
+    def settings(self, dtype: np.dtype) -> _Settings:
+        return _Settings(np.dtype(dtype).name, self.plan.encode_bytes if self.plan is not None else None)
 
 
 def _segmenter_record(segmenter: str | Segmenter | None, user_dict: str | os.PathLike[str] | None) -> dict | str | None:
@@ -278,61 +308,77 @@ def _segmenter_record(segmenter: str | Segmenter | None, user_dict: str | os.Pat
     return {"name": name, "user_dict": str(Path(user_dict).resolve()), "user_dict_sha256": sha256(Path(user_dict))}
 
 
-def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, chunk_bytes: int, workers: int, progress: bool,
-                  segmenter: str | Segmenter | None = None, seg_record: dict | str | None = None) -> None:
-    """Tokenize ``paths`` into the corpus files in ``root`` (open files are closed on failure)."""
-    writer = None
+def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> None:
+    """Tokenize ``paths`` into the corpus files (or shards) in ``root`` (open files are closed on failure)."""
+    writer: CorpusWriter | ShardWriter | None = None
     try:
         tok_file = tok.save(root / TOKENIZER)
         dtype = token_dtype(tok.vocab_size)
-        writer = _Writer(root, dtype)
+        common = _common_meta(paths, tok, tok_file, dtype, run.seg_record)
+        if run.shard_tokens is not None:
+            writer = ShardWriter(root, dtype, tok.unk_id, run.shard_tokens, tok_file, common)
+        else:
+            writer = CorpusWriter(root, dtype, tok.unk_id)
         total_bytes = sum(p.stat().st_size for p in paths)
-        bar = progress_display(total_bytes, desc="prepare", unit="B", unit_scale=True, disable=not progress)
-        n_unk = 0
+        bar = progress_display(total_bytes, desc="prepare", unit="B", unit_scale=True, disable=not run.progress)
+        max_line = run.plan.max_line if run.plan is not None else None
+        chunks = _chunks(paths, run.chunk_bytes, max_line, run.plan.budget if run.plan is not None else None)
+        meter = memory.Meter()
         with bar:
-            for enc in _encode_all(_chunks(paths, chunk_bytes), tok, workers, segmenter):
+            for enc in _encode_all(chunks, tok, run, dtype, meter):
                 writer.add(enc)
-                n_unk += int(np.count_nonzero(enc.ids == tok.unk_id))
                 bar.update(enc.n_bytes)
-        writer.close(root)
-        if writer.n_tokens == 0:
+        writer.close()
+        if run.plan is not None:
+            log.info("prepare: peak memory for the text in flight %s, budget %s", meter.describe(),
+                     memory.format_size(run.plan.budget))
+        else:
+            log.debug("prepare: peak memory for the text in flight %s, no budget", meter.describe())
+        counts = writer.counts()
+        if counts["n_tokens"] == 0:
             raise PtmError(f"no tokens in {', '.join(map(str, paths))}: the corpus is empty")
-        meta = {
-            "format": FORMAT_VERSION,
-            "dtype": dtype.name,
-            "n_tokens": writer.n_tokens,
-            "n_sentences": writer.n_sentences,
-            "n_documents": writer.n_documents,
-            "skipped_empty_lines": writer.n_empty,
-            "unk_tokens": n_unk,
-            "vocab_size": tok.vocab_size,
-            "tokenizer_kind": tok.kind,
-            "tokenizer_sha256": sha256(tok_file),
-            "word_starts": WORD_STARTS,
-            "word_segmenter": seg_record,
-            "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
-        }
-        (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if n_unk > UNK_WARNING * writer.n_tokens:
+        writer.write_meta(common)
+        n_unk, n_tokens = counts["unk_tokens"], counts["n_tokens"]
+        if n_unk > UNK_WARNING * n_tokens:
             log.warning(
                 "%.1f%% of the tokens (%d of %d) are [UNK]: the tokenizer does not cover this text (Chinese text "
                 "through a tokenizer trained on English, say); train one on it: ptm tokenizer train FILES --kind "
                 "wordpiece (every CJK character becomes a token) or --kind char",
-                100 * n_unk / writer.n_tokens, n_unk, writer.n_tokens)
+                100 * n_unk / n_tokens, n_unk, n_tokens)
     except BaseException:
         if writer is not None:
             writer.abort()
         raise
 
 
-def _encode_all(
-    chunks: Iterator[_Chunk], tok: Tokenizer, workers: int, segmenter: str | Segmenter | None = None
-) -> Iterator[_Encoded]:
-    """Encoded chunks in input order; at most ``2 * workers`` chunks in flight."""
-    global _TOKENIZER, _SEGMENTER
-    if workers <= 1:
+def _common_meta(paths: list[Path], tok: Tokenizer, tok_file: Path, dtype: np.dtype,
+                 seg_record: dict | str | None) -> dict[str, Any]:
+    """What ``meta.json`` records besides the counts (the same for a corpus, a set and its shards)."""
+    return {
+        "format": FORMAT_VERSION,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": tok.vocab_size,
+        "tokenizer_kind": tok.kind,
+        "tokenizer_sha256": sha256(tok_file),
+        "word_starts": WORD_STARTS,
+        "word_segmenter": seg_record,
+        "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
+    }
+
+
+def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, run: _Run, dtype: np.dtype,
+                meter: memory.Meter | None = None) -> Iterator[Encoded]:
+    """Encoded chunks in input order; at most ``run.in_flight`` chunks in flight; the workers'
+    peak memory goes to ``meter``."""
+    global _TOKENIZER, _SEGMENTER, _SETTINGS
+    settings = run.settings(dtype)
+    if run.workers <= 1:
         _TOKENIZER = tok  # in-process: the Rust encoder parallelises each batch itself
-        _SEGMENTER = get_segmenter(segmenter)
+        _SEGMENTER = get_segmenter(run.segmenter)
+        _SETTINGS = settings
+        _warm_up()
+        if meter is not None:
+            meter.start()
         try:
             yield from map(_encode_chunk, chunks)
         finally:
@@ -341,11 +387,21 @@ def _encode_all(
     # "fork" needs no importable __main__ (scripts and notebooks work unguarded); ``tokenizers``
     # notices the fork and keeps its thread pool off in the children.
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(tok.to_json(), segmenter)) as pool:
+    with ctx.Pool(run.workers, initializer=_init_worker, initargs=(tok.to_json(), run.segmenter, settings)) as pool:
+        if meter is not None:
+            meter.start()
         pending: collections.deque = collections.deque()
         for chunk in chunks:
-            pending.append(pool.apply_async(_encode_chunk, (chunk,)))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
+            pending.append(pool.apply_async(_encode_task, (chunk,)))
+            del chunk  # the pool holds it until a worker takes it
+            if len(pending) >= run.in_flight:
+                yield _received(pending.popleft().get(), meter)
         while pending:
-            yield pending.popleft().get()
+            yield _received(pending.popleft().get(), meter)
+
+
+def _received(result: tuple[Encoded, int, int | None], meter: memory.Meter | None) -> Encoded:
+    enc, pid, peak = result
+    if meter is not None:
+        meter.worker(pid, peak)
+    return enc
