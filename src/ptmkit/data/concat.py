@@ -75,9 +75,10 @@ class ConcatArray:
 
     @classmethod
     def lazy(cls, lengths: Sequence[int], dtype: Any, open_part: Callable[[int], Any],
-             max_open: int = MAX_OPEN) -> "ConcatArray":
-        """Parts ``0..len(lengths)-1`` of ``lengths[k]`` elements that ``open_part(k)`` maps on demand."""
-        cache = _OpenParts(max_open)
+             max_open: int | None = None) -> "ConcatArray":
+        """Parts ``0..len(lengths)-1`` of ``lengths[k]`` elements that ``open_part(k)`` maps on demand
+        (at most ``max_open`` at once, default :data:`MAX_OPEN`)."""
+        cache = _OpenParts(max_open or MAX_OPEN)
         return cls([LazyPart(n, dtype, (lambda k=k: open_part(k)), cache) for k, n in enumerate(lengths)])
 
     def __len__(self) -> int:
