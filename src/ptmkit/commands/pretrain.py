@@ -18,9 +18,18 @@ gpt2-small, ...) or the path of a YAML file with the sections model, objective, 
 Its model.encoder is one of {names:encoder}; its objective.name one of {names:objective}.
 
 DATA is either a corpus prepared by `ptm prepare` (a directory with tokens.bin, meta.json and
-tokenizer.json) or one or more text files (one sentence per line, a blank line between documents):
-then a tokenizer is trained as the preset's `tokenizer` section says and the text is prepared
-into RUN_DIR/data.  model.vocab_size is taken from the tokenizer.
+tokenizer.json, or a set of shards from `ptm prepare --shard-size`), several such corpora
+prepared with one tokenizer (read as one; every example stays within its corpus), or one or more
+text files (one sentence per line, a blank line between documents): then a tokenizer is trained
+as the preset's `tokenizer` section says and the text is prepared into RUN_DIR/data.
+model.vocab_size is taken from the tokenizer.
+
+--data-weights W1,W2,... (one per corpus of DATA) blends the corpora: every epoch has as many
+examples as they have together, corpus i filling the share Wi / sum(W) of them exactly; each
+corpus walks through its own examples in a fresh random order per pass and continues in the
+next epoch where it stopped (a corpus whose share exceeds its size repeats examples).  Without
+weights an epoch is every example of every corpus once.  Held-out examples (train.eval_fraction)
+are taken from each corpus alike.
 
 Settings are changed with SECTION.KEY=VALUE overrides (an unknown key is an error that names the
 nearest valid one).  Useful train keys: batch_size (global, per optimizer step), grad_accum,
@@ -77,6 +86,8 @@ examples:
       model.hidden_size=64 train.batch_size=32 train.lr=5e-4
   ptm pretrain gpt2-tiny --data corpus_dir -o runs/gpt train.schedule=cosine train.warmup_steps=100
   ptm pretrain my_preset.yaml --data corpus_dir -o runs/mine
+  ptm pretrain bert-tiny --data wiki_dir books_dir --data-weights 0.7,0.3 -o runs/blend
+                                                                      70 % / 30 % of every epoch's examples
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume      continue after a kill
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume train.max_steps=5000   train longer
   ptm pretrain awd-lstm-tiny --data wiki.txt -o runs/lm                ULMFiT stage 1: general-domain LM
@@ -102,6 +113,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("preset", metavar="PRESET", help="preset name or YAML file, or a static model ({names:static})")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
     p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
+    p.add_argument("--data-weights", default=None, metavar="W1,W2,...",
+                   help="one weight per prepared corpus of --data: each epoch draws their examples in these proportions")
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
@@ -129,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if not data:
         raise PtmError("--data needs a prepared corpus directory or text file(s)")
     pretrain(args.preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite,
-             init_from=args.init_from)
+             init_from=args.init_from, data_weights=args.data_weights)
     return 0
 
 

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from ptmkit import outputs
 from ptmkit.build import build_model, resolve_config
 from ptmkit.config import apply_overrides, from_dict
 from ptmkit.data.batches import PretrainBatches, split_spans
+from ptmkit.data.blend import join_corpora, member_spans, parse_weights, training_batches
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.errors import PtmError
@@ -55,6 +57,7 @@ def pretrain(
     callbacks: Iterable[Callback] = (),
     verbose: bool = True,
     init_from: str | Path | None = None,
+    data_weights: str | Sequence[float] | None = None,
 ) -> Path:
     """Pre-train and return the run directory (see the module docstring).
 
@@ -69,12 +72,20 @@ def pretrain(
     instead: data are text files, overrides are that model's config keys, and ``out_dir``
     receives ``vectors.bin``.
 
-    data / eval_data: a prepared corpus directory, or text file(s) (one sentence per line, a blank
-    line between documents). Without eval_data, ``train.eval_fraction`` of the examples is held out.
+    data / eval_data: a prepared corpus directory (or sharded set), several of them (read as one,
+    each document in its corpus), or text file(s) (one sentence per line, a blank line between
+    documents). Without eval_data, ``train.eval_fraction`` of each corpus's examples is held out.
+    data_weights: one weight per prepared corpus of ``data`` (``"0.7,0.3"``): each epoch draws the
+    corpora's examples in these proportions (:mod:`ptmkit.data.blend`).
     """
     run_dir = Path(out_dir)
     overrides = list(overrides)
+    if data_weights is not None and not all(is_corpus(p) for p in as_paths(data)):
+        raise PtmError("--data-weights weighs prepared corpora, one weight each: prepare each text with "
+                       "`ptm prepare FILES -t TOKENIZER -o DIR` (one tokenizer for all) and give the directories as --data")
     if static_model(preset_or_config) is not None:
+        if data_weights is not None:
+            raise PtmError("--data-weights is for pre-training on prepared corpora; a static model reads text files")
         return train_static(preset_or_config, as_paths(data), run_dir, overrides, overwrite, verbose, resume=resume,
                             eval_data=eval_data, init_from=init_from)
     if not isinstance(preset_or_config, dict):
@@ -89,7 +100,7 @@ def pretrain(
     try:
         with contextlib.ExitStack() as stack:  # holds RUN_DIR's lock and manifest (see rundir.open_run)
             result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info,
-                               stack, source)
+                               stack, source, data_weights)
         succeeded = True
         return result
     finally:
@@ -98,7 +109,7 @@ def pretrain(
 
 
 def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, stack,
-              source=None) -> Path:
+              source=None, data_weights=None) -> Path:
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
     inputs = as_paths(data) + (as_paths(eval_data) if eval_data is not None else [])
     if source is not None:
@@ -112,6 +123,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
     config = resolve_config(raw, tokenizer, overrides)
     record = rundir.inputs_record(data, eval_data)
+    if data_weights is not None:  # a resumed run must draw the same shares
+        record["data_weights"] = parse_weights(data_weights, len(getattr(corpus, "members", None) or [corpus])).tolist()
     run.check_resumed(config, tokenizer, corpus, record)
     run.start_over(corpus)
     train_cfg = from_dict(TrainConfig, config["train"], "train")
@@ -119,7 +132,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     # the model, its training and held-out examples, and its weights at step 0
     seed_everything(train_cfg.seed)  # identical initial weights for a given seed
     model = build_model(config, tokenizer)
-    eval_corpus, train_spans, eval_spans = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run)
+    eval_corpus, train_spans, eval_spans, sizes = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run)
     if not run.resuming:  # a resumed run loads its weights instead
         _initial_weights(model, source, corpus, train_spans, train_cfg, verbose and info.is_main)
     if len(train_spans) < train_cfg.batch_size:
@@ -129,7 +142,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         )
     common = dict(seq_len=train_cfg.seq_len, batch_size=train_cfg.batch_size, seed=train_cfg.seed, rank=info.rank,
                   world_size=info.world_size)
-    batches = PretrainBatches(corpus, model.objective, train_spans, **common)
+    batches = training_batches(corpus, model.objective, train_spans, sizes, data_weights, **common)
     eval_source = PretrainBatches(eval_corpus, model.objective, eval_spans, **common) if len(eval_spans) else None
 
     # train
@@ -220,9 +233,13 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.
     pre-training prepares raw text with the source run's tokenizer instead of a newly trained one, and
     a ``tokenizer.file`` with that tokenizer.json."""
     paths = as_paths(data)
-    if len(paths) == 1 and is_corpus(paths[0]):
-        corpus = Corpus.open(paths[0])
+    corpora = [is_corpus(p) for p in paths]
+    if all(corpora):  # prepared corpora (or sharded sets); several are read as one
+        corpus = join_corpora(paths)
         return corpus, corpus.load_tokenizer()
+    if any(corpora):
+        raise PtmError(f"--data mixes prepared corpora ({paths[corpora.index(True)]}) and text files "
+                       f"({paths[corpora.index(False)]}); prepare the text with `ptm prepare` and give only corpora")
     for p in paths:
         if p.is_dir():
             raise PtmError(f"{p} is a directory but not a prepared corpus (no meta.json); run `ptm prepare` or give text files")
@@ -268,17 +285,20 @@ def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir) -> Corpus
 
 
 def _examples(objective, corpus, tokenizer, eval_data: DataArg | None, train_cfg: TrainConfig, run: rundir.RunDir):
-    """``(eval_corpus, train_spans, eval_spans)``: the held-out examples come from ``--eval-data``,
-    else ``train.eval_fraction`` of the training examples, else there are none."""
-    spans = objective.example_spans(corpus, train_cfg.seq_len)
+    """``(eval_corpus, train_spans, eval_spans, sizes)``: the held-out examples come from
+    ``--eval-data``, else ``train.eval_fraction`` of each training corpus's examples, else there
+    are none; ``sizes``: how many training spans each corpus of ``--data`` gave (in order)."""
+    parts = member_spans(objective, corpus, train_cfg.seq_len)
     if eval_data is not None:
         eval_corpus = _open_eval_data(eval_data, tokenizer, run)
-        return eval_corpus, spans, objective.example_spans(eval_corpus, train_cfg.seq_len)
+        return eval_corpus, np.concatenate(parts), objective.example_spans(eval_corpus, train_cfg.seq_len), \
+            [len(p) for p in parts]
     if train_cfg.eval_fraction > 0:
-        train_spans, eval_spans = split_spans(spans, train_cfg.eval_fraction, train_cfg.seed,
-                                              contiguous=bool(getattr(objective, "reads_streams", False)))
-        return corpus, train_spans, eval_spans
-    return corpus, spans, spans[:0]
+        contiguous = bool(getattr(objective, "reads_streams", False))
+        split = [split_spans(p, train_cfg.eval_fraction, train_cfg.seed, contiguous) for p in parts]
+        return corpus, np.concatenate([t for t, _ in split]), np.concatenate([e for _, e in split]), \
+            [len(t) for t, _ in split]
+    return corpus, np.concatenate(parts), parts[0][:0], [len(p) for p in parts]
 
 
 # -- initial weights ------------------------------------------------------------------------------------
@@ -354,7 +374,9 @@ def _print_plan(config, model, corpus, batches, train_spans, eval_spans, train_c
         f"({(n_params - n_emb) / 1e6:.2f}M without word embeddings), vocab {config['model']['vocab_size']}\n"
         f"  data: {corpus.n_tokens:,} tokens, {len(train_spans):,} train / {len(eval_spans):,} eval examples "
         f"of <= {seq_len} tokens\n"
-        f"  steps: {train_cfg.max_steps:,} x batch {train_cfg.batch_size} (<= {train_cfg.batch_size * seq_len:,} "
+        + (f"  blend: {', '.join(f'{Path(m.path).name} {c:,}' for m, c in zip(corpus.members, batches.counts))} "
+           f"examples per epoch\n" if hasattr(batches, "counts") else "")
+        + f"  steps: {train_cfg.max_steps:,} x batch {train_cfg.batch_size} (<= {train_cfg.batch_size * seq_len:,} "
         f"tokens/step, {epochs:.2f} epochs), {info.world_size} process(es) on {trainer.device}\n"
         f"  run directory: {run_dir}",
         flush=True,
