@@ -179,3 +179,23 @@ def test_a_line_longer_than_the_budget_allows_is_refused(texts, tmp_path):
         prepare([text], tok, tmp_path / "c", workers=1, memory_budget=BUDGET, progress=False)
     assert not (tmp_path / "c").exists()
     assert prepare([text], tok, tmp_path / "c", workers=1, memory_budget="64M", progress=False).n_sentences == 4
+
+
+def test_budget_and_shards_do_not_change_the_corpus(texts, tmp_path):
+    """The same files whatever the budget, the workers or the blocks; a set's shards hold the same bytes."""
+    tiny, big, tok = texts
+    part = tmp_path / "part.txt"
+    with open(big, "rb") as f:
+        part.write_bytes(f.read(300_000) + b"no newline at the end")
+    files = [part, tiny]
+    names = ("tokens.bin", "word_starts.bin", "sentences.npy", "documents.npy", "meta.json", "tokenizer.json")
+    ref = prepare(files, tok, tmp_path / "ref", workers=1, progress=False)
+    digest = {n: (ref.path / n).read_bytes() for n in names}
+    for i, kw in enumerate([dict(workers=1, memory_budget=BUDGET), dict(workers=2, memory_budget="4M"),
+                            dict(workers=2, memory_budget="64M", chunk_bytes=5000)]):
+        out = prepare(files, tok, tmp_path / f"c{i}", progress=False, **kw)
+        assert {n: (out.path / n).read_bytes() for n in names} == digest, kw
+    sharded = prepare(files, tok, tmp_path / "set", workers=1, progress=False, shard_tokens=10**12)
+    assert len(sharded.shards) == 1
+    shard = sharded.shards[0]
+    assert {n: (shard / n).read_bytes() for n in names} == digest
