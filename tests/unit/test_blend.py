@@ -174,7 +174,9 @@ def test_cli_blend_trains_and_resumes_exactly(corpora, tmp_path, capsys):
                      "train.max_steps=6", "train.save_every=2", "--resume"]) == 2
     assert "data_weights" in capsys.readouterr().err
     # without weights the corpora are simply read together; weights need prepared corpora
-    assert cli_main(["pretrain", "bert-tiny", *data, *tiny, "-o", str(tmp_path / "union"), "train.max_steps=1"]) == 0
+    assert cli_main(["pretrain", "bert-tiny", *data, "--eval-data", str(root / "B"), str(root / "A"), *tiny,
+                     "-o", str(tmp_path / "union"), "train.max_steps=1"]) == 0
+    assert "train / 153 eval examples" in capsys.readouterr().out  # every example of both as eval data
     assert cli_main(["pretrain", "bert-tiny", "--data", str(root / "a.txt"), "--data-weights", "1", *tiny,
                      "-o", str(tmp_path / "text")]) == 2
     assert "weighs prepared corpora" in capsys.readouterr().err

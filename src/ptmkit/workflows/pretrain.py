@@ -269,8 +269,8 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.
 
 def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir) -> Corpus:
     paths = as_paths(data)
-    if len(paths) == 1 and is_corpus(paths[0]):
-        corpus = Corpus.open(paths[0])
+    if all(is_corpus(p) for p in paths):  # one prepared corpus (or sharded set), or several read as one
+        corpus = join_corpora(paths)
         if corpus.load_tokenizer().to_json() != tokenizer.to_json():
             raise PtmError(f"the eval corpus {paths[0]} was prepared with a different tokenizer than the training data")
         return corpus
