@@ -9,9 +9,10 @@ the masked positions only, UniLM's attention masks and ALBERT's shared layers (f
 full compute) are all counted as they execute.
 
 PyTorch's counter knows matrix products and convolutions, and the CUDA attention kernels, but
-not the fused CPU kernels of scaled-dot-product attention and of the LSTM; :data:`CPU_FORMULAS`
-adds them.  Element-wise work (softmax, layer norm, GELU, the embedding lookup) is not counted,
-as in the usual accounting (Kaplan et al. 2020; Clark et al. 2020 count the same way).
+not the fused CPU kernels of scaled-dot-product attention and of the LSTM, nor oneDNN's linear
+layer that inference on CPU runs (:mod:`ptmkit.nn.fast_linear`); :data:`CPU_FORMULAS` adds them.
+Element-wise work (softmax, layer norm, GELU, the embedding lookup) is not counted, as in the usual
+accounting (Kaplan et al. 2020; Clark et al. 2020 count the same way).
 """
 
 from __future__ import annotations
@@ -51,7 +52,17 @@ def _lstm_cpu_backward(input, w_ih, w_hh, *args, out_shape=None, **kwargs) -> in
     return 2 * _lstm_forward_flops(input, w_ih, w_hh)
 
 
+def _linear_pointwise(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    """oneDNN's linear layer (``ptmkit.nn.fast_linear``, without autograd): 2·rows·in·out; the fused
+    activation is element-wise, not counted."""
+    rows = 1
+    for d in x_shape[:-1]:
+        rows *= d
+    return 2 * rows * x_shape[-1] * w_shape[0]
+
+
 CPU_FORMULAS: dict[Any, Callable[..., int]] = {
+    torch.ops.mkldnn._linear_pointwise: _linear_pointwise,
     aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,
     aten.mkldnn_rnn_layer: _lstm_cpu,

@@ -88,7 +88,9 @@ def assert_same(model: PretrainModel, hf: T5ForConditionalGeneration, b: dict[st
         assert_close(a[src], c[src], **TOL, msg=lambda m: f"encoder hidden state {i}: {m}")
     for i, (a, c) in enumerate(zip(dec, theirs.decoder_hidden_states)):
         assert_close(a[tgt], c[tgt], **TOL, msg=lambda m: f"decoder hidden state {i}: {m}")
-    assert_close(model.backbone.logits(out.last_hidden_state)[tgt], theirs.logits[tgt], **TOL)
+    # the logits sum H products of states that agree to float32 rounding (ptmkit's products without
+    # autograd run through oneDNN, HF's through MKL): an absolute tolerance of 3e-5 instead of 1e-5
+    assert_close(model.backbone.logits(out.last_hidden_state)[tgt], theirs.logits[tgt], rtol=1e-5, atol=3e-5)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ptmkit.nn.dropout import dropout
+from ptmkit.nn.fast_linear import project
 from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
 from ptmkit.nn.kv_cache import KV, KVSlot, extend
 
@@ -120,10 +121,10 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
         # [B, T, 3, heads, d] -> [3, B, heads, T, d]
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = project(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
                    head_gate, probs)
-        return self.out(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+        return project(self.out, y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
 
     def forward_cached(
         self, x: torch.Tensor, past: KV | KVSlot | None, mask: torch.Tensor | None = None,
@@ -138,7 +139,7 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
         B, T, H = x.shape
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = project(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = extend(past, (k, v))  # in place when ``past`` is a slot of a cache with room, else copied
         is_causal = False
         if mask is None and T > 1:
@@ -149,4 +150,4 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
                    head_gate, probs)
-        return self.out(y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)), (k, v)
+        return project(self.out, y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)), (k, v)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from ptmkit.nn.activations import get_activation
+from ptmkit.nn.fast_linear import project
 
 
 class FeedForward(nn.Module):
@@ -24,12 +25,15 @@ class FeedForward(nn.Module):
         self.fc1 = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.fc1_linear = nn.Linear(hidden_size, intermediate_size, bias=bias) if gated else None
         self.fc2 = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.activation = activation
         self.act = get_activation(activation)
 
     def inner(self, x: torch.Tensor) -> torch.Tensor:
-        """``[..., H] -> [..., I]``: the activated inner representation (gated when configured)."""
-        h = self.act(self.fc1(x))
-        return h if self.fc1_linear is None else h * self.fc1_linear(x)
+        """``[..., H] -> [..., I]``: the activated inner representation (gated when configured).
+        Without autograd on CPU the product and the activation are one oneDNN call
+        (:mod:`ptmkit.nn.fast_linear`)."""
+        h = project(self.fc1, x, self.activation, self.act)
+        return h if self.fc1_linear is None else h * project(self.fc1_linear, x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.inner(x))
+        return project(self.fc2, self.inner(x))
