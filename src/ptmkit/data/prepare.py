@@ -93,8 +93,10 @@ def _init_worker(tokenizer_json: str, segmenter: str | Segmenter | None, setting
 
 def _warm_up() -> None:
     """Encode one line before measuring: the encoder's thread pool and the code it runs are the
-    process's footprint, not memory the text takes."""
-    _encode_lines(["warm up, 1."])
+    process's footprint, not memory the text takes (without the segmenter: a user's may know
+    only its own text)."""
+    assert _TOKENIZER is not None
+    _TOKENIZER.encode_batch_with_word_starts(["warm up, 1."], None)
 
 
 def _encode_task(chunk: _Chunk) -> tuple[Encoded, int, int | None]:
