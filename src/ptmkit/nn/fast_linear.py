@@ -5,8 +5,8 @@ PyTorch sends a float32 ``nn.Linear`` on CPU to MKL's GEMM.  On the AMD Zen 4 CP
 measured on, oneDNN's (the library PyTorch already uses for bfloat16 products) took 10-15 % less
 time at an encoder's ``[4096, 768] x [768, 3072]`` and about half at a decoding step's 8 rows
 times GPT-2's ``[768, 50257]`` output layer, one thread; and it applies GELU or ReLU to the product
-as it writes it, where a separate erf-GELU pass over BERT's ``[4096, 3072]`` activation took a
-quarter as long as its product (see ``docs/speed.md``).
+as it writes it, where a separate erf-GELU pass over BERT's ``[4096, 3072]`` activation took
+about 30 % as long as its product (see ``docs/speed.md``).
 
 Only where nothing needs a gradient (``torch.no_grad`` / ``torch.inference_mode``): a CPU tensor
 of float32 or bfloat16 in a plain ``nn.Linear`` of the same dtype without hooks (and plain tensors,
