@@ -20,7 +20,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "outputs.md"
                       "RUN_DIR has no checkpoint", "differs from the run's", "never any other file",
                       "removes the RUN_DIR it created"]),
         ("finetune", ["OUT must be new, empty, or (with --overwrite)", "leaves nothing behind", "other files in OUT are kept"]),
-        ("export", ["HF_DIR must not exist or be empty: nothing is overwritten"]),
+        ("export", ["DIR must not exist or be empty: nothing is overwritten"]),
         ("import", ["CKPT_DIR must not exist or be empty: nothing is overwritten"]),
     ],
 )
