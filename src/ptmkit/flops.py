@@ -61,7 +61,14 @@ def _linear_pointwise(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * rows * x_shape[-1] * w_shape[0]
 
 
+def _addmm_inplace(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """``C.addmm_(A, B)`` (in-place accumulation, as the fused linear + cross-entropy's backward
+    does): the product's 2·m·k·n; PyTorch's counter knows only the out-of-place ``addmm``."""
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+
 CPU_FORMULAS: dict[Any, Callable[..., int]] = {
+    aten.addmm_: _addmm_inplace,
     torch.ops.mkldnn._linear_pointwise: _linear_pointwise,
     aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,

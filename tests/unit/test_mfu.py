@@ -54,6 +54,15 @@ def test_bert_step_flops_equal_6n_plus_attention():
     assert fc.get_total_flops() == formula + recompute + pooler
 
 
+def test_in_place_matrix_products_are_counted():
+    """The fused linear + cross-entropy accumulates its gradients with ``addmm_``, which PyTorch's
+    counter does not know: ptmkit's counter adds it (2·m·k·n, as ``addmm``)."""
+    c, a, b = torch.zeros(4, 5), torch.randn(4, 3), torch.randn(3, 5)
+    with counter() as fc:
+        c.addmm_(a, b)
+    assert fc.get_total_flops() == 2 * 4 * 3 * 5
+
+
 class Toy(nn.Module):
     def __init__(self) -> None:
         super().__init__()
