@@ -47,7 +47,9 @@ def _capture_input(module: torch.nn.Module) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("k", [0, 1, 2, 3, -1, -4])
 def test_classifier_head_reads_hidden_state_k(encoder, batch, k):
-    states = encoder(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True).hidden_states
+    # computed as the heads compute them, without gradients (inference may take another kernel)
+    with torch.no_grad():
+        states = encoder(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True).hidden_states
     clf = SequenceClassifier(encoder, 2, mix=f"layer:{k}", pooling="mean", dropout=0.0).eval()
     seen = _capture_input(clf.classifier)
     with torch.no_grad():
@@ -72,7 +74,8 @@ def test_layer_k_differs_from_the_top_layer_and_bypasses_the_pooler(encoder, bat
 
 @pytest.mark.parametrize("k", [0, 2])
 def test_tagger_head_reads_hidden_state_k(encoder, batch, k):
-    states = encoder(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True).hidden_states
+    with torch.no_grad():
+        states = encoder(batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True).hidden_states
     tagger = TokenTagger(encoder, 3, dropout=0.0, mix=f"layer:{k}").eval()
     seen = _capture_input(tagger.classifier)
     pos = torch.tensor([[0, 2, 4], [1, 3, 0], [5, 6, 0]])

@@ -349,7 +349,7 @@ def test_trainer_refuses_carried_state_under_ddp(monkeypatch):
 
     pm = model()
     source = SimpleNamespace(steps_per_epoch=3)
-    monkeypatch.setattr(distributed, "init_distributed", lambda device="auto": distributed.DistInfo(0, 2, 0))
+    monkeypatch.setattr(distributed, "init_distributed", lambda device="auto", group_of_one=False: distributed.DistInfo(0, 2, 0))
     with pytest.raises(PtmError, match="mem_len=0"):
         Trainer(pm, source, TrainConfig(batch_size=4, device="cpu"))
     monkeypatch.undo()
