@@ -32,33 +32,31 @@ _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)\s*$", re.IGNORECASE)
 _POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
 
-def parse_size(text: str | int, what: str = "--memory-budget") -> int:
-    """Bytes from ``512M``, ``2G``, ``1.5GiB``, ``64k``, ``4096`` (binary units: 1K = 1024 bytes)."""
+def _scaled(text: str | int, pattern: re.Pattern, base: int, what: str, expected: str, noun: str,
+            whole=int) -> int:
+    """A positive whole number from ``text``: an int as is, or digits with an optional unit
+    (k, M, G, T as powers of ``base``) matched by ``pattern``, made whole by ``whole``."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        m = _SIZE.match(str(text))
+        m = pattern.match(str(text))
         if not m:
-            raise PtmError(f"{what}: expected a size such as 512M, 2G or 1.5GiB (K, M, G, T = 1024-based), got {text!r}")
-        value = int(float(m.group(1)) * 1024 ** _POWER[m.group(2).lower()])
+            raise PtmError(f"{what}: expected {expected}, got {text!r}")
+        value = int(whole(float(m.group(1)) * base ** _POWER[m.group(2).lower()]))
     if value <= 0:
-        raise PtmError(f"{what} must be a positive size, got {text!r}")
+        raise PtmError(f"{what} must be a positive {noun}, got {text!r}")
     return value
+
+
+def parse_size(text: str | int, what: str = "--memory-budget") -> int:
+    """Bytes from ``512M``, ``2G``, ``1.5GiB``, ``64k``, ``4096`` (binary units: 1K = 1024 bytes)."""
+    return _scaled(text, _SIZE, 1024, what, "a size such as 512M, 2G or 1.5GiB (K, M, G, T = 1024-based)", "size")
 
 
 def parse_count(text: str | int, what: str = "--shard-size") -> int:
     """A whole count from ``50M``, ``200k``, ``1.5G``, ``100000`` (decimal units: 1M = 1,000,000)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        value = text
-    else:
-        m = _COUNT.match(str(text))
-        if not m:
-            raise PtmError(f"{what}: expected a number of tokens such as 100000, 50M or 1.5G (k, M, G = 1000-based), "
-                           f"got {text!r}")
-        value = int(round(float(m.group(1)) * 1000 ** _POWER[m.group(2).lower()]))
-    if value <= 0:
-        raise PtmError(f"{what} must be a positive number of tokens, got {text!r}")
-    return value
+    return _scaled(text, _COUNT, 1000, what,
+                   "a number of tokens such as 100000, 50M or 1.5G (k, M, G = 1000-based)", "number of tokens", round)
 
 
 def format_size(n: float) -> str:

@@ -161,13 +161,18 @@ def save_checkpoint(
             if trainer_state is not None:
                 torch.save(trainer_state, tmp / STATE_FILE)
     except PtmError as exc:  # a full disk, say: tell the user what is still safe
-        previous = latest_checkpoint(run_dir)
-        safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
-                else "the run has no checkpoint yet")
-        raise PtmError(f"saving checkpoint {final.name} failed: {exc}; {safe}") from exc
+        raise _save_failed(run_dir, final, exc) from exc
     atomic_write_text(ckdir / LATEST, final.name + "\n")
     prune(run_dir, keep)
     return final
+
+
+def _save_failed(run_dir: Path, target: Path, exc: BaseException) -> PtmError:
+    """The error for a checkpoint that could not be written, saying what is still safe."""
+    previous = latest_checkpoint(run_dir)
+    safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
+            else "the run has no checkpoint yet")
+    return PtmError(f"saving checkpoint {target.name} failed: {exc}; {safe}")
 
 
 def save_sharded_checkpoint(
@@ -211,10 +216,7 @@ def save_sharded_checkpoint(
         if main:
             shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(exc, OSError):
-            previous = latest_checkpoint(run_dir)
-            safe = (f"the previous checkpoint {previous} is intact and --resume continues from it" if previous
-                    else "the run has no checkpoint yet")
-            raise PtmError(f"saving checkpoint {target.name} failed: {exc}; {safe}") from exc
+            raise _save_failed(run_dir, target, exc) from exc
         raise
     if main:
         atomic_write_text(ckdir / LATEST, target.name + "\n")

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 SHARDED_DIR = "sharded"
 TIED_FILE = "tied.json"
-MODEL_FILE = "model.safetensors"
+MODEL_FILE = "model.safetensors"  # checkpoint.MODEL_FILE (checkpoint.py imports this module)
 
 
 def _dcp():

@@ -37,22 +37,27 @@ BLOCK_LISTS = ("layers", "forward_layers", "backward_layers")
 STRATEGIES = ("ddp", "fsdp")
 
 
+def _stacks(model: nn.Module):
+    """Every block list of ``model``: the ``nn.ModuleList`` attributes named in :data:`BLOCK_LISTS`."""
+    for module in model.modules():
+        for name in BLOCK_LISTS:
+            stack = getattr(module, name, None)
+            if isinstance(stack, nn.ModuleList):
+                yield stack
+
+
 def blocks(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks of ``model`` (each once; shared blocks excluded), outermost lists first."""
     found: list[nn.Module] = []
     seen: set[int] = set()
-    for module in model.modules():
-        for name in BLOCK_LISTS:
-            stack = getattr(module, name, None)
-            if not isinstance(stack, nn.ModuleList):
-                continue
-            ids = [id(b) for b in stack]
-            for b in stack:
-                shared = ids.count(id(b)) > 1
-                alone = getattr(b, "shard_alone", True)
-                if alone and not shared and id(b) not in seen and any(p.requires_grad for p in b.parameters()):
-                    seen.add(id(b))
-                    found.append(b)
+    for stack in _stacks(model):
+        ids = [id(b) for b in stack]
+        for b in stack:
+            shared = ids.count(id(b)) > 1
+            alone = getattr(b, "shard_alone", True)
+            if alone and not shared and id(b) not in seen and any(p.requires_grad for p in b.parameters()):
+                seen.add(id(b))
+                found.append(b)
     return found
 
 
@@ -63,17 +68,13 @@ def checkpoint_activations(model: nn.Module) -> int:
     checkpoints and exports are unaffected).  In evaluation (no grad) blocks run as usual.
     """
     done: set[int] = set()
-    for module in model.modules():
-        for name in BLOCK_LISTS:
-            stack = getattr(module, name, None)
-            if not isinstance(stack, nn.ModuleList):
+    for stack in _stacks(model):
+        for b in stack:
+            if id(b) in done or getattr(b, "_ptm_checkpointed", False):
                 continue
-            for b in stack:
-                if id(b) in done or getattr(b, "_ptm_checkpointed", False):
-                    continue
-                done.add(id(b))
-                b.forward = functools.partial(_checkpointed, b.forward)
-                b._ptm_checkpointed = True
+            done.add(id(b))
+            b.forward = functools.partial(_checkpointed, b.forward)
+            b._ptm_checkpointed = True
     if not done:
         raise PtmError(
             "train.activation_checkpointing=true, but the model has no blocks to checkpoint (an nn.ModuleList "
