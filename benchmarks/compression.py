@@ -27,13 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from ptmkit.train.mfu import cpu_name
 
 STAGES = ("teacher", "kd", "labels", "tinybert", "bilstm", "theseus", "heads", "magnitude", "layerdrop", "int8",
           "general", "speed")
@@ -58,16 +59,6 @@ def resume_flag(path: Path) -> list[str]:
 
 def read(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def minilm(out: Path) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -115,16 +116,19 @@ def training_dtype(precision: str) -> torch.dtype:
 
 
 def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name (``AMD EPYC …``, ``Intel(R) Xeon(R) …``), with AMX when its flags list it."""
+    """The CPU's model name (and on Linux its family / model numbers, which tell its generation
+    where a virtual machine reports only a brand)."""
+    fields: dict[str, str] = {}
     try:
-        with open(cpuinfo) as f:
-            lines = f.read().splitlines()
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown CPU")
-    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
-    extras = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    return name + (f" ({', '.join(extras)})" if extras else "")
+        return platform.processor() or platform.machine()
+    name = fields.get("model name", platform.processor() or platform.machine())
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def device_name(device: torch.device | str) -> str:

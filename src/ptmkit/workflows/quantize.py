@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.saved import encoder_of, load_task_model, save_task_model
+from ptmkit.train.mfu import cpu_name
 
 RESULTS_FILE = "results.json"
 BATCHES = (1, 32)
@@ -156,22 +156,6 @@ def interleaved_ms(calls: dict[str, Callable[[], Any]], rounds: int, min_s: floa
                     calls[name]()
                 times[name].append((time.perf_counter() - t) / reps[name] * 1000)
     return {name: statistics.median(v) for name, v in times.items()}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (and on Linux its family / model numbers, which tell its generation
-    where a virtual machine reports only a brand)."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = fields.get("model name", platform.processor() or platform.machine())
-    if "cpu family" in fields and "model" in fields:
-        name += f" (family {fields['cpu family']}, model {fields['model']})"
-    return name
 
 
 def format_results(results: dict[str, Any]) -> str:
