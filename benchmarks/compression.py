@@ -1,6 +1,7 @@
 """The compression chapter on a real pre-trained teacher: all-MiniLM-L6-v2 fine-tuned on MR.
 
-Stages (each a ``ptm`` command; a finished stage is read back, an interrupted one resumed):
+Stages (each a ``ptm`` command; a finished stage is read back, an interrupted one resumed; every
+student stage trains one student per teacher seed):
 
 * ``teacher``: MiniLM (6 layers, H 384) fine-tuned on MR's full training split, seeds 1-3;
 * ``kd``: a 3-layer student made of the teacher's layers 1, 3, 5 (DistilBERT's one-of-two), distilled
@@ -11,6 +12,8 @@ Stages (each a ``ptm`` command; a finished stage is read back, an interrupted on
   ``magnitude``: unstructured magnitude pruning; ``layerdrop``: fine-tuned with LayerDrop 0.2 and cut
   to layers 1, 3, 5, against the plain teacher cut the same way and a 3-layer MiniLM fine-tuned
   directly; ``int8``: dynamic int8 quantization of every teacher (and of the distilled student);
+* ``pos``: the same 3-layer distillation (and the labels-only student) from MiniLM fine-tuned on brown-pos
+  (a fixed 4,000-sentence training subset, the one the students see too);
 * ``general``: task-agnostic distillation of MiniLM into 3 layers on a slice of english-mix (TinyBERT's
   general distillation: hidden states, attention maps, cosine), then fine-tuned on MR and brown-pos
   beside MiniLM and the directly cut 3-layer MiniLM (brown-pos: a fixed 4,000-sentence training subset);
@@ -37,9 +40,10 @@ import numpy as np
 from ptmkit.train.mfu import cpu_name
 
 STAGES = ("teacher", "kd", "labels", "tinybert", "bilstm", "theseus", "heads", "magnitude", "layerdrop", "int8",
-          "general", "speed")
+          "general", "pos", "speed")
 TEACHER = ["epochs=2", "lr=5e-5", "batch_size=32", "max_seq_len=64", "precision=bf16"]
 STUDENT = ["epochs=3", "lr=1e-4"]
+POS = ["--task", "brown-pos", "--train-size", 4000, *TEACHER]  # a fixed 4,000-sentence training subset
 LAYERS = "1,3,5"
 
 
@@ -98,10 +102,12 @@ def distil(out: Path, name: str, teacher: Path, seed: int, *args: object) -> Pat
 
 
 def finetune(out: Path, name: str, model: Path, seeds: list[int], *args: object) -> list[Path]:
+    """One fine-tuning per seed in ``out/name``; seeds added later train beside the finished ones."""
     d = out / name
-    if not done(d):
+    runs = [d / f"pretrained-seed{s}" for s in seeds]
+    if not all(done(r, "results.json") for r in runs):
         ptm("finetune", model, "--seeds", *seeds, "-o", d, "--quiet", *args, *resume_flag(d))
-    return [d / f"pretrained-seed{s}" for s in seeds]
+    return runs
 
 
 def once(out: Path, name: str, *args: object) -> Path:
@@ -113,6 +119,8 @@ def once(out: Path, name: str, *args: object) -> Path:
 
 
 def scores(runs: list[Path], key: str = "accuracy") -> dict:
+    """Test and dev ``key`` of each run (a fine-tuned, distilled or pruned model's ``results.json``),
+    with the test mean and sample standard deviation over them."""
     test = [read(r / "results.json")["test"][key] for r in runs]
     dev = [read(r / "results.json")["dev"][key] for r in runs]
     return {"test": test, "dev": dev, "test_mean": float(np.mean(test)), "test_sd": float(np.std(test, ddof=1)) if len(test) > 1 else 0.0}
@@ -194,17 +202,19 @@ def main() -> None:
                                 for t, s in zip(teachers, seeds)])
         save()
     if "tinybert" in stages:
-        res["tinybert"] = scores([distil(out, "mr-tinybert", teachers[0], s0, "--layers", LAYERS, "--hidden", 1,
-                                         "--attention", 1, *STUDENT)])
+        res["tinybert"] = scores([distil(out, "mr-tinybert", t, s, "--layers", LAYERS, "--hidden", 1, "--attention", 1,
+                                         *STUDENT) for t, s in zip(teachers, seeds)])
         save()
     if "bilstm" in stages:
-        res["bilstm"] = scores([distil(out, "mr-bilstm", teachers[0], s0, "--student", "bilstm", "epochs=4", "lr=1e-3")])
-        res["bilstm_labels"] = scores([distil(out, "mr-bilstm-labels", teachers[0], s0, "--student", "bilstm",
-                                              "--alpha", 1, "epochs=4", "lr=1e-3")])
+        bilstm = ["--student", "bilstm", "epochs=4", "lr=1e-3"]
+        res["bilstm"] = scores([distil(out, "mr-bilstm", t, s, *bilstm) for t, s in zip(teachers, seeds)])
+        res["bilstm_labels"] = scores([distil(out, "mr-bilstm-labels", t, s, *bilstm, "--alpha", 1)
+                                       for t, s in zip(teachers, seeds)])
         res["bilstm_params"] = read(out / "mr-bilstm" / f"t{s0}" / "summary.json")["parameter_ratio"]
         save()
     if "theseus" in stages:
-        res["theseus"] = scores([distil(out, "mr-theseus", teachers[0], s0, "--theseus", "--layers", LAYERS, *STUDENT)])
+        res["theseus"] = scores([distil(out, "mr-theseus", t, s, "--theseus", "--layers", LAYERS, *STUDENT)
+                                 for t, s in zip(teachers, seeds)])
         save()
     if "heads" in stages:
         heads = once(out, "prune-heads", "prune", teachers[0], "--curve", "--quiet")  # both orders, step by step
@@ -215,12 +225,16 @@ def main() -> None:
         res["magnitude"] = read(mag / "results.json")
         save()
     if "layerdrop" in stages:
-        ld = finetune(out, "mr-layerdrop", base, [s0], "--task", "mr", *TEACHER, "layerdrop=0.2")[0]
-        cut_ld = once(out, "mr-layerdrop-cut", "prune", ld, "--method", "layers", "--keep-layers", LAYERS, "--quiet")
-        cut = once(out, "mr-teacher-cut", "prune", teachers[0], "--method", "layers", "--keep-layers", LAYERS, "--quiet")
+        lds = finetune(out, "mr-layerdrop", base, seeds, "--task", "mr", *TEACHER, "layerdrop=0.2")
+        cut = ["--method", "layers", "--keep-layers", LAYERS, "--quiet"]
+        # seed 1's cuts keep their first directory names
+        cut_ld = [once(out, "mr-layerdrop-cut" + (f"-{s}" if s != 1 else ""), "prune", ld, *cut)
+                  for ld, s in zip(lds, seeds)]
+        plain = [once(out, "mr-teacher-cut" + (f"-{s}" if s != 1 else ""), "prune", t, *cut)
+                 for t, s in zip(teachers, seeds)]
         direct = finetune(out, "mr-minilm3", minilm_3(out, base), seeds, "--task", "mr", *TEACHER)
-        res["layerdrop"] = {"full": scores([ld]), "cut": read(cut_ld / "results.json")["test"],
-                            "plain_cut": read(cut / "results.json")["test"], "direct": scores(direct)}
+        res["layerdrop"] = {"full": scores(lds), "cut": scores(cut_ld), "plain_cut": scores(plain),
+                            "direct": scores(direct)}
         save()
     if "int8" in stages:
         q = [once(out, f"int8-t{s}", "quantize", t, "--int8", "--quiet") for t, s in zip(teachers, seeds)]
@@ -235,14 +249,22 @@ def main() -> None:
             ptm("distil", base, "--general", "--data", english_slice(out), "-o", g, "--layers", LAYERS, "--hidden", 1,
                 "--attention", 1, "--mlm", 0, "--cosine", 1, f"train.max_steps={args.general_steps}", "train.seq_len=64",
                 "train.batch_size=32", "train.precision=bf16", "train.num_threads=2", *resume_flag(g))
-        pos = ["--task", "brown-pos", "--train-size", 4000, "epochs=2", "lr=5e-5", "batch_size=32", "max_seq_len=64",
-               "precision=bf16"]
         res["general"] = {
             "mr": scores(finetune(out, "mr-general", g, seeds, "--task", "mr", *TEACHER)),
-            "pos": scores(finetune(out, "pos-general", g, [s0], *pos)),
-            "pos_teacher": scores(finetune(out, "pos-minilm", base, [s0], *pos)),
-            "pos_direct": scores(finetune(out, "pos-minilm3", minilm_3(out, base), [s0], *pos)),
+            "pos": scores(finetune(out, "pos-general", g, seeds, *POS)),
+            "pos_teacher": scores(finetune(out, "pos-minilm", base, seeds, *POS)),
+            "pos_direct": scores(finetune(out, "pos-minilm3", minilm_3(out, base), seeds, *POS)),
         }
+        save()
+    if "pos" in stages:
+        # task-specific distillation of the brown-pos teachers: the student sees the teacher's own
+        # 4,000 training sentences (the subset recorded in its task_model.json)
+        pos_teachers = finetune(out, "pos-minilm", base, seeds, *POS)
+        res["pos"] = {"teacher": scores(pos_teachers),
+                      "kd": scores([distil(out, "pos-kd", t, s, "--layers", LAYERS, *STUDENT)
+                                    for t, s in zip(pos_teachers, seeds)]),
+                      "labels": scores([distil(out, "pos-labels", t, s, "--layers", LAYERS, "--alpha", 1, *STUDENT)
+                                        for t, s in zip(pos_teachers, seeds)])}
         save()
     if "speed" in stages:
         models = {"teacher": teachers[0], "student": out / "mr-kd" / f"t{s0}" / f"student-seed{s0}",
@@ -269,10 +291,15 @@ def table(res: dict) -> str:
             ("3-layer student, + TinyBERT hidden/attention losses", res.get("tinybert")),
             ("3-layer student, BERT-of-Theseus", res.get("theseus")),
             ("BiLSTM student, distilled", res.get("bilstm")), ("BiLSTM, gold labels only", res.get("bilstm_labels"))]
+    pos = res.get("pos") or {}
     lines = ["| model | MR test accuracy | retention |", "|---|---|---|"]
     for name, x in rows:
         if x:
             lines.append(f"| {name} | {_mean_sd(x)} | {x['test_mean'] / t:.1%} |")
+    for name, x in (("brown-pos: MiniLM teacher", pos.get("teacher")), ("brown-pos: 3-layer student, distilled", pos.get("kd")),
+                    ("brown-pos: 3-layer student, gold labels only", pos.get("labels"))):
+        if x:
+            lines.append(f"| {name} | {_mean_sd(x)} | {x['test_mean'] / pos['teacher']['test_mean']:.1%} |")
     for q in res.get("int8", []):
         lines.append(f"| int8 teacher ({q['source'].rsplit('-', 1)[-1]}) | {q['test']['int8']['accuracy']:.4f} "
                      f"(fp32 {q['test']['float32']['accuracy']:.4f}) | |")

@@ -230,11 +230,16 @@ def test_a_tagger_distils_word_by_word(tmp_path):
     data = TaggingData("toy-pos", ["DET", "NOUN", "VERB"], split(80), split(20), split(20))
     ck = tiny_checkpoint(tmp_path / "model", [" ".join(w) for w in data.train.words], layers=2, heads=2)
     cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
-    finetune(load_pretrained(ck, heads=False), data, tmp_path / "teacher", cfg, seed=0, progress=False)
+    # the teacher sees a fixed 60-sentence subset (--train-size): the student is distilled on that subset
+    finetune(load_pretrained(ck, heads=False), data.with_train_size(60), tmp_path / "teacher", cfg, seed=0,
+             progress=False)
+    info = json.loads((tmp_path / "teacher" / "task_model.json").read_text())
+    assert info["train_subset"] == {"size": 60, "seed": 0}
     summary = distil(tmp_path / "teacher", tmp_path / "d", StudentSpec("layers", (1,)), DistilSettings(), cfg,
                      load_data=lambda: data, progress=False)
     run = summary["runs"][0]
     assert run["task_type"] == "tagging" and run["test"]["accuracy"] > 0.5
+    assert run["sizes"]["train"] == 60 and run["sizes"]["test"] == 20
     records = [json.loads(line) for line in (tmp_path / "d" / "student-seed0" / "metrics.jsonl").read_text().splitlines()]
     assert any("soft_loss" in r for r in records)
 

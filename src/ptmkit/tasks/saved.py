@@ -96,6 +96,9 @@ def save_task_model(out_dir: str | Path, model: nn.Module, task: TaskType, confi
         "derived_from": derived_from or {},
         "compression": compression or {},
     }
+    meta = getattr(task.data, "meta", {}) or {}
+    if "train_size" in meta:  # trained on a fixed subset (--train-size): distillation reuses the same one
+        info["train_subset"] = {"size": int(meta["train_size"]), "seed": int(meta.get("train_subset_seed", 0))}
     state = weights if weights is not None else {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     # tensors that share storage (tied embeddings) are stored once each: safetensors refuses aliases
     state = {k: v.clone() if v.is_contiguous() else v.contiguous() for k, v in state.items()}
@@ -163,6 +166,11 @@ def _task_data_for(info: dict[str, Any], task_data: Any, run: Path) -> Any:
     if info.get("labels") and labels != info["labels"]:
         raise PtmError(f"{run} was trained with the labels {info['labels'][:10]}; the task given has "
                        f"{labels[:10]}: give the task it was fine-tuned on")
+    subset = info.get("train_subset")
+    if subset and task_data.name == info["task"] and len(task_data.train) > subset["size"]:
+        # the model was trained on a fixed subset (--train-size): its task is that subset again, so a
+        # student distilled from it learns from the examples the teacher saw (dev and test are whole)
+        task_data = task_data.with_train_size(subset["size"], subset["seed"])
     return task_data
 
 
