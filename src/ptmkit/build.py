@@ -12,6 +12,7 @@ JSON-ready form a checkpoint's ``config.json`` stores.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any, Sequence
 
@@ -70,6 +71,18 @@ def objective_class(section: dict[str, Any]) -> tuple[str, type, dict[str, Any]]
     if not name:
         raise PtmError("the objective section needs a 'name' (e.g. mlm, clm)")
     return str(name), registry.get("objective", str(name)), keys
+
+
+def serving_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config a trained model is used with.  An objective whose extra parts serve in training only
+    (``Objective.serves_as``: a distillation objective's teacher) becomes the objective it names,
+    with the settings that one takes: the student's own MLM or causal LM and its heads."""
+    _, cls, keys = objective_class(config.get("objective"))
+    target = getattr(cls, "serves_as", None)
+    if target is None:
+        return config
+    fields = {f.name for f in dataclasses.fields(registry.get("objective", target).config_class)}
+    return {**config, "objective": {"name": target, **{k: v for k, v in keys.items() if k in fields}}}
 
 
 def check_pairing(objective: str, cls: type, encoder: str) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ptmkit.build import build_encoder, build_model, is_causal
+from ptmkit.build import build_encoder, build_model, is_causal, serving_config
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
@@ -107,9 +107,13 @@ def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads:
     encoder_name = (config.get("model") or {}).get("encoder", "transformer")
     try:
         if heads:
-            model = build_model(config, tokenizer)
-            ckpt.load_model_weights(model, ck)
+            # a distilled model is used as the student it is: its teacher and the training-only
+            # parts (a hidden-state projection) are left out
+            served = serving_config(config)
+            model = build_model(served, tokenizer)
+            ckpt.load_model_weights(model, ck, strict=served is config)
             model.to(device).eval()
+            config = served
             return Pretrained(config, tokenizer, model.backbone, model.objective, ck, model)
         encoder = build_encoder(config.get("model"), tokenizer)
         ckpt.load_submodule_weights(encoder, ck, "backbone.")

@@ -197,6 +197,10 @@ def test_general_distillation_starts_from_teacher_layers_and_trains(tmp_path, ca
     assert config["model"]["num_layers"] == 2 and config["objective"]["name"] == "distil_mlm"
     records = [json.loads(line) for line in (tmp_path / "student" / "metrics.jsonl").read_text().splitlines()]
     assert any("hidden_loss" in r and "attention_loss" in r and "cosine_loss" in r for r in records)
+    # ppl is the student's MLM perplexity, not the exponential of the summed distillation losses
+    evals = [r for r in records if r.get("split") == "eval"]
+    assert evals and all(r["ppl"] == pytest.approx(np.exp(r["mlm_loss"])) for r in evals)
+    assert not any(k.endswith("_ppl") for r in evals for k in r)
     # the student starts as the teacher's layers 1 and 3: the same outputs as running them by hand
     t = load_pretrained(teacher, heads=False).backbone
     from ptmkit.build import build_encoder
@@ -208,6 +212,11 @@ def test_general_distillation_starts_from_teacher_layers_and_trains(tmp_path, ca
     assert torch.allclose(s.eval()(ids).last_hidden_state, t.eval()(ids).last_hidden_state)
     with pytest.raises(PtmError, match="teacher has layers 0 .. 1"):
         start_from_teacher(s, t, [0, 5])
+    # the trained student is an MLM of its own: loading it with its heads needs no teacher
+    teacher.rename(tmp_path / "moved")
+    student = load_pretrained(tmp_path / "student")
+    assert student.config["objective"]["name"] == "mlm" and student.objective.mlm_head is not None
+    assert not hasattr(student.objective, "teacher")
 
 
 def test_a_tagger_distils_word_by_word(tmp_path):
@@ -274,6 +283,7 @@ def test_a_causal_lm_distils_into_a_smaller_causal_lm(tmp_path, capsys):
     assert config["objective"]["name"] == "distil_clm" and config["model"]["num_layers"] == 2
     records = [json.loads(line) for line in (tmp_path / "small" / "metrics.jsonl").read_text().splitlines()]
     assert any("soft_loss" in r and "clm_loss" in r for r in records)
+    assert all(r["ppl"] == pytest.approx(np.exp(r["clm_loss"])) for r in records if r.get("split") == "eval")
     # the chunked soft loss is the whole-matrix one, gradient included
     model = build_model(config, Tokenizer.load(tmp_path / "small" / "checkpoints" / "step-0000004" / "tokenizer.json"))
     obj, enc = model.objective, model.backbone

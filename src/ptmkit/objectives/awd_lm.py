@@ -102,6 +102,7 @@ class AWDLanguageModel(Objective):
     ``labels [B, T]`` (-100 = not predicted), ``attention_mask [B, T]`` when a block is short."""
 
     config_class = AWDLMConfig
+    perplexity = "lm_loss"  # the training loss adds AR and TAR
     encoders = ("awd_lstm",)
     causal = True
     hf_heads = ()

@@ -68,6 +68,12 @@ class Objective(nn.Module):
     * ``hf_family``: the registered HF family its models are exported as when no format is asked
       for and that family can express the model (RoBERTa, ALBERT); ``None``: the first family
       that can (:func:`ptmkit.interop.infer_format`).
+    * ``serves_as``: the objective a trained model is loaded with for use (export, generation),
+      when this one's extra parts serve in training only (a distillation objective's teacher:
+      ``"mlm"``, ``"clm"``); ``None``: this one.
+    * ``perplexity``: what the logs' ``ppl`` is the exponential of: ``"loss"`` when the loss is a
+      mean token negative log-likelihood, the metric that is one when the loss adds other terms
+      (``"mlm_loss"`` beside NSP or a teacher's signals), ``None`` when no term is one.
 
     Cross-step state (a memory carried from one training step to the next) is not a weight: an
     objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
@@ -87,6 +93,8 @@ class Objective(nn.Module):
     generates_with_heads: ClassVar[bool] = False
     reads_streams: ClassVar[bool] = False
     hf_family: ClassVar[str | None] = None
+    perplexity: ClassVar[str | None] = "loss"
+    serves_as: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()

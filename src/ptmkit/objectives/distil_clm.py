@@ -61,6 +61,8 @@ class DistilCLM(CausalLM):
     """The student's next-token objective plus the teacher's distributions (see the module docstring)."""
 
     config_class = DistilCLMConfig
+    perplexity = "clm_loss"  # the student's own; the loss adds the teacher's terms
+    serves_as = "clm"  # the teacher is needed in training only
 
     def __init__(self, cfg: DistilCLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)

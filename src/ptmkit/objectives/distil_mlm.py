@@ -73,6 +73,7 @@ class DistilMLM(MaskedLM):
 
     config_class = DistilMLMConfig
     hf_heads = ("mlm",)
+    serves_as = "mlm"  # the teacher is needed in training only
 
     def __init__(self, cfg: DistilMLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)

@@ -232,6 +232,7 @@ class ELECTRA(MaskedLM):
     ``input_ids``, ``attention_mask``, ``token_type_ids``, ``mlm_positions [B, P]``, ``mlm_labels [B, P]``."""
 
     config_class = ELECTRAConfig
+    perplexity = None  # the generator's MLM loss is a perplexity of the generator, not of the model trained
     # Its MLM head belongs to the smaller generator: HF export writes the discriminator and its
     # replaced-token head (ElectraForPreTraining, ptmkit.interop.hf_electra).
     hf_heads = ("rtd",)

@@ -128,6 +128,7 @@ class MaskedLM(Objective):
 
     config_class = MLMConfig
     hf_heads = ("mlm", "nsp")
+    perplexity = "mlm_loss"  # the loss adds NSP / SOP / SBO terms in the subclasses that have them
 
     def __init__(self, cfg: MLMConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)

@@ -309,16 +309,19 @@ def read_config(ck: Path) -> dict[str, Any]:
 
 def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
     """Load ``model.safetensors`` of checkpoint ``ck`` into ``model`` (tied weights restored), or
-    its shards when it has no single file (any world size; collective when distributed)."""
+    its shards when it has no single file (any world size; collective when distributed).
+    strict=False: tensors of the file that the model lacks are skipped (the model's must all be there)."""
     f = Path(ck) / MODEL_FILE
     if not f.exists() and sharded.is_sharded(ck):
         sharded.load_shards(Path(ck), unwrap(model))
         return
     check_safetensors(f)
     try:
-        load_model(unwrap(model), str(f), strict=strict)
+        missing, _ = load_model(unwrap(model), str(f), strict=strict)
     except (RuntimeError, KeyError, ValueError) as exc:
         raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
+    if missing:
+        raise PtmError(f"the weights in {f} do not fit the model built from its config: missing {sorted(missing)[:5]}")
 
 
 def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:

@@ -313,7 +313,8 @@ class Trainer:
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
-        """Token-weighted mean loss (and ``ppl = exp(loss)``) over at most ``cfg.eval_batches`` batches."""
+        """Token-weighted mean loss and metrics over at most ``cfg.eval_batches`` batches, and ``ppl``:
+        the exponential of what the objective's ``perplexity`` names (the loss itself by default)."""
         if self.eval_source is None:
             return {}
         model = self.model
@@ -335,11 +336,13 @@ class Trainer:
         if w.weight == 0:
             return {}
         loss = w.loss / w.weight
-        record: dict[str, Any] = {"step": self.step, "split": "eval", "loss": loss, "ppl": _exp(loss)}
+        record: dict[str, Any] = {"step": self.step, "split": "eval", "loss": loss}
         for k in sorted(w.metrics):
             record[k] = w.metrics[k] / w.weight
-            if k.endswith("_loss"):
-                record[k[: -len("_loss")] + "_ppl"] = _exp(record[k])
+        # ppl only of a mean token negative log-likelihood: the objective names which quantity is one
+        ppl_of = getattr(getattr(self.model, "objective", None), "perplexity", "loss")
+        if ppl_of in record:
+            record["ppl"] = _exp(record[ppl_of])
         self._write(record)
         self.last_eval = record
         return record
