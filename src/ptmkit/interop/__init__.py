@@ -3,7 +3,8 @@
 Each family (:class:`ptmkit.interop.hf_common.HFFamily`, registered as ``hf_family``) lives in
 its own file with its key map and config conversion: ``hf_bert`` (BERT), ``hf_gpt2`` (GPT-2), ...
 The entry points here ask the families, never name them: :func:`export_hf` (``ptm export``)
-writes an HF directory from a ptmkit run or checkpoint, :func:`import_hf` (``ptm import``) writes
+writes an HF directory from a ptmkit run or checkpoint, or from a fine-tuned task model
+(:func:`export_task_hf`, :mod:`ptmkit.interop.task_export`), :func:`import_hf` (``ptm import``) writes
 a ptmkit checkpoint from an HF directory, :func:`load_hf` returns the imported model in memory.
 """
 
@@ -16,8 +17,10 @@ from typing import Any
 
 from ptmkit import outputs, registry
 from ptmkit.errors import PtmError, suggest
-from ptmkit.interop.hf_common import require_transformers
+from ptmkit.interop.hf_common import check_unpruned, require_transformers
+from ptmkit.interop.task_export import export_task_hf
 from ptmkit.pretrained import load_pretrained
+from ptmkit.tasks.saved import TaskModel, is_task_model
 from ptmkit.train import checkpoint as ckpt
 
 log = logging.getLogger(__name__)
@@ -66,14 +69,15 @@ def _family_of_format(fmt: str) -> Any:
 
 
 def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -> Path:
-    """Write ``pretrained`` (a ``Pretrained``, or a run / checkpoint directory) as an HF directory."""
+    """Write ``pretrained`` (a ``Pretrained``, or a run / checkpoint directory) as an HF directory.
+    A fine-tuned or compressed task model (its directory, or a loaded ``TaskModel``) is written
+    as the HF task class of its head (:func:`export_task_hf`)."""
     require_transformers()
+    if isinstance(pretrained, TaskModel) or (isinstance(pretrained, (str, Path)) and is_task_model(pretrained)):
+        return export_task_hf(pretrained, out_dir, format)
     if isinstance(pretrained, (str, Path)):
         pretrained = load_pretrained(pretrained)
-    pruned = getattr(getattr(pretrained.backbone, "config", None), "pruned_heads", None)
-    if pruned:  # HF's layers have a fixed head count per model: the smaller matrices do not load
-        raise PtmError(f"this model has pruned attention heads (model.pruned_heads={dict(pruned)}); HF transformers "
-                       f"(5) models have no pruned heads, so it cannot be exported: export the model before pruning")
+    check_unpruned(pretrained.backbone)
     fmt = format or infer_format(pretrained)
     return _family_of_format(fmt).export(pretrained, out_dir, fmt)
 
@@ -119,4 +123,5 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     return out
 
 
-__all__ = ["export_hf", "families", "formats", "hf_model_type", "import_hf", "importable", "infer_format", "load_hf"]
+__all__ = ["export_hf", "export_task_hf", "families", "formats", "hf_model_type", "import_hf", "importable", "infer_format",
+           "is_task_model", "load_hf"]

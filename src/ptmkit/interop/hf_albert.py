@@ -25,6 +25,10 @@ HF ALBERT always has the ``E -> H`` mapping; a ptmkit model with ``E = H`` (no p
 the identity, and imports only an identity mapping.  Sharing of only the attention or only the
 feed-forward sub-layer has no HF form.  The family claims models that BERT cannot express
 (factorized embeddings or all layers shared) and those of the ``albert`` objective.
+
+A fine-tuned task model exports its encoder by this map and its linear head as ``classifier``
+(``AlbertForSequenceClassification`` over the pooler, ``AlbertForTokenClassification``) or
+``qa_outputs`` (``AlbertForQuestionAnswering``).
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     HFFamily,
+    TaskHead,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
     hf,
     read_hf,
+    task_model,
     write_hf_dir,
 )
 from ptmkit.objectives.albert import ALBERTConfig
@@ -254,6 +260,22 @@ def export_albert(pretrained: Any, out_dir: str | Path, with_heads: bool = True)
     return write_hf_dir(model, pretrained, out_dir, state_dict=hf_state)
 
 
+# -- fine-tuned task models -----------------------------------------------------------------------
+TASK_CLASSES = {
+    "sequence_classification": "AlbertForSequenceClassification",
+    "token_classification": "AlbertForTokenClassification",
+    "question_answering": "AlbertForQuestionAnswering",
+}
+
+
+def build_hf_albert_task(pretrained: Any, head: TaskHead) -> Any:
+    """An HF ``AlbertFor...`` task model (eval mode) holding ``pretrained``'s encoder and ``head``."""
+    cfg: TransformerConfig = pretrained.backbone.config
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}, cfg)
+    state.update(head.tensors("qa_outputs" if head.kind == "question_answering" else "classifier"))
+    return task_model(TASK_CLASSES[head.kind], to_hf_config(cfg, pretrained.causal), head, state)
+
+
 # -- import --------------------------------------------------------------------------------------
 def import_albert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF ALBERT directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``
@@ -315,3 +337,11 @@ class AlbertFamily(HFFamily):
 
     def load(self, hf_dir: str | Path) -> Any:
         return load_hf_albert(hf_dir)
+
+    task_classes = TASK_CLASSES
+
+    def task_problems(self, pretrained: Any, head: TaskHead) -> list[str]:
+        return problems(pretrained.backbone.config, pretrained.causal)
+
+    def export_task(self, pretrained: Any, head: TaskHead, out_dir: str | Path) -> Path:
+        return write_hf_dir(build_hf_albert_task(pretrained, head), pretrained, out_dir)

@@ -21,6 +21,10 @@ The key map (ptmkit name on the left, HF on the right, ``L`` = ``bert.encoder.la
 
 Both are post-LN encoders with exact (erf) GELU and LayerNorm eps 1e-12 by default; the
 activation and eps are carried over from the config, so any post-LN ptmkit encoder exports.
+
+A fine-tuned task model (:mod:`ptmkit.interop.task_export`) exports its encoder by the same map
+and its linear head as ``classifier`` (``BertForSequenceClassification`` over the pooler,
+``BertForTokenClassification``) or ``qa_outputs`` (``BertForQuestionAnswering``).
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     HFFamily,
+    TaskHead,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
     hf,
     read_hf,
+    task_model,
     write_hf_dir,
 )
 from ptmkit.objectives.mlm import MLMConfig
@@ -241,6 +247,25 @@ def export_bert(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     return write_hf_dir(model, pretrained, out_dir, state_dict=hf_state)
 
 
+# -- fine-tuned task models -----------------------------------------------------------------------
+TASK_CLASSES = {
+    "sequence_classification": "BertForSequenceClassification",  # pooler -> dropout -> classifier
+    "token_classification": "BertForTokenClassification",  # every token's state -> dropout -> classifier
+    "question_answering": "BertForQuestionAnswering",  # every token's state -> qa_outputs [2, H]
+}
+TASK_LAYER = {"sequence_classification": "classifier", "token_classification": "classifier",
+              "question_answering": "qa_outputs"}
+
+
+def build_hf_bert_task(pretrained: Any, head: TaskHead) -> Any:
+    """An HF ``BertFor...`` task model (eval mode, :data:`TASK_CLASSES`) holding ``pretrained``'s
+    encoder (the key map above) and ``head`` as its ``classifier`` / ``qa_outputs``."""
+    cfg: TransformerConfig = pretrained.backbone.config
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}, cfg)
+    state.update(head.tensors(TASK_LAYER[head.kind]))
+    return task_model(TASK_CLASSES[head.kind], to_hf_config(cfg, pretrained.causal), head, state)
+
+
 # -- import --------------------------------------------------------------------------------------
 def import_bert(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF BERT directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``.
@@ -301,3 +326,11 @@ class BertFamily(HFFamily):
 
     def load(self, hf_dir: str | Path) -> Any:
         return load_hf_bert(hf_dir)
+
+    task_classes = TASK_CLASSES
+
+    def task_problems(self, pretrained: Any, head: TaskHead) -> list[str]:
+        return problems(pretrained.backbone.config, pretrained.causal)
+
+    def export_task(self, pretrained: Any, head: TaskHead, out_dir: str | Path) -> Path:
+        return write_hf_dir(build_hf_bert_task(pretrained, head), pretrained, out_dir)

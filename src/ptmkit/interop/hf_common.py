@@ -13,6 +13,7 @@ import logging
 import pickle
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,68 @@ class HFFamily:
         """Import an HF directory of one of ``model_types`` as a ``Pretrained`` (eval mode)."""
         raise NotImplementedError
 
+    # -- fine-tuned task models (``ptm export TASK_MODEL``) -------------------------------------------
+    # TaskHead.kind -> the HF class that puts that head on this family's encoder
+    task_classes: dict[str, str] = {}
+
+    def task_problems(self, pretrained: Any, head: "TaskHead") -> list[str]:
+        """Why this family cannot export ``pretrained``'s encoder with ``head`` (empty when it can)."""
+        return [f"this export writes no {head.kind.replace('_', ' ')} class of this family"]
+
+    def export_task(self, pretrained: Any, head: "TaskHead", out_dir: str | Path) -> Path:
+        """Write the encoder with ``head`` as an HF directory of ``task_classes[head.kind]``."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """A fine-tuned model's task head as HF's task classes hold it: one linear layer (dropout before
+    it) over the encoder's top layer.
+
+    kind: ``sequence_classification`` (over the pooler's output, ``tanh(W h[CLS] + b)``),
+    ``token_classification`` (over every token's state) or ``question_answering`` (start and end
+    scores, ``weight [2, H]``).  weight ``[K, H]``, bias ``[K]``; labels: the names of the ``K``
+    outputs (empty for question answering); problem_type: HF's ``problem_type``
+    (``single_label_classification``, ``regression``) or ``None``; dropout: the rate before the layer."""
+
+    kind: str
+    weight: torch.Tensor
+    bias: torch.Tensor
+    labels: tuple[str, ...] = ()
+    problem_type: str | None = None
+    dropout: float = 0.1
+
+    @property
+    def num_labels(self) -> int:
+        return int(self.weight.shape[0])
+
+    def tensors(self, prefix: str) -> dict[str, torch.Tensor]:
+        """The layer's weights under ``prefix`` (``classifier``, ``qa_outputs``, ...)."""
+        return {f"{prefix}.weight": self.weight.detach().clone(), f"{prefix}.bias": self.bias.detach().clone()}
+
+
+def task_model(class_name: str, hf_cfg: Any, head: TaskHead, state: dict[str, torch.Tensor]) -> Any:
+    """``transformers.<class_name>`` (eval mode) built from ``hf_cfg`` with ``head``'s outputs
+    (``num_labels``, ``id2label`` / ``label2id``, ``problem_type``, the classifier's dropout) and
+    loaded with ``state``, its own keys.  Every tensor of the class must be in ``state``; a pooler
+    the class lacks (token classification, question answering read no pooler) is left out."""
+    hf_cfg.num_labels = head.num_labels
+    if head.labels:
+        hf_cfg.id2label = dict(enumerate(head.labels))
+        hf_cfg.label2id = {name: i for i, name in enumerate(head.labels)}
+    hf_cfg.problem_type = head.problem_type
+    for name in ("classifier_dropout", "classifier_dropout_prob"):  # ALBERT's name is the second
+        if hasattr(hf_cfg, name):
+            setattr(hf_cfg, name, head.dropout)
+    model = hf(class_name)(hf_cfg)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(k for k in state if k not in own and ".pooler." not in k)
+    if missing or unexpected:
+        raise PtmError(f"cannot export as {class_name}: no weights for {missing[:4]}, no place for {unexpected[:4]}")
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=True)
+    return model.eval()
+
 
 def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Save an HF ``model`` and ``pretrained``'s tokenizer (as an HF fast tokenizer, its
@@ -249,6 +312,14 @@ def write_hf_dir(model: Any, pretrained: Any, out_dir: str | Path, state_dict: d
         write_run_card(stage, kind="export", name=Path(out_dir).name, derives_from=[pretrained.path])
     log.info("exported %s to %s", type(model).__name__, out_dir)
     return Path(out_dir)
+
+
+def check_unpruned(backbone: Any) -> None:
+    """:class:`PtmError` for an encoder with pruned attention heads, which no HF model holds."""
+    pruned = getattr(getattr(backbone, "config", None), "pruned_heads", None)
+    if pruned:  # HF's layers have a fixed head count per model: the smaller matrices do not load
+        raise PtmError(f"this model has pruned attention heads (model.pruned_heads={dict(pruned)}); HF transformers "
+                       f"(5) models have no pruned heads, so it cannot be exported: export the model before pruning")
 
 
 def export_heads(pretrained: Any) -> tuple[str, ...]:

@@ -15,6 +15,11 @@ exported: HF keeps it as a separate model (``ElectraForMaskedLM``), and the disc
 is fine-tuned.  A pooler (``model.pooler=true``, never trained by ELECTRA) has no place in
 ``ElectraModel`` and is left out.  An imported directory gives a ``Pretrained`` of the ``electra``
 objective whose generator is freshly initialised.
+
+A fine-tuned tagger or span-QA model exports its encoder by this map and its linear head as
+``ElectraForTokenClassification`` (``classifier``) or ``ElectraForQuestionAnswering``
+(``qa_outputs``).  ``ElectraForSequenceClassification`` reads ``gelu(dense(h[CLS]))`` where
+ptmkit's classifier reads the pooler's ``tanh``, so a classifier exports through BERT's family.
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ from ptmkit.interop import hf_bert
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     HFFamily,
+    TaskHead,
     activation_from_hf,
     assemble,
     check_pad,
     export_heads,
     hf,
     read_hf,
+    task_model,
     write_hf_dir,
 )
 from ptmkit.objectives.electra import ELECTRAConfig
@@ -190,6 +197,18 @@ def export_electra(pretrained: Any, out_dir: str | Path, with_head: bool = True)
     return write_hf_dir(model, pretrained, out_dir, state_dict=hf_state)
 
 
+# -- fine-tuned task models -----------------------------------------------------------------------
+TASK_CLASSES = {"token_classification": "ElectraForTokenClassification", "question_answering": "ElectraForQuestionAnswering"}
+
+
+def build_hf_electra_task(pretrained: Any, head: TaskHead) -> Any:
+    """An HF ``ElectraFor...`` task model (eval mode) holding ``pretrained``'s encoder and ``head``."""
+    cfg: TransformerConfig = pretrained.backbone.config
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}, cfg)
+    state.update(head.tensors("qa_outputs" if head.kind == "question_answering" else "classifier"))
+    return task_model(TASK_CLASSES[head.kind], to_hf_config(cfg), head, state)
+
+
 # -- import --------------------------------------------------------------------------------------
 def import_electra(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF ELECTRA discriminator directory or model -> ``(TransformerConfig, PretrainModel state
@@ -233,3 +252,11 @@ class ElectraFamily(HFFamily):
 
     def load(self, hf_dir: str | Path) -> Any:
         return load_hf_electra(hf_dir)
+
+    task_classes = TASK_CLASSES
+
+    def task_problems(self, pretrained: Any, head: TaskHead) -> list[str]:
+        return problems(pretrained.backbone.config, pretrained.causal)
+
+    def export_task(self, pretrained: Any, head: TaskHead, out_dir: str | Path) -> Path:
+        return write_hf_dir(build_hf_electra_task(pretrained, head), pretrained, out_dir)

@@ -16,6 +16,10 @@ HF's GPT-2 uses ``Conv1D`` layers, ``y = x W + b`` with ``W [in, out]``: the tra
 ``nn.Linear``'s ``[out, in]``.  ``c_attn``'s output is q, k, v concatenated in that order, the
 same stacking as ptmkit's ``qkv``, so the fused matrix maps with one transpose.  GPT-2 is pre-LN
 with a final LayerNorm, eps 1e-5 and the tanh GELU (``gelu_new``); the causal LM head is tied.
+
+A fine-tuned causal tagger exports its encoder by this map and its linear head as
+``GPT2ForTokenClassification``'s ``classifier``.  ``GPT2ForSequenceClassification``'s ``score``
+layer has no bias (ptmkit's classifier has one), so classifiers are not exported as GPT-2.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ from ptmkit.errors import PtmError
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     HFFamily,
+    TaskHead,
     activation_from_hf,
     assemble,
     check_tied,
     hf,
     read_hf,
+    task_model,
     write_hf_dir,
 )
 from ptmkit.objectives.clm import CLMConfig
@@ -213,6 +219,20 @@ def export_gpt2(pretrained: Any, out_dir: str | Path, with_heads: bool = True) -
     return write_hf_dir(model, pretrained, out_dir)
 
 
+# -- fine-tuned task models -----------------------------------------------------------------------
+TASK_CLASSES = {"token_classification": "GPT2ForTokenClassification"}
+
+
+def build_hf_gpt2_task(pretrained: Any, head: TaskHead) -> Any:
+    """An HF ``GPT2ForTokenClassification`` (eval mode) holding ``pretrained``'s encoder and ``head``."""
+    cfg: TransformerConfig = pretrained.backbone.config
+    eos = getattr(pretrained.tokenizer, "eos_id", None)
+    eos = int(eos if eos is not None else pretrained.tokenizer.sep_id)
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}, cfg)
+    state.update(head.tensors("classifier"))
+    return task_model(TASK_CLASSES[head.kind], to_hf_config(cfg, eos_token_id=eos, causal=pretrained.causal), head, state)
+
+
 # -- import --------------------------------------------------------------------------------------
 def import_gpt2(hf_dir_or_model: str | Path | Any, tokenizer: Any = None) -> tuple[TransformerConfig, dict[str, torch.Tensor], Any]:
     """An HF GPT-2 directory or model -> ``(TransformerConfig, PretrainModel state dict, tokenizer)``.
@@ -254,3 +274,11 @@ class GPT2Family(HFFamily):
 
     def load(self, hf_dir: str | Path) -> Any:
         return load_hf_gpt2(hf_dir)
+
+    task_classes = TASK_CLASSES
+
+    def task_problems(self, pretrained: Any, head: TaskHead) -> list[str]:
+        return problems(pretrained.backbone.config, pretrained.causal)
+
+    def export_task(self, pretrained: Any, head: TaskHead, out_dir: str | Path) -> Path:
+        return write_hf_dir(build_hf_gpt2_task(pretrained, head), pretrained, out_dir)

@@ -22,6 +22,12 @@ Two things differ in the computation:
 ``type_vocab_size`` is 1 in RoBERTa (one segment); a model without segment embeddings exports one
 all-zero row.  RoBERTa has no NSP head; a pooler, which ``RobertaForMaskedLM`` lacks, is kept in
 the exported files and read back on import.
+
+A fine-tuned task model exports its encoder by this map and its linear head as
+``RobertaForSequenceClassification`` (whose head, ``tanh(dense(h[<s>]))`` then ``out_proj``, is
+BERT's pooler and classifier: ``backbone.pooler.dense`` -> ``classifier.dense``, the classifier ->
+``classifier.out_proj``), ``RobertaForTokenClassification`` (``classifier``) or
+``RobertaForQuestionAnswering`` (``qa_outputs``).
 """
 
 from __future__ import annotations
@@ -40,12 +46,14 @@ from ptmkit.interop import hf_bert
 from ptmkit.interop.hf_common import (
     ACT_TO_HF,
     HFFamily,
+    TaskHead,
     activation_from_hf,
     assemble,
     check_tied,
     export_heads,
     hf,
     read_hf,
+    task_model,
     write_hf_dir,
 )
 from ptmkit.objectives.roberta import RoBERTaConfig
@@ -202,6 +210,27 @@ def export_roberta(pretrained: Any, out_dir: str | Path, with_heads: bool = True
     return write_hf_dir(model, pretrained, out_dir, state_dict=hf_state)
 
 
+# -- fine-tuned task models -----------------------------------------------------------------------
+TASK_CLASSES = {
+    "sequence_classification": "RobertaForSequenceClassification",
+    "token_classification": "RobertaForTokenClassification",
+    "question_answering": "RobertaForQuestionAnswering",
+}
+
+
+def build_hf_roberta_task(pretrained: Any, head: TaskHead) -> Any:
+    """An HF ``RobertaFor...`` task model (eval mode) holding ``pretrained``'s encoder and ``head``."""
+    cfg: TransformerConfig = pretrained.backbone.config
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}, cfg)
+    if head.kind == "sequence_classification":  # the pooler is the first layer of RoBERTa's classification head
+        for p in ("weight", "bias"):
+            state[f"classifier.dense.{p}"] = state.pop(f"roberta.pooler.dense.{p}")
+        state.update(head.tensors("classifier.out_proj"))
+    else:
+        state.update(head.tensors("qa_outputs" if head.kind == "question_answering" else "classifier"))
+    return task_model(TASK_CLASSES[head.kind], to_hf_config(cfg, pretrained.tokenizer), head, state)
+
+
 # -- import --------------------------------------------------------------------------------------
 def _saved_pooler(hf_dir: Path) -> dict[str, torch.Tensor]:
     """The pooler tensors in the directory's safetensors files (``RobertaForMaskedLM`` drops them)."""
@@ -260,3 +289,11 @@ class RobertaFamily(HFFamily):
 
     def load(self, hf_dir: str | Path) -> Any:
         return load_hf_roberta(hf_dir)
+
+    task_classes = TASK_CLASSES
+
+    def task_problems(self, pretrained: Any, head: TaskHead) -> list[str]:
+        return problems(pretrained.backbone.config, pretrained.causal)
+
+    def export_task(self, pretrained: Any, head: TaskHead, out_dir: str | Path) -> Path:
+        return write_hf_dir(build_hf_roberta_task(pretrained, head), pretrained, out_dir)
