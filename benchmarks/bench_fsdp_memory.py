@@ -8,17 +8,19 @@ AdamW, wraps it (DDP) or shards it (:func:`ptmkit.train.sharding.shard`, FSDP2),
 follows the live tensors.  Reported per rank: ``peak_mb`` = peak RSS (``VmHWM``) minus the RSS
 before the model was built, and ``state_mb`` = the bytes of parameters, gradients and AdamW
 moments the rank holds after the last step.  Under DDP every rank holds all of them; under FSDP
-its shard (half, on 2 ranks), plus one layer's gathered weights at a time.  FSDP's peak still
-includes the whole model once, at build time, before it is sharded (the model is built on each
-rank and then cut; building on the ``meta`` device would avoid it).
+its shard (half, on 2 ranks), plus one layer's gathered weights at a time.  Under FSDP rank 0 builds
+the whole model and hands each rank its shard; rank 1 builds it on the ``meta`` device (shapes, no
+memory), as ``ptm pretrain`` does, so only rank 0's peak includes the whole model at build time.
 
 Run: ``python benchmarks/bench_fsdp_memory.py``; the last line printed is JSON with
-``ddp_peak_mb``, ``fsdp_peak_mb`` (the larger of the two ranks) and ``fsdp_vs_ddp_peak``.
+``ddp_peak_mb``, ``fsdp_peak_mb`` (the larger of the two ranks), ``fsdp_vs_ddp_peak`` and the per-rank
+peaks ``*_peak_mb_by_rank`` and ``*_built_mb_by_rank`` (RSS once the model is built, before training).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -53,9 +55,12 @@ def worker(strategy: str, steps: int, batch_size: int, seq_len: int) -> None:
     rows = slice(rank * batch_size // world, (rank + 1) * batch_size // world)
     data = [{k: v[rows] for k, v in b["ptmkit"].items()} for b in batches]
     base = rss_kib("VmRSS")
-    model = bt.build_model("ptmkit", "mlm").train()
+    # under FSDP the ranks other than 0 build the model on the meta device, as ptm pretrain does
+    with torch.device("meta") if strategy == "fsdp" and rank else contextlib.nullcontext():
+        model = bt.build_model("ptmkit", "mlm").train()
+    built = (rss_kib("VmRSS") - base) / 1024
     if strategy == "fsdp":
-        sharding.shard(model)
+        sharding.shard(model, torch.device("cpu"))
         forward = model
     else:
         forward = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
@@ -72,7 +77,8 @@ def worker(strategy: str, steps: int, batch_size: int, seq_len: int) -> None:
     grads = sum(local(p.grad).numel() * local(p.grad).element_size() for p in model.parameters() if p.grad is not None)
     moments = sum(local(v).numel() * local(v).element_size() for s in opt.state.values() for k, v in s.items()
                   if k in ("exp_avg", "exp_avg_sq"))
-    out = {"rank": rank, "peak_mb": (rss_kib("VmHWM") - base) / 1024, "state_mb": (held + grads + moments) / 2**20}
+    out = {"rank": rank, "peak_mb": (rss_kib("VmHWM") - base) / 1024, "state_mb": (held + grads + moments) / 2**20,
+           "built_mb": built}
     gathered = [None] * world
     dist.all_gather_object(gathered, out)
     if rank == 0:
@@ -102,8 +108,11 @@ def main() -> None:
         ranks = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
         for r in ranks:
             print(f"{strategy:4s} rank {r['rank']}: peak {r['peak_mb']:8.0f} MB above start-up, "
-                  f"parameters + gradients + AdamW state held {r['state_mb']:7.0f} MB")
+                  f"parameters + gradients + AdamW state held {r['state_mb']:7.0f} MB, "
+                  f"{r['built_mb']:5.0f} MB once the model was built")
         result[f"{strategy}_peak_mb"] = max(r["peak_mb"] for r in ranks)
+        result[f"{strategy}_peak_mb_by_rank"] = [round(r["peak_mb"]) for r in sorted(ranks, key=lambda r: r["rank"])]
+        result[f"{strategy}_built_mb_by_rank"] = [round(r["built_mb"]) for r in sorted(ranks, key=lambda r: r["rank"])]
         result[f"{strategy}_state_mb"] = max(r["state_mb"] for r in ranks)
     result["fsdp_vs_ddp_peak"] = result["fsdp_peak_mb"] / result["ddp_peak_mb"]
     result["fsdp_vs_ddp_state"] = result["fsdp_state_mb"] / result["ddp_state_mb"]

@@ -57,7 +57,7 @@ def measure(framework: str, workload: str, batches: list[dict], device: torch.de
     """tokens/s, FLOPs per step and MFU of ``steps`` bf16 training steps of one model."""
     model = bt.build_model(framework, workload).to(device).train()
     if fsdp:
-        sharding.shard(model)
+        sharding.shard(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not fsdp)
     forward = torch.compile(model) if compile_ else model
     data = [{k: v.to(device) for k, v in b[framework].items()} for b in batches]

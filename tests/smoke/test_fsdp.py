@@ -7,6 +7,7 @@ This file is also the worker script: ``torchrun ... test_fsdp.py RUN_DIR STEPS K
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -39,9 +40,11 @@ class ToyBlocks(nn.Module):
                                     for _ in range(3))
         self.out = nn.Linear(width, V, bias=False)
         self.out.weight = self.emb.weight  # tied, as an MLM decoder
+        # a buffer outside the state dict (as position tables are): every rank must get rank 0's
+        self.register_buffer("scale", torch.full((width,), 0.5), persistent=False)
 
     def forward(self, batch):
-        h = self.emb(batch["x"])
+        h = self.emb(batch["x"]) * self.scale
         for layer in self.layers:
             h = h + layer(h)
         y = batch["y"]
@@ -64,14 +67,20 @@ class ToySource:
         return {"x": x[sl], "y": y[sl]}
 
     def eval_batches(self):
-        yield self(50, 0)
+        # ranks hold different numbers of held-out batches (rank r: r + 1), as small eval sets do
+        for i in range(self.rank + 1):
+            yield self(50, i)
 
 
-def train(run_dir: Path, steps: int, overrides: dict, rank: int = 0, world_size: int = 1, resume: bool = False) -> dict:
+def train(run_dir: Path, steps: int, overrides: dict, rank: int = 0, world_size: int = 1, resume: bool = False,
+          meta: bool = False) -> dict:
+    """meta: ranks other than 0 build the model on the meta device (as ``ptm pretrain`` does under FSDP)."""
     cfg = TrainConfig(batch_size=B, grad_accum=2, lr=2e-2, max_steps=steps, warmup_steps=2, log_every=1,
                       save_every=10, eval_every=10, num_threads=1, device="cpu", **overrides)
     src = ToySource(rank, world_size)
-    return Trainer(ToyBlocks(), src, cfg, run_dir, src).fit(resume=resume)
+    with torch.device("meta") if meta and rank else contextlib.nullcontext():
+        model = ToyBlocks()
+    return Trainer(model, src, cfg, run_dir, src).fit(resume=resume)
 
 
 def torchrun(run_dir: Path, steps: int, *settings: str, resume: bool = False) -> None:
@@ -87,12 +96,15 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def test_fsdp_and_ddp_match_one_process(tmp_path):
-    torchrun(tmp_path / "fsdp", 20, "strategy=fsdp", "activation_checkpointing=true")
+    # rank 1 builds the model on the meta device: its shards and its buffer come from rank 0
+    torchrun(tmp_path / "fsdp", 20, "strategy=fsdp", "activation_checkpointing=true", "meta=true")
     torchrun(tmp_path / "ddp", 20, "strategy=ddp")
     train(tmp_path / "single", 20, {})
     ref = losses(tmp_path / "single")
     assert len(ref) == 20 and ref[-1] < ref[0]
     np.testing.assert_allclose(losses(tmp_path / "fsdp"), ref, rtol=1e-5)
+    # the uneven held-out batches were all evaluated, none waiting on another rank's forward
+    assert [r["step"] for r in read_metrics(tmp_path / "fsdp" / "metrics.jsonl", "eval")] == [10, 20]
     np.testing.assert_allclose(losses(tmp_path / "ddp"), ref, rtol=1e-5)
     last = tmp_path / "fsdp" / "checkpoints" / "step-0000020"
     assert (last / "sharded" / ".metadata").is_file() and (last / "model.safetensors").is_file()
@@ -118,7 +130,7 @@ def test_sharded_checkpoints_resume_at_another_world_size(tmp_path):
     train(tmp_path / "two-one", 20, fsdp, resume=True)
     np.testing.assert_allclose(losses(tmp_path / "two-one"), ref, rtol=1e-5)
     train(tmp_path / "one-two", 10, fsdp)
-    torchrun(tmp_path / "one-two", 20, "strategy=fsdp", "schedule=constant", resume=True)
+    torchrun(tmp_path / "one-two", 20, "strategy=fsdp", "schedule=constant", "meta=true", resume=True)
     np.testing.assert_allclose(losses(tmp_path / "one-two"), ref, rtol=1e-5)
 
 
@@ -134,7 +146,8 @@ if __name__ == "__main__":
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     args = [a for a in sys.argv[3:] if a != "--resume"]
     settings = {k: (v == "true" if v in ("true", "false") else v) for k, v in (a.split("=", 1) for a in args)}
-    train(Path(sys.argv[1]), int(sys.argv[2]), settings, rank, world, resume="--resume" in sys.argv)
+    meta = settings.pop("meta", False)
+    train(Path(sys.argv[1]), int(sys.argv[2]), settings, rank, world, resume="--resume" in sys.argv, meta=meta)
     from ptmkit.train.distributed import cleanup
 
     cleanup()

@@ -13,7 +13,8 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 35  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy; FSDP and DCP;
+LOCAL_IMPORT_BUDGET = 36  # + ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy;
+# FSDP and DCP (sharding, checkpoints, rank 0's weights handed out at sharding);
 # onnx and onnxruntime (ptm export --format onnx) and that command's lazy import of the exporter
 # torch.distributed.fsdp and .checkpoint register the DTensor operators on import (about 0.7 s), which
 # only sharded runs need: imported where first used, like an optional package.

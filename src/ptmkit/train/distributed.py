@@ -109,6 +109,13 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
+    """The maximum of ``tensor`` over ranks, in place (returned for convenience)."""
+    if is_distributed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor
+
+
 def all_gather_object(obj: Any) -> list[Any]:
     """Every rank's ``obj``, indexed by rank."""
     if not is_distributed():

@@ -89,17 +89,19 @@ def _checkpointed(forward, *args, **kwargs):
     return forward(*args, **kwargs)
 
 
-def broadcast_from_rank0(model: nn.Module) -> None:
-    """Give every rank rank 0's weights and buffers (what DDP does at wrap time), before sharding."""
-    if not dist.is_distributed():
-        return
-    with torch.no_grad():
-        for t in [*model.parameters(), *model.buffers()]:
-            tdist.broadcast(t.data, src=0)
+def on_meta(model: nn.Module) -> bool:
+    """Whether ``model`` was built on the meta device (shapes only, no memory)."""
+    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])
 
 
-def shard(model: nn.Module, offload: bool = False, mixed_precision: torch.dtype | None = None) -> nn.Module:
+def shard(model: nn.Module, device: torch.device, offload: bool = False,
+          mixed_precision: torch.dtype | None = None) -> nn.Module:
     """Shard ``model`` in place over the running process group (FSDP2); return it.
+
+    Every rank ends with its shard of rank 0's weights and with rank 0's buffers (what DDP does at
+    wrap time).  Ranks other than 0 may pass a model built on the meta device: only rank 0 then
+    holds a whole model, and the others allocate their shards alone (``to_empty``), so a node's
+    memory holds one copy of the model before training, not one per rank.
 
     offload: keep the sharded parameters, gradients and optimizer state in CPU memory
         (``CPUOffloadPolicy``; on CUDA each block's shard is copied to the GPU for its use).
@@ -107,6 +109,7 @@ def shard(model: nn.Module, offload: bool = False, mixed_precision: torch.dtype 
         sharded master weights and the gradient reduction stay float32 (``MixedPrecisionPolicy``).
     """
     # imported here: it registers the DTensor operators (about 0.7 s), which only FSDP runs need
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs = {}
@@ -114,11 +117,29 @@ def shard(model: nn.Module, offload: bool = False, mixed_precision: torch.dtype 
         kwargs["offload_policy"] = CPUOffloadPolicy()
     if mixed_precision is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=mixed_precision, reduce_dtype=torch.float32)
-    broadcast_from_rank0(model)
+    distributed = dist.is_distributed()
+    main = not distributed or dist.current().is_main
+    if main and on_meta(model):
+        raise PtmError("rank 0 must build the model's weights: only the other FSDP ranks may build it on the meta device")
+    # rank 0's whole weights, held by reference (sharding replaces the module's parameters by shards),
+    # each tensor under one name: a block shared across depths (ALBERT) is sent once
+    full = {}
+    if distributed and main:
+        names = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+        full = {k: v for k, v in model.state_dict().items() if k in names}
     units = blocks(model)
     for b in units:
         fully_shard(b, **kwargs)
     fully_shard(model, **kwargs)
+    if distributed:
+        if on_meta(model):
+            model.to_empty(device=torch.device("cpu") if offload else device)
+        # strict=False: the names a shared block repeats are filled through their first name
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True,
+                                                                   strict=False))
+        with torch.no_grad():  # every buffer, kept in the state dict or not (position tables, masks)
+            for b in model.buffers():
+                tdist.broadcast(b, src=0)
     log.info("FSDP: %d blocks + the root sharded over %d ranks", len(units), dist.current().world_size)
     return model
 

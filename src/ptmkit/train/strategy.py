@@ -56,7 +56,7 @@ class Strategy:
             log.info("activation checkpointing: %d blocks recompute their activations in the backward pass", n)
         if self.sharded:
             mp = torch.bfloat16 if self.cfg.fsdp_mixed_precision else None
-            sharding.shard(model, offload=self.cfg.fsdp_offload, mixed_precision=mp)
+            sharding.shard(model, self.device, offload=self.cfg.fsdp_offload, mixed_precision=mp)
         return model
 
     def wrap(self, model: nn.Module) -> nn.Module:

@@ -36,6 +36,7 @@ per operation), and the loss is reduced in float32.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import time
@@ -50,7 +51,7 @@ from ptmkit.errors import PtmError
 from ptmkit.flops import counter as flop_counter
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
-from ptmkit.train import mfu, resume
+from ptmkit.train import mfu, resume, sharding
 from ptmkit.train.callback import Callback, TrainerCallback
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.finite import ADVICE, nonfinite_on_any_rank
@@ -124,7 +125,8 @@ class Trainer:
         if int(getattr(train_batches, "steps_per_epoch", 0)) <= 0:
             raise PtmError("the training data yields no batch: it has fewer examples than train.batch_size")
         self.strategy = Strategy(cfg, self.device, self.dist)  # DDP / FSDP, checkpointing, compile, fp16
-        self.model = model.to(self.device)
+        # a model built on the meta device (an FSDP rank other than 0) gets its memory when sharded
+        self.model = model if sharding.on_meta(model) else model.to(self.device)
         # Modules that carry state from one step to the next (an objective's memory): saved in
         # the training checkpoint, restored on resume, never part of the weights.
         self.carriers = {name: m for name, m in self.model.named_modules() if getattr(m, "carries_state", False) is True}
@@ -322,13 +324,22 @@ class Trainer:
         was_training = model.training
         model.eval()
         w = Window()
+        batches = list(itertools.islice(self.eval_source.eval_batches(), self.cfg.eval_batches))
+        counted = len(batches)
+        if self.strategy.sharded:
+            # every FSDP forward gathers weights from all ranks, so all run as many: a rank with
+            # fewer held-out batches repeats its last one, uncounted
+            most = int(dist.all_reduce_max(torch.tensor(counted, device=self.device)))
+            if counted == 0 and most:
+                raise PtmError(f"rank {self.dist.rank} has no held-out batch while others have {most}: FSDP evaluates "
+                               "on every rank at once; hold out more text (train.eval_fraction) or use fewer ranks")
+            batches += batches[-1:] * (most - counted)
         try:
-            for i, batch in enumerate(self.eval_source.eval_batches()):
-                if i >= self.cfg.eval_batches:
-                    break
+            for i, batch in enumerate(batches):
                 with self._autocast():
                     out = model(to_device(batch, self.device))
-                w.add(out, float(out.loss.detach().float()))
+                if i < counted:
+                    w.add(out, float(out.loss.detach().float()))
         finally:
             model.train(was_training)
         # Each rank may hold different (or the same) eval rows; a weighted mean of sums is right either way.

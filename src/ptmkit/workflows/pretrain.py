@@ -131,9 +131,13 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
 
     # the model, its training and held-out examples, and its weights at step 0
     seed_everything(train_cfg.seed)  # identical initial weights for a given seed
-    model = build_model(config, tokenizer)
+    # Under FSDP only rank 0 builds real weights: the other ranks build the model's shapes on the
+    # meta device (no memory) and receive their shards of rank 0's weights when it is sharded.
+    meta = train_cfg.strategy == "fsdp" and info.world_size > 1 and not info.is_main
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        model = build_model(config, tokenizer)
     eval_corpus, train_spans, eval_spans, sizes = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run)
-    if not run.resuming:  # a resumed run loads its weights instead
+    if not run.resuming and not meta:  # a resumed run loads its weights instead
         _initial_weights(model, source, corpus, train_spans, train_cfg, verbose and info.is_main)
     if len(train_spans) < train_cfg.batch_size:
         raise PtmError(
