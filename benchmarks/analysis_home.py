@@ -2,7 +2,8 @@
 learn from the same text in the same CPU budget, beside their random-init twins.
 
 Models, each pre-trained on the first ``--megabytes`` of ``english-mix`` (its own tokenizer trained on
-that text), for ``--steps`` optimizer steps or ``--seconds`` of training, whichever comes first:
+that text), for the optimizer steps :data:`MODELS` gives or ``--seconds`` of training, whichever comes
+first:
 
 * ``bert-mini``: the ``bert-mini`` preset (4 layers, H 256, 4 heads, MLM + NSP);
 * ``gpt-mini``: ``gpt2-tiny`` widened to bert-mini's shape (4 layers, H 256, 4 heads, CLM);
@@ -14,7 +15,7 @@ trees (``en-spacy-trees``), relation-label and structural probes; and the attent
 two Transformers.  Every stage reads back what a finished run wrote and resumes an interrupted
 pre-training.
 
-    python benchmarks/analysis_home.py [--out runs/analysis] [--steps 1500] [--seconds 720]
+    python benchmarks/analysis_home.py [--out runs/analysis] [--seconds 600]
 
 Prints per-layer anisotropy, anisotropy-adjusted self-similarity and MEV, the probes' best layers
 and centers of gravity, and, as the last line, one JSON object; the reports are in OUT/analysis and
@@ -33,12 +34,14 @@ from pathlib import Path
 
 from ptmkit.train.mfu import cpu_name
 
-MODELS = {
-    "bert-mini": ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=150"],
+MODELS = {  # preset, settings, optimizer steps (about --seconds each on 2 Zen 4 cores)
+    "bert-mini": ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=30",
+                  "train.max_steps=300"],
     "gpt-mini": ["gpt2-tiny", "model.hidden_size=256", "model.num_layers=4", "model.num_heads=4",
                  "model.intermediate_size=1024", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3",
-                 "train.warmup_steps=150"],
-    "elmo-tiny": ["elmo-tiny", "train.batch_size=64", "train.seq_len=35", "train.lr=2e-3", "train.warmup_steps=150"],
+                 "train.warmup_steps=30", "train.max_steps=300"],
+    "elmo-tiny": ["elmo-tiny", "train.batch_size=64", "train.seq_len=35", "train.lr=2e-3", "train.warmup_steps=30",
+                  "train.max_steps=600"],
 }
 LABELS = {"bert-mini": "BERT-mini", "gpt-mini": "GPT-mini", "elmo-tiny": "ELMo-tiny"}
 
@@ -72,14 +75,14 @@ def finished(run: Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.is_file() else None
 
 
-def pretrain(out: Path, name: str, data: Path, steps: int, seconds: float) -> Path:
+def pretrain(out: Path, name: str, data: Path, seconds: float) -> Path:
     run = out / name
     if finished(run) is None:
         start = time.perf_counter()
         preset, *overrides = MODELS[name]
-        ptm("pretrain", preset, "--data", data, "-o", run, *overrides, f"train.max_steps={steps}",
-            f"train.max_seconds={seconds}", "train.precision=bf16", "train.num_threads=2", "train.save_every=250",
-            "train.eval_every=250", "--quiet", *(["--resume"] if (run / "checkpoints").is_dir() else []))
+        ptm("pretrain", preset, "--data", data, "-o", run, *overrides, f"train.max_seconds={seconds}",
+            "train.precision=bf16", "train.num_threads=2", "train.save_every=100",
+            "train.eval_every=100", "--quiet", *(["--resume"] if (run / "checkpoints").is_dir() else []))
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in records if r.get("split") == "train"]
         evals = [r for r in records if r.get("split") == "eval"]
@@ -93,8 +96,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/analysis")
     ap.add_argument("--megabytes", type=float, default=20.0)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--seconds", type=float, default=720.0)
+    ap.add_argument("--seconds", type=float, default=600.0, help="time cap of each pre-training")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--stages", default="pretrain,analyse,attention")
     args = ap.parse_args()
@@ -104,7 +106,7 @@ def main() -> None:
 
     names = args.models.split(",")
     data = corpus_slice(out, args.megabytes)
-    runs = {n: pretrain(out, n, data, args.steps, args.seconds) for n in names} if "pretrain" in args.stages else \
+    runs = {n: pretrain(out, n, data, args.seconds) for n in names} if "pretrain" in args.stages else \
         {n: out / n for n in names}
     brown = fetch("brown") / "train.txt"
     labels = [x for n in names for x in ("--label", LABELS[n])]
