@@ -136,6 +136,34 @@ def test_distil_resumes_exactly(teacher, tmp_path, capsys, monkeypatch):
         distil(teacher[0] / "teacher", tmp_path / "cut", resume=True, **{**args, "settings": DistilSettings(hidden=2.0)})
 
 
+def test_the_teachers_logits_are_computed_once_and_kept_on_disk(teacher, tmp_path, capsys, monkeypatch):
+    """Every seed after the first reads the cached logits back (checked against one batch of the teacher)."""
+    from ptmkit.compress import distil as kd
+
+    calls = []
+    original = kd.teacher_logits
+    monkeypatch.setattr(kd, "teacher_logits", lambda model, collate, n, **kw: calls.append(n) or original(model, collate, n, **kw))
+    rc, err = _distil(teacher, capsys, tmp_path / "d", "--seeds", "0", "1")
+    assert rc == 0, err
+    assert calls == [160, 64] and (tmp_path / "d" / kd.CACHE_FILE).is_file()
+    # logits of another teacher are not taken for this one's: the first batch differs, all are recomputed
+    cache = tmp_path / "d" / kd.CACHE_FILE
+    from safetensors.torch import load_file, save_file
+
+    stored = load_file(str(cache))
+    save_file({"logits": stored["logits"] + 1.0, "lengths": stored["lengths"]}, str(cache))
+    calls.clear()
+    rows = kd.cached_teacher_logits(load_task_model(teacher[0] / "teacher", _task(teacher)).model,
+                                    _collate(teacher), 160, tmp_path / "d")
+    assert calls == [64, 160] and torch.allclose(torch.cat(rows), stored["logits"], atol=1e-5)
+
+
+def _collate(teacher):
+    """The collate of the teacher's training batches (as distillation reads them)."""
+    tm = load_task_model(teacher[0] / "teacher", _task(teacher))
+    return tm.task.batches(tm.task.encode("train"), 0).collate
+
+
 def test_bad_student_settings_are_refused(teacher, tmp_path, capsys):
     rc, err = _distil(teacher, capsys, tmp_path / "a", "--layer-map", "1:9", "--hidden", "1")
     assert rc == 2 and "the teacher has layers 1 .. 2" in err

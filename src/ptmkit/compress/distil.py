@@ -20,7 +20,9 @@ fine-tuning (dev selection of the student, checkpoints, exact resume) and saves 
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,7 @@ from torch.nn import functional as F
 from ptmkit.compress.losses import attention_mse, hidden_mse, layer_map, soft_cross_entropy
 from ptmkit.compress.students import copy_head
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_bytes
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.tasks.saved import encoder_of
 from ptmkit.tasks.training import Training
@@ -233,16 +236,47 @@ def teacher_logits(teacher: nn.Module, collate: Any, n: int, batch_size: int = 6
     return out
 
 
+CACHE_FILE = "teacher_logits.safetensors"
+log = logging.getLogger(__name__)
+
+
+def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path | None) -> list[torch.Tensor]:
+    """:func:`teacher_logits`, kept on disk in ``path`` (the distillation's output directory): every
+    seed and every resumed run reads them back instead of running the teacher over the training
+    split again.  A file is used only for the same number of examples and when the teacher's logits
+    of the first batch, computed again, equal the stored ones (the same teacher on the same data)."""
+    if path is None:
+        return teacher_logits(teacher, collate, n)
+    from safetensors.torch import load_file, save
+
+    file = path / CACHE_FILE
+    if file.is_file():
+        stored = load_file(str(file))
+        lengths = stored["lengths"].tolist()
+        if len(lengths) == n:
+            rows = list(stored["logits"].split(lengths))
+            first = teacher_logits(teacher, collate, min(n, 64))
+            if all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(first, rows)):
+                return rows
+        log.info("%s was written for another teacher or training set: computing the teacher's logits again", file)
+    rows = teacher_logits(teacher, collate, n)
+    path.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(file, save({"logits": torch.cat(rows).contiguous(),
+                                   "lengths": torch.tensor([len(r) for r in rows], dtype=torch.long)}))
+    return rows
+
+
 class Distillation(Training):
     """Train the student task model against ``teacher`` (a fine-tuned task model of the same task and
-    tokenizer).  ``cache``: reuse the teacher's logits of the training examples (computed once per
-    run) when no intermediate loss needs the teacher's states; ``labelled``: the number of gold
-    examples at the head of the training split (``None``: all)."""
+    tokenizer).  ``cache``: reuse the teacher's logits of the training examples when no intermediate
+    loss needs the teacher's states (computed once, and kept in ``cache_dir`` when given, for every
+    seed and resume: :func:`cached_teacher_logits`); ``labelled``: the number of gold examples at the
+    head of the training split (``None``: all)."""
 
     def __init__(self, teacher: nn.Module, settings: DistilSettings, source: dict[str, Any], student: dict[str, Any],
-                 labelled: int | None = None, cache: bool = True) -> None:
+                 labelled: int | None = None, cache: bool = True, cache_dir: Path | None = None) -> None:
         self.teacher, self.settings, self.source, self.student = teacher, settings, source, student
-        self.labelled, self.use_cache = labelled, cache
+        self.labelled, self.use_cache, self.cache_dir = labelled, cache, cache_dir
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int):
         copy_head(model, self.teacher)  # the head starts from the teacher's where the shapes agree
@@ -250,7 +284,7 @@ class Distillation(Training):
         n = task.train_size(encoded["train"])
         cache = None
         if self.use_cache and not self.settings.intermediate:
-            cache = teacher_logits(self.teacher, batches.collate, n)
+            cache = cached_teacher_logits(self.teacher, batches.collate, n, self.cache_dir)
         labelled = n if self.labelled is None else self.labelled
         return Distiller(model, self.teacher, self.settings, cache, labelled), indexed
 
@@ -268,4 +302,5 @@ class Distillation(Training):
         return {"method": "distillation", **asdict(self.settings), "student": self.student}
 
 
-__all__ = ["DistilSettings", "Distillation", "Distiller", "IndexedBatches", "capture", "teacher_logits"]
+__all__ = ["CACHE_FILE", "DistilSettings", "Distillation", "Distiller", "IndexedBatches", "cached_teacher_logits",
+           "capture", "teacher_logits"]

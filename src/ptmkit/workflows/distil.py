@@ -22,7 +22,7 @@ import numpy as np
 from torch import nn
 
 from ptmkit import outputs
-from ptmkit.compress.distil import Distillation, DistilSettings
+from ptmkit.compress.distil import CACHE_FILE, Distillation, DistilSettings
 from ptmkit.compress.students import StudentSpec, build_student
 from ptmkit.compress.theseus import Theseus
 from ptmkit.config import parse_value  # noqa: F401  (for the command, which imports only this module)
@@ -96,7 +96,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         data, labelled = with_unlabelled(teacher, read_unlabelled(unlabelled, unlabelled_limit))
     source = {"run": str(teacher_run), "task": teacher.info.get("task"), "derived_from": teacher.info.get("derived_from")}
     t_dev, t_test = teacher.evaluate("dev"), teacher.evaluate("test")
-    with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE],
+    with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE, CACHE_FILE],
                          keep=lambda: _resumable(out)) as session:
         if overwrite and session.state == "own":
             outputs.clean(out)
@@ -109,7 +109,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
                                    "on the task's own data (no --unlabelled)")
                 training = Theseus(teacher.model, *replacing, cfg.epochs, source, student.describe())
             else:
-                training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache)
+                training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache, out)
             r = finetune(pretrained, data, out / f"student-seed{seed}", replace(cfg), seed=seed, progress=progress,
                          desc=f"distil seed={seed}", resume=resume, training=training)
             r["init"] = "student"
