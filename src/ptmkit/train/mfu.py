@@ -61,7 +61,8 @@ def measure_matmul_peak(dtype: torch.dtype = torch.float32, device: torch.device
     background hiccup lowers no figure: a peak is the most the machine did, not the mean.  On a
     CPU both of PyTorch's routes are timed, ``torch.mm`` (MKL for float32) and oneDNN's (what
     ``ptmkit.nn.fast_linear`` takes), and the faster one is the peak: on AMD Zen 4 MKL's float32
-    product reached about half of oneDNN's, which the model's own layers then exceeded.
+    product ran at 0.8x oneDNN's on an idle machine and at half of it on a loaded one, where the
+    model's own layers then exceeded it.
     """
     device = torch.device(device)
     a = torch.randn(n, n, device=device).to(dtype)
