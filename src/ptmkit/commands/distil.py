@@ -48,8 +48,14 @@ instead (DistilBERT's triple loss: --soft 5 --mlm 2 --cosine 1; TinyBERT's gener
 ordinary pre-training run in OUT to fine-tune with `ptm finetune`.
 
 --unlabelled FILE adds text of the task's domain (one example per line) to the training set,
-labelled by the teacher; it counts in the soft loss only.  Without intermediate losses the
-teacher's logits of the training examples are computed once and reused every epoch.
+labelled by the teacher; it counts in the soft loss only.  --augment N adds up to N synthetic
+sentences per training sentence the same way (Tang et al. 2019): each word masked with
+probability 0.1, else replaced by another word of its part of speech with probability 0.1 (tags
+from the built-in brown-pos task when it is in the local data cache; otherwise this rule is
+skipped), then, with probability 0.25, only a random n-gram (n = 1..5) kept; repeats and copies
+of training sentences are dropped.  Single-sentence classification tasks only.  Without
+intermediate losses the teacher's logits of the training examples are computed once and reused
+every epoch.
 
 Each seed's student is an ordinary fine-tuned model in OUT/student-seed{S} (results.json,
 task_model.json, best.safetensors): `ptm finetune OUT/student-seed0 --eval-only`, `ptm prune` and
@@ -65,6 +71,7 @@ examples:
   ptm distil out/mr/pretrained-seed0 -o out/mr-tinybert --hidden 1 --attention 1 --layers 1,3,5
   ptm distil out/mr/pretrained-seed0 -o out/mr-labels --alpha 1                    the labels-only baseline
   ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm --student bilstm lr=1e-3 epochs=5
+  ptm distil out/mr/pretrained-seed0 -o out/mr-bilstm-aug --student bilstm --augment 20 lr=1e-3 epochs=5
   ptm distil runs/minilm --general --data text.txt -o runs/minilm-3 --hidden 1 --attention 1 train.max_steps=2000
   ptm distil out/mr/pretrained-seed0 -o out/mr-theseus --theseus --layers 1,3,5            6 -> 3 layers
   ptm distil out/mr/pretrained-seed0 -o out/mr-small --student transformer --student-config num_layers=2 \\
@@ -127,6 +134,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--unlabelled", metavar="FILE", default=None,
                    help="text of the task's domain, one example per line, labelled by the teacher")
     d.add_argument("--unlabelled-limit", type=int, default=None, metavar="N", help="read the first N lines only")
+    d.add_argument("--augment", type=int, default=0, metavar="N",
+                   help="up to N synthetic sentences per training sentence (Tang et al. 2019: masking, POS-guided "
+                        "replacement, n-gram sampling), labelled by the teacher (default 0: none)")
+    d.add_argument("--augment-seed", type=int, default=0, metavar="S",
+                   help="seed of the augmentation's draws (default 0; the same seed gives the same sentences)")
     d.add_argument("--no-cache", dest="cache", action="store_false",
                    help="run the teacher on every batch instead of reusing its logits")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="S", help="one student per seed (default: 0)")
@@ -160,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     if args.general:
         if not args.data:
             raise PtmError("--general distils on a corpus: give --data TEXT (or a corpus prepared with the teacher's tokenizer)")
+        if args.augment:
+            raise PtmError("--augment makes synthetic sentences of a task's training split; --general distils on a "
+                           "corpus: drop --augment")
         weights = {"soft": args.soft, "mlm": args.mlm, "cosine": args.cosine, "hidden": args.hidden,
                    "attention": args.attention, "temperature": args.temperature, "layer_map": args.layer_map}
         workflow.distil_general(args.teacher, args.data, args.out, args.layers, weights, list(args.overrides),
@@ -169,5 +184,6 @@ def run(args: argparse.Namespace) -> int:
     workflow.distil(args.teacher, args.out, student, settings, overrides, list(args.seeds), load, args.unlabelled,
                     args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
                     inputs=[*files, args.student_from],
-                    replacing=(args.replace_rate, args.replace_full_at) if args.theseus else None)
+                    replacing=(args.replace_rate, args.replace_full_at) if args.theseus else None,
+                    augment=args.augment, augment_seed=args.augment_seed)
     return 0

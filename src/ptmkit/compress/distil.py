@@ -271,12 +271,15 @@ class Distillation(Training):
     tokenizer).  ``cache``: reuse the teacher's logits of the training examples when no intermediate
     loss needs the teacher's states (computed once, and kept in ``cache_dir`` when given, for every
     seed and resume: :func:`cached_teacher_logits`); ``labelled``: the number of gold examples at the
-    head of the training split (``None``: all)."""
+    head of the training split (``None``: all); ``augment``: how the synthetic sentences among the
+    teacher-labelled examples were made (:func:`ptmkit.compress.augment.synthetic_sentences`'s
+    record; ``None``: none were), recorded with the settings."""
 
     def __init__(self, teacher: nn.Module, settings: DistilSettings, source: dict[str, Any], student: dict[str, Any],
-                 labelled: int | None = None, cache: bool = True, cache_dir: Path | None = None) -> None:
+                 labelled: int | None = None, cache: bool = True, cache_dir: Path | None = None,
+                 augment: dict[str, Any] | None = None) -> None:
         self.teacher, self.settings, self.source, self.student = teacher, settings, source, student
-        self.labelled, self.use_cache, self.cache_dir = labelled, cache, cache_dir
+        self.labelled, self.use_cache, self.cache_dir, self.augment = labelled, cache, cache_dir, augment
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int):
         copy_head(model, self.teacher)  # the head starts from the teacher's where the shapes agree
@@ -291,15 +294,19 @@ class Distillation(Training):
     def kept(self, trained: nn.Module) -> nn.Module:
         return trained.student
 
+    def _augmentation(self) -> dict[str, Any]:
+        # only when on: the records of runs without augmentation stay as they were (resume compares them)
+        return {"augment": self.augment} if self.augment is not None else {}
+
     def describe(self) -> dict[str, Any]:
         return {"method": "distillation", **asdict(self.settings), "student": self.student,
-                "teacher": self.source.get("run"), "labelled": self.labelled}
+                "teacher": self.source.get("run"), "labelled": self.labelled, **self._augmentation()}
 
     def derived_from(self) -> dict[str, Any]:
         return {"teacher": self.source}
 
     def compression(self) -> dict[str, Any]:
-        return {"method": "distillation", **asdict(self.settings), "student": self.student}
+        return {"method": "distillation", **asdict(self.settings), "student": self.student, **self._augmentation()}
 
 
 __all__ = ["CACHE_FILE", "DistilSettings", "Distillation", "Distiller", "IndexedBatches", "cached_teacher_logits",

@@ -2,12 +2,15 @@
 
 The teacher is a saved task model (a fine-tuning run, :mod:`ptmkit.tasks.saved`); the task is the
 one it was fine-tuned on (or the user's files again).  Optional unlabelled text of the task's
-domain is labelled by the teacher and added to the training split (its examples count in the
-soft loss only).  Each seed's student is fine-tuned through :func:`ptmkit.tasks.finetune.finetune`
-with :class:`ptmkit.compress.distil.Distillation`, so it selects its epoch on dev, checkpoints
-every epoch, resumes exactly, and is saved as an ordinary task model (``OUT/student-seed{S}``)
-that ``ptm finetune --eval-only``, ``ptm prune`` and ``ptm quantize`` read.  ``OUT/summary.json``
-holds the teacher's and the students' scores, parameter counts and retention.
+domain, and synthetic sentences made from the training split (Tang et al. 2019's augmentation,
+:mod:`ptmkit.compress.augment`), are labelled by the teacher and added to the training split
+(their examples count in the soft loss only).  Each seed's student is fine-tuned through
+:func:`ptmkit.tasks.finetune.finetune` with :class:`ptmkit.compress.distil.Distillation`, so it
+selects its epoch on dev, checkpoints every epoch, resumes exactly, and is saved as an ordinary
+task model (``OUT/student-seed{S}``) that ``ptm finetune --eval-only``, ``ptm prune`` and
+``ptm quantize`` read.  ``OUT/summary.json`` holds the teacher's and the students' scores,
+parameter counts and retention (and, with augmentation, its settings and the number of synthetic
+sentences).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from torch import nn
 
 from ptmkit import outputs
+from ptmkit.compress.augment import AugmentSettings, synthetic_sentences
 from ptmkit.compress.distil import CACHE_FILE, Distillation, DistilSettings
 from ptmkit.compress.students import StudentSpec, build_student
 from ptmkit.compress.theseus import Theseus
@@ -78,22 +82,35 @@ def read_unlabelled(path: str | os.PathLike, limit: int | None = None) -> list[s
 def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: StudentSpec, settings: DistilSettings,
            cfg: FinetuneConfig | list[str], seeds: Sequence[int] = (0,), load_data: Any = None, unlabelled: str | None = None,
            unlabelled_limit: int | None = None, cache: bool = True, overwrite: bool = False, resume: bool = False,
-           progress: bool = True, inputs: Sequence[Any] = (), replacing: tuple[float, float] | None = None) -> dict[str, Any]:
+           progress: bool = True, inputs: Sequence[Any] = (), replacing: tuple[float, float] | None = None,
+           augment: int | AugmentSettings = 0, augment_seed: int = 0) -> dict[str, Any]:
     """Distil the task model in ``teacher_run`` into ``student`` students, one per seed, under ``out_dir``.
     cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's.
+    augment: synthetic sentences per training sentence (Tang et al. 2019; 0: none), drawn with
+    ``augment_seed``, or :class:`AugmentSettings` (the rules' probabilities too).
     replacing: ``(rate, full_at)``: BERT-of-Theseus module replacing instead of the distillation
     losses (:mod:`ptmkit.compress.theseus`; a ``layers`` student: one successor layer per module)."""
     if resume and overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
+    augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(augment, augment_seed)
+    if replacing is not None and (unlabelled or augmenting.n):
+        raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
+                       "on the task's own data (no --unlabelled or --augment)")
     out = Path(out_dir)
     inputs = [teacher_run, unlabelled, *inputs]
     outputs.check(out, "distil", inputs, overwrite, reuse=resume)
     teacher = load_task_model(teacher_run, load_data() if load_data is not None else None)
     if not isinstance(cfg, FinetuneConfig):
         cfg = parse_overrides(list(cfg), base=teacher.cfg)
-    data, labelled = teacher.task_data, None
-    if unlabelled:
-        data, labelled = with_unlabelled(teacher, read_unlabelled(unlabelled, unlabelled_limit))
+    data, labelled, augmented = teacher.task_data, None, None
+    extra = read_unlabelled(unlabelled, unlabelled_limit) if unlabelled else []
+    if unlabelled and not extra:
+        raise PtmError("the unlabelled file holds no text (one example per line)")
+    if augmenting.n:
+        synthetic, augmented = synthetic_sentences(teacher, augmenting)
+        extra += synthetic
+    if extra:
+        data, labelled = with_unlabelled(teacher, extra)
     source = {"run": str(teacher_run), "task": teacher.info.get("task"), "derived_from": teacher.info.get("derived_from")}
     t_dev, t_test = teacher.evaluate("dev"), teacher.evaluate("test")
     with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE, CACHE_FILE],
@@ -104,12 +121,13 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         for seed in seeds:
             pretrained = build_student(teacher, student, seed)
             if replacing is not None:
-                if student.kind != "layers" or unlabelled:
+                if student.kind != "layers":
                     raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
-                                   "on the task's own data (no --unlabelled)")
+                                   "on the task's own data (no --unlabelled or --augment)")
                 training = Theseus(teacher.model, *replacing, cfg.epochs, source, student.describe())
             else:
-                training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache, out)
+                training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache, out,
+                                        augmented)
             r = finetune(pretrained, data, out / f"student-seed{seed}", replace(cfg), seed=seed, progress=progress,
                          desc=f"distil seed={seed}", resume=resume, training=training)
             r["init"] = "student"
@@ -124,6 +142,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
             "student": student.describe(),
             "method": "theseus" if replacing is not None else "distillation",
             "settings": ({"rate": replacing[0], "full_at": replacing[1]} if replacing is not None else settings.__dict__),
+            **({"augment": augmented} if augmented is not None else {}),
             "summary": summarize_inits(runs),
             "non_embedding_parameters": student_ne, "parameters": s_params[0],
             "parameter_ratio": round(student_ne / max(t_params, 1), 4),
