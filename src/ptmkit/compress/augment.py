@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit.data.sources.base import check_cache, is_ready
+from ptmkit.data.tasks import TaskData, builtin_tasks, load_task
 from ptmkit.errors import PtmError
 
 log = logging.getLogger(__name__)
@@ -67,9 +69,6 @@ def tag_lexicon(task: str = LEXICON_TASK) -> dict[str, str] | None:
     """``{lowercased word: its most frequent tag}`` over every split of the built-in tagging task
     ``task``, or ``None`` (with a logged note) when the task's data is not in the local cache: this
     never downloads."""
-    from ptmkit.data.sources.base import check_cache, is_ready
-    from ptmkit.data.tasks import builtin_tasks, load_task
-
     source = builtin_tasks().get(task, (None,))[0]
     if source is None or not is_ready(source) or check_cache(source):
         log.warning("%s is not in the local data cache (`ptm data get %s` fetches it): the augmentation skips "
@@ -219,7 +218,6 @@ def mask_token_of(tokenizer: Any) -> str:
 def check_task(data: Any) -> None:
     """Refuse tasks other than single-sentence classification (the synthetic sentences are texts
     of one sentence each, labelled by the teacher)."""
-    from ptmkit.data.tasks import TaskData
 
     if not isinstance(data, TaskData) or data.is_pair:
         kind = "classification with sentence pairs" if isinstance(data, TaskData) \

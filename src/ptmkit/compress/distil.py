@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save
 from torch import nn
 from torch.nn import functional as F
 
@@ -247,8 +248,6 @@ def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path |
     of the first batch, computed again, equal the stored ones (the same teacher on the same data)."""
     if path is None:
         return teacher_logits(teacher, collate, n)
-    from safetensors.torch import load_file, save
-
     file = path / CACHE_FILE
     if file.is_file():
         stored = load_file(str(file))

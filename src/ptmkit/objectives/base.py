@@ -73,7 +73,9 @@ class Objective(nn.Module):
       ``"mlm"``, ``"clm"``); ``None``: this one.
     * ``perplexity``: what the logs' ``ppl`` is the exponential of: ``"loss"`` when the loss is a
       mean token negative log-likelihood, the metric that is one when the loss adds other terms
-      (``"mlm_loss"`` beside NSP or a teacher's signals), ``None`` when no term is one.
+      (``"mlm_loss"`` beside NSP or a teacher's signals), ``None`` when no term is one;
+      ``perplexities``: metrics that are such likelihoods too, each also logged as ``<name>_ppl``
+      (the biLM's ``forward_loss`` and ``backward_loss``).
 
     Cross-step state (a memory carried from one training step to the next) is not a weight: an
     objective that keeps some sets ``carries_state`` and implements ``carried_state_dict`` /
@@ -94,6 +96,7 @@ class Objective(nn.Module):
     reads_streams: ClassVar[bool] = False
     hf_family: ClassVar[str | None] = None
     perplexity: ClassVar[str | None] = "loss"
+    perplexities: ClassVar[tuple[str, ...]] = ()
     serves_as: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:

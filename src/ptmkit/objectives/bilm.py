@@ -81,6 +81,7 @@ class BidirectionalLM(Objective):
     ``[B, T + 1]`` (-100 = not predicted), ``attention_mask [B, T + 1]`` when a block is short."""
 
     config_class = BiLMConfig
+    perplexities = ("forward_loss", "backward_loss")  # each direction's perplexity beside their geometric mean
     encoders = ("lstm",)
     causal = False  # downstream use reads both directions
     hf_heads = ()

@@ -351,9 +351,13 @@ class Trainer:
         for k in sorted(w.metrics):
             record[k] = w.metrics[k] / w.weight
         # ppl only of a mean token negative log-likelihood: the objective names which quantity is one
-        ppl_of = getattr(getattr(self.model, "objective", None), "perplexity", "loss")
+        objective = getattr(self.model, "objective", None)
+        ppl_of = getattr(objective, "perplexity", "loss")
         if ppl_of in record:
             record["ppl"] = _exp(record[ppl_of])
+        for k in getattr(objective, "perplexities", ()):
+            if k in record:
+                record[k.removesuffix("_loss") + "_ppl"] = _exp(record[k])
         self._write(record)
         self.last_eval = record
         return record
