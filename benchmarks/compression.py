@@ -314,7 +314,7 @@ def _finished(run: Path) -> bool:
     if latest is None:
         return False
     cfg = ckpt.read_config(latest)
-    return str(latest.name) == f"step-{cfg['train']['max_steps']}"
+    return latest.name == ckpt.step_name(int(cfg["train"]["max_steps"]))
 
 
 if __name__ == "__main__":

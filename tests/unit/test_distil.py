@@ -4,6 +4,7 @@ teacher, and ``ptm distil`` end to end (a student that reloads, an exact resume,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -245,6 +246,22 @@ def test_general_distillation_starts_from_teacher_layers_and_trains(tmp_path, ca
     student = load_pretrained(tmp_path / "student")
     assert student.config["objective"]["name"] == "mlm" and student.objective.mlm_head is not None
     assert not hasattr(student.objective, "teacher")
+
+
+def test_general_distillation_names_its_teacher_by_absolute_path(tmp_path, monkeypatch):
+    """A resumed run compares configs: the teacher given relative to another directory is the same teacher."""
+    from conftest import write_corpus
+
+    from ptmkit.workflows.distil_general import general_config
+
+    text = write_corpus(tmp_path / "text.txt", docs=10)
+    ck = Path(tiny_checkpoint(tmp_path / "teacher", text.read_text().splitlines(), layers=2, heads=2)).resolve()
+    monkeypatch.chdir(tmp_path)
+    weights = {"soft": 0.0, "mlm": 1.0, "cosine": 0.0, "hidden": 0.0, "attention": 0.0, "temperature": 2.0,
+               "layer_map": "uniform"}
+    config = general_config(ck.relative_to(tmp_path.resolve()), [1], weights)
+    assert config["objective"]["teacher"] == str(ck)
+    assert config["tokenizer"]["file"] == str(ck / "tokenizer.json")
 
 
 def test_a_tagger_distils_word_by_word(tmp_path):

@@ -30,7 +30,8 @@ TRAIN = {"lr": 5e-4, "warmup_steps": 100, "max_steps": 2000, "batch_size": 32, "
 def general_config(teacher: str | os.PathLike, layers: Sequence[int] | None, weights: dict[str, float]) -> dict[str, Any]:
     """The student run's config: the teacher's model with ``len(layers)`` layers, its tokenizer file, the
     ``distil_mlm`` objective with ``weights`` and :data:`TRAIN` (overrides apply on top)."""
-    ck = ckpt.resolve_checkpoint(teacher)
+    # absolute: the run's config names the teacher, and a resumed run must name the same one from any directory
+    ck = ckpt.resolve_checkpoint(teacher).resolve()
     pre = load_pretrained(ck, heads=False)
     model = dict(pre.config["model"])
     if model.get("encoder", "transformer") != "transformer":
