@@ -27,12 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ptmkit.train.mfu import cpu_name
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compression import english_slice, ptm  # noqa: E402  (the same runner and corpus slice)
+
+from ptmkit.train.mfu import cpu_name  # noqa: E402
 
 MODELS = {  # preset, settings, optimizer steps (about --seconds each on 2 Zen 4 cores)
     "bert-mini": ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=30",
@@ -44,29 +46,6 @@ MODELS = {  # preset, settings, optimizer steps (about --seconds each on 2 Zen 4
                   "train.max_steps=600"],
 }
 LABELS = {"bert-mini": "BERT-mini", "gpt-mini": "GPT-mini", "elmo-tiny": "ELMo-tiny"}
-
-
-def ptm(*args: object) -> None:
-    cmd = [sys.executable, "-m", "ptmkit.cli", *map(str, args)]
-    print("$ ptm " + " ".join(map(str, args)), flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def corpus_slice(out: Path, megabytes: float) -> Path:
-    """The first ``megabytes`` of english-mix, cut at a document boundary."""
-    from ptmkit.data.sources.base import fetch
-
-    path = out / f"english-mix-{megabytes:g}mb.txt"
-    if not path.is_file():
-        src = fetch("english-mix") / "english-mix.txt"
-        with open(src, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as g:
-            size = 0
-            for line in f:
-                g.write(line)
-                size += len(line)
-                if size > megabytes * 1e6 and not line.strip():
-                    break
-    return path
 
 
 def finished(run: Path) -> dict | None:
@@ -105,7 +84,7 @@ def main() -> None:
     from ptmkit.data.sources.base import fetch
 
     names = args.models.split(",")
-    data = corpus_slice(out, args.megabytes)
+    data = english_slice(out, args.megabytes, f"english-mix-{args.megabytes:g}mb.txt")
     runs = {n: pretrain(out, n, data, args.seconds) for n in names} if "pretrain" in args.stages else \
         {n: out / n for n in names}
     brown = fetch("brown") / "train.txt"

@@ -126,10 +126,11 @@ def scores(runs: list[Path], key: str = "accuracy") -> dict:
     return {"test": test, "dev": dev, "test_mean": float(np.mean(test)), "test_sd": float(np.std(test, ddof=1)) if len(test) > 1 else 0.0}
 
 
-def english_slice(out: Path, megabytes: float = 6.0) -> Path:
+def english_slice(out: Path, megabytes: float = 6.0, name: str = "english-mix-slice.txt") -> Path:
+    """``out/name``: the first ``megabytes`` of english-mix, cut at a document boundary."""
     from ptmkit.data.sources.base import fetch
 
-    path = out / "english-mix-slice.txt"
+    path = out / name
     if not path.is_file():
         src = fetch("english-mix") / "english-mix.txt"
         with open(src, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as g:

@@ -29,7 +29,6 @@ class (multiple choice, multi-task, seq2seq).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.classification import SequenceClassifier, classifier_on
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.regression import Regressor
-from ptmkit.tasks.saved import FORMAT, TASK_MODEL_FILE, TOKENIZER_FILE, TaskModel, is_task_model
+from ptmkit.tasks.saved import TASK_MODEL_FILE, TOKENIZER_FILE, TaskModel, is_task_model, read_task_info
 from ptmkit.tasks.span_qa import SpanExtractor
 from ptmkit.tasks.tagging import Tagging, TokenTagger
 from ptmkit.tokenization import Tokenizer
@@ -75,17 +74,6 @@ class TaskEncoder:
 def _refuse(run: Path, reasons: list[str]) -> None:
     if reasons:
         raise PtmError(f"{run} cannot be exported to HF transformers: {'; '.join(reasons)}. What exports: {EXPORTABLE}")
-
-
-def _read_info(run: Path) -> dict[str, Any]:
-    file = run / TASK_MODEL_FILE
-    try:
-        info = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PtmError(f"{file} cannot be read: {exc}") from None
-    if info.get("format", 0) > FORMAT:
-        raise PtmError(f"{file} was written by a newer ptmkit (format {info['format']}); upgrade ptmkit")
-    return info
 
 
 def _early_refusals(info: dict[str, Any], cfg: FinetuneConfig) -> list[str]:
@@ -137,7 +125,7 @@ def read_task_model(path: str | Path) -> TaskModel:
     run = Path(path)
     if not is_task_model(run):
         raise PtmError(f"{run} is not a fine-tuned model (no {TASK_MODEL_FILE})")
-    info = _read_info(run)
+    info = read_task_info(run)
     cfg = from_dict(FinetuneConfig, info["finetune"], "finetune")
     _refuse(run, _early_refusals(info, cfg))
     tokenizer = Tokenizer.load(run / TOKENIZER_FILE)

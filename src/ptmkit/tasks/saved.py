@@ -174,6 +174,18 @@ def _task_data_for(info: dict[str, Any], task_data: Any, run: Path) -> Any:
     return task_data
 
 
+def read_task_info(run: Path) -> dict[str, Any]:
+    """``run/task_model.json``, refused clearly when unreadable or written by a newer ptmkit."""
+    file = run / TASK_MODEL_FILE
+    try:
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PtmError(f"{file} cannot be read: {exc}") from None
+    if info.get("format", 0) > FORMAT:
+        raise PtmError(f"{file} was written by a newer ptmkit (format {info['format']}); upgrade ptmkit")
+    return info
+
+
 def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | torch.device = "cpu") -> TaskModel:
     """Load the task model saved in ``run_dir`` (a fine-tuning run such as ``OUT/pretrained-seed0``,
     or a compressed model), in eval mode.  ``task_data``: the task to bind it to (default: the
@@ -188,12 +200,7 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
             hint = ("; its fine-tuning is still under way, or was made by an older ptmkit that did not save the "
                     "model's shape (then fine-tune again)")
         raise PtmError(f"{run} is not a fine-tuned model (no {TASK_MODEL_FILE}){hint}")
-    try:
-        info = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PtmError(f"{file} cannot be read: {exc}") from None
-    if info.get("format", 0) > FORMAT:
-        raise PtmError(f"{file} was written by a newer ptmkit (format {info['format']}); upgrade ptmkit")
+    info = read_task_info(run)
     tokenizer = Tokenizer.load(run / TOKENIZER_FILE)
     cfg = from_dict(FinetuneConfig, info["finetune"], "finetune")
     task_data = _task_data_for(info, task_data, run)
