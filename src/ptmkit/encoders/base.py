@@ -131,11 +131,18 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
     """Raise :class:`PtmError` for a non-2-D input or an id outside ``[0, vocab_size)``."""
     if input_ids.dim() != 2:
         raise PtmError(f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
-    if input_ids.numel():
-        lo, hi = (int(v) for v in torch.aminmax(input_ids))  # one pass over the batch
-        if hi >= vocab_size or lo < 0:
-            bad = hi if hi >= vocab_size else lo
-            raise PtmError(
-                f"token id {bad} is outside the model's vocabulary of size {vocab_size}: "
-                f"the tokenizer does not match the model (vocab mismatch)"
-            )
+    if not input_ids.numel():
+        return
+    if input_ids.device.type != "cpu" or torch.compiler.is_compiling():
+        # reading the range back would stall a GPU's queue every step and break a compiled graph:
+        # the check runs on the device instead, asynchronously (a device-side assert names the cause)
+        torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(),
+                            f"a token id is outside the model's vocabulary of size {vocab_size} (vocab mismatch)")
+        return
+    lo, hi = (int(v) for v in torch.aminmax(input_ids))  # one pass over the batch
+    if hi >= vocab_size or lo < 0:
+        bad = hi if hi >= vocab_size else lo
+        raise PtmError(
+            f"token id {bad} is outside the model's vocabulary of size {vocab_size}: "
+            f"the tokenizer does not match the model (vocab mismatch)"
+        )

@@ -11,7 +11,7 @@ forward pass writes ``y = x · mask / (1 - p)`` in one pass and the backward pas
 mask from the seed (fp32, fp64 and bf16 — autocast's dtype — in the kernel; fp16 through a
 stored mask).
 
-Other devices keep ``F.dropout`` (their generators are fast).
+Other devices, and graphs under ``torch.compile``, keep ``F.dropout`` (their generators are fast).
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     _check(p)
-    if x.device.type != "cpu" or not x.is_floating_point():
+    if x.device.type != "cpu" or not x.is_floating_point() or torch.compiler.is_compiling():
+        # a compiled graph draws its own mask inside the fused kernel; a numba call would break it
         return F.dropout(x, p, training=True)
     return _HashDropout.apply(x, p)
 

@@ -190,7 +190,7 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _torch_path(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = logits.float()
+    logits = logits.float() if logits.dtype != torch.float64 else logits  # half precision accumulates in float32
     return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX), (logits.detach().argmax(-1) == target).float().mean()
 
 
