@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ptmkit.nn.linear_ce import TILE_LOGITS, default_tiles, linear_cross_entropy, target_log_probs
+from ptmkit.nn.linear_ce import GPU_TILE_LOGITS, TILE_LOGITS, default_tiles, linear_cross_entropy, target_log_probs
 
 V = 101  # a prime: every slice size below leaves a ragged last slice
 
@@ -85,6 +85,9 @@ def test_default_tiles_take_the_whole_vocabulary_or_the_given_slice():
     assert default_tiles(8000) == (TILE_LOGITS // 8000, 8000)  # one pass: no recomputed matmul
     assert default_tiles(17_715, 256) == (TILE_LOGITS // 256, 256)  # NNLM: a batch of 512 is one chunk
     assert default_tiles(100, 256) == (TILE_LOGITS // 100, 100)
+    # a GPU takes GPT-2's 50,257 words for a batch of 32 x 128 tokens in one chunk
+    assert default_tiles(50_257, device="cuda") == (GPU_TILE_LOGITS // 50_257, 50_257)
+    assert GPU_TILE_LOGITS // 50_257 >= 32 * 128
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -27,7 +27,7 @@ shared 2-core CPU, best of 5-7):
   578 ms (slices) against 514 ms (whole vocabulary), with two 2.7 s against 0.8 s: the many
   small matmuls of slicing end at barriers where the threads wait for each other (on a GPU each
   would be more kernel launches).  Hence the default: the whole vocabulary in one slice, chunks
-  of about 4M logits (:func:`default_tiles`).
+  of about 4M logits on a CPU and 268M on a GPU (:func:`default_tiles`).
 
 Precision: half-precision inputs (or an active autocast) run the matmuls in that precision and
 accumulate the softmax, the loss and the gradients in float32.  The probabilities enter the
@@ -47,13 +47,19 @@ from ptmkit.nn.softmax_ce import softmax_nll_
 from ptmkit.nn.targets import IGNORE_INDEX
 
 TILE_LOGITS = 1 << 22  # about 4M logits (16 MB in fp32) per tile: large matmuls, bounded memory
+# On a GPU, 4M logits of GPT-2's 50,257 words are 83 rows: a batch of 4,096 tokens would be 50 thin
+# matrix products, each chunk another pass over the float32 [V, H] gradient.  There a tile holds up to
+# 2^28 logits (1 GiB in fp32, what the unfused loss holds for such a batch): one chunk.
+GPU_TILE_LOGITS = 1 << 28
 
 
-def default_tiles(vocab: int, vocab_slice: int | None = None) -> tuple[int, int]:
+def default_tiles(vocab: int, vocab_slice: int | None = None, device: torch.device | str = "cpu") -> tuple[int, int]:
     """``(chunk_rows, vocab_slice)`` for a vocabulary of ``vocab`` words: the whole vocabulary
-    (or ``vocab_slice`` words) at a time and as many rows as make about ``TILE_LOGITS`` logits."""
+    (or ``vocab_slice`` words) at a time and as many rows as make about ``TILE_LOGITS`` logits
+    (``GPU_TILE_LOGITS`` on any device but the CPU)."""
     width = min(vocab_slice or vocab, vocab) if vocab > 0 else 1
-    return max(1, TILE_LOGITS // width), width
+    tile = TILE_LOGITS if torch.device(device).type == "cpu" else GPU_TILE_LOGITS
+    return max(1, tile // width), width
 
 
 def _dtypes(h: torch.Tensor, weight: torch.Tensor) -> tuple[torch.dtype, torch.dtype]:
@@ -177,7 +183,7 @@ def _tiles(h, weight, bias, vocab_slice: int | None, chunk_rows: int | None, dty
     ``dtypes``: :func:`_dtypes`, read before autocast is switched off for the explicit casts.
     """
     mm, acc = dtypes
-    rows, width = default_tiles(weight.shape[0], vocab_slice)
+    rows, width = default_tiles(weight.shape[0], vocab_slice, weight.device)
     b = None if bias is None else bias.to(mm)
     return _Tiles(h.to(mm), weight.to(mm), b, acc, chunk_rows or rows, width)
 
