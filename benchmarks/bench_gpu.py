@@ -96,6 +96,7 @@ def main() -> None:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--workloads", nargs="+", choices=tuple(SIZES), default=list(SIZES))
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    p.add_argument("--compiled-only", action="store_true", help="only the torch.compile rows")
     p.add_argument("--fsdp", action="store_true", help="ptmkit under FSDP only (launch with torchrun)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes, a few steps, on the CPU")
     args = p.parse_args()
@@ -116,7 +117,7 @@ def main() -> None:
         if args.fsdp:
             rows = {"ptmkit_fsdp": ("ptmkit", False, True)}
         else:
-            rows = {"ptmkit": ("ptmkit", False, False), "hf": ("hf", False, False)}
+            rows = {} if args.compiled_only else {"ptmkit": ("ptmkit", False, False), "hf": ("hf", False, False)}
             if not args.no_compile:
                 rows.update({"ptmkit_compiled": ("ptmkit", True, False), "hf_compiled": ("hf", True, False)})
         for name, (framework, compile_, fsdp) in rows.items():
@@ -130,7 +131,7 @@ def main() -> None:
             result["peak_bf16_flops"] = r["peak_flops"]
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-        if not args.fsdp:
+        if not args.fsdp and not args.compiled_only:
             result[f"{workload}_speedup"] = result[f"{workload}_ptmkit_tokens_per_s"] / result[f"{workload}_hf_tokens_per_s"]
             if not args.no_compile:
                 result[f"{workload}_compiled_speedup"] = (result[f"{workload}_ptmkit_compiled_tokens_per_s"]
