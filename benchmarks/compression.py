@@ -7,7 +7,8 @@ student stage trains one student per teacher seed):
 * ``kd``: a 3-layer student made of the teacher's layers 1, 3, 5 (DistilBERT's one-of-two), distilled
   (alpha 0.5, T 2) from each teacher seed; ``labels``: the same student on the gold labels alone
   (alpha 1); ``tinybert``: + TinyBERT's hidden-state and attention losses; ``bilstm``: Tang et al.'s
-  BiLSTM student, distilled and on labels alone; ``theseus``: BERT-of-Theseus 6 -> 3;
+  BiLSTM student, distilled and on labels alone; ``augment``: the BiLSTM distilled on a transfer set
+  grown ``--augment`` times by Tang et al.'s augmentation; ``theseus``: BERT-of-Theseus 6 -> 3;
 * ``heads``: head pruning curves (importance and random order, 10 % steps) and the physically pruned model;
   ``magnitude``: unstructured magnitude pruning; ``layerdrop``: fine-tuned with LayerDrop 0.2 and cut
   to layers 1, 3, 5, against the plain teacher cut the same way and a 3-layer MiniLM fine-tuned
@@ -39,7 +40,7 @@ import numpy as np
 
 from ptmkit.train.mfu import cpu_name
 
-STAGES = ("teacher", "kd", "labels", "tinybert", "bilstm", "theseus", "heads", "magnitude", "layerdrop", "int8",
+STAGES = ("teacher", "kd", "labels", "tinybert", "bilstm", "augment", "theseus", "heads", "magnitude", "layerdrop", "int8",
           "general", "pos", "speed")
 TEACHER = ["epochs=2", "lr=5e-5", "batch_size=32", "max_seq_len=64", "precision=bf16"]
 STUDENT = ["epochs=3", "lr=1e-4"]
@@ -176,6 +177,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--general-steps", type=int, default=600)
+    ap.add_argument("--augment", type=int, default=4, help="synthetic sentences per MR sentence (augment stage)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -212,6 +214,13 @@ def main() -> None:
         res["bilstm_labels"] = scores([distil(out, "mr-bilstm-labels", t, s, *bilstm, "--alpha", 1)
                                        for t, s in zip(teachers, seeds)])
         res["bilstm_params"] = read(out / "mr-bilstm" / f"t{s0}" / "summary.json")["parameter_ratio"]
+        save()
+    if "augment" in stages:
+        # Tang et al. (2019, section 3.3): the transfer set grown by masking, POS-guided replacement and
+        # n-gram sampling, the synthetic sentences labelled by the teacher
+        bilstm = ["--student", "bilstm", "epochs=4", "lr=1e-3", "--augment", args.augment]
+        res["bilstm_augment"] = scores([distil(out, f"mr-bilstm-augment{args.augment}", t, s, *bilstm)
+                                        for t, s in zip(teachers, seeds)])
         save()
     if "theseus" in stages:
         res["theseus"] = scores([distil(out, "mr-theseus", t, s, "--theseus", "--layers", LAYERS, *STUDENT)
@@ -291,7 +300,8 @@ def table(res: dict) -> str:
             ("3-layer student, gold labels only", res.get("labels")),
             ("3-layer student, + TinyBERT hidden/attention losses", res.get("tinybert")),
             ("3-layer student, BERT-of-Theseus", res.get("theseus")),
-            ("BiLSTM student, distilled", res.get("bilstm")), ("BiLSTM, gold labels only", res.get("bilstm_labels"))]
+            ("BiLSTM student, distilled", res.get("bilstm")), ("BiLSTM, gold labels only", res.get("bilstm_labels")),
+            ("BiLSTM student, distilled on the augmented transfer set", res.get("bilstm_augment"))]
     pos = res.get("pos") or {}
     lines = ["| model | MR test accuracy | retention |", "|---|---|---|"]
     for name, x in rows:
