@@ -109,7 +109,11 @@ KERNEL_MAX_THREADS = 3
 
 def kernels_win() -> bool:
     """True when PyTorch runs on at most ``KERNEL_MAX_THREADS`` threads: the single-threaded
-    kernels are then faster than its element-wise code; with more, callers take PyTorch's path."""
+    kernels are then faster than its element-wise code; with more, callers take PyTorch's path.
+    False inside a ``torch.compile`` graph: a numba call would break the graph at every kernel,
+    and the compiler fuses PyTorch's element-wise code itself."""
+    if torch.compiler.is_compiling():
+        return False
     return torch.get_num_threads() <= KERNEL_MAX_THREADS
 
 

@@ -51,7 +51,9 @@ def build_attention_mask(
                 f"attention_mask has shape {tuple(attention_mask.shape)}, expected [batch, {length}]"
             )
         keep = attention_mask.bool()
-        if not bool(keep.all()):  # all-ones padding masks take the mask-free fast path
+        # all-ones padding masks take the mask-free fast path; a compiled graph keeps the mask
+        # (reading keep.all() back would break the graph)
+        if torch.compiler.is_compiling() or not bool(keep.all()):
             key_padding = keep[:, None, None, :]  # [B, 1, 1, T]
 
     if attn_mask is not None:

@@ -142,7 +142,7 @@ class _SoftmaxCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(logits, target, lse)
         ctx.valid = valid
         loss = nll.sum() / valid if valid else torch.tensor(float("nan"))
-        accuracy = correct.float().mean()
+        accuracy = correct.float().sum() / max(valid, 1)
         ctx.mark_non_differentiable(accuracy)
         return loss, accuracy
 
@@ -191,13 +191,15 @@ def softmax_nll_(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def _torch_path(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     logits = logits.float() if logits.dtype != torch.float64 else logits  # half precision accumulates in float32
-    return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX), (logits.detach().argmax(-1) == target).float().mean()
+    valid = target != IGNORE_INDEX
+    correct = (logits.detach().argmax(-1) == target) & valid
+    return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX), correct.sum() / valid.sum().clamp(min=1)
 
 
 def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, accuracy)`` of ``logits [N, C]`` (float32 or bfloat16) against ``target [N]``
     (class indices, -100 = ignored): the mean cross-entropy over the non-ignored rows, float32,
-    differentiable in ``logits``; and the detached top-1 accuracy over all rows, float32."""
+    differentiable in ``logits``; and the detached top-1 accuracy over the non-ignored rows, float32."""
     if logits.dim() != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_cross_entropy expects logits [N, C] and target [N], got "
                          f"{tuple(logits.shape)} and {tuple(target.shape)}")

@@ -363,16 +363,27 @@ class MaskedLM(Objective):
 
     def mlm_loss(
         self, h: torch.Tensor, batch: dict[str, torch.Tensor], decoder_weight: torch.Tensor
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], int | torch.Tensor]:
         """``(loss, metrics, N)``: cross-entropy of the MLM head on the N chosen positions of
-        ``h [B, T, H]`` (gathered first, so the ``H x V`` projection runs on those rows only)."""
-        labels = batch["mlm_labels"]
-        rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
-        target = labels[rows, slots]
-        logits = self.mlm_head(h[rows, batch["mlm_positions"][rows, slots]], decoder_weight)  # [N, V]
+        ``h [B, T, H]`` (gathered first, so the ``H x V`` projection runs on those rows only).
+
+        On a CPU the N labelled slots of ``mlm_labels [B, P]`` are picked out (an int N).  On a GPU,
+        and inside a compiled graph, all B x P slots go through the head with the unused ones
+        ignored (N a 0-d tensor): fixed shapes, and no read-back of N that would stall the GPU's
+        queue or break the graph, for a few more rows (P is the most any example predicts)."""
+        labels, positions = batch["mlm_labels"], batch["mlm_positions"]
+        if h.device.type == "cpu" and not torch.compiler.is_compiling():
+            rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
+            target = labels[rows, slots]
+            chosen, n = h[rows, positions[rows, slots]], int(target.numel())  # [N, H]
+        else:
+            target = labels.flatten()
+            chosen = h.gather(1, positions[..., None].expand(-1, -1, h.shape[-1])).flatten(0, 1)  # [B * P, H]
+            n = (target != IGNORE_INDEX).sum()
+        logits = self.mlm_head(chosen, decoder_weight)  # [N or B * P, V]
         loss, acc = cross_entropy_and_accuracy(logits, target)
         metrics = {"mlm_loss": loss.detach(), "mlm_acc": acc}
-        return loss, metrics, int(target.numel())
+        return loss, metrics, n
 
     @staticmethod
     def pair_loss(name: str, head: nn.Module, out, labels: torch.Tensor, metrics: dict[str, torch.Tensor]) -> torch.Tensor:
