@@ -15,7 +15,7 @@ trees (``en-spacy-trees``), relation-label and structural probes; and the attent
 two Transformers.  Every stage reads back what a finished run wrote and resumes an interrupted
 pre-training.
 
-    python benchmarks/analysis_home.py [--out runs/analysis] [--seconds 600]
+    python benchmarks/analysis_home.py [--out runs/analysis] [--seconds 600] [--models bert-mini] [--max-steps N]
 
 Prints per-layer anisotropy, anisotropy-adjusted self-similarity and MEV, the probes' best layers
 and centers of gravity, and, as the last line, one JSON object; the reports are in OUT/analysis and
@@ -54,11 +54,13 @@ def finished(run: Path) -> dict | None:
     return json.loads(marker.read_text()) if marker.is_file() else None
 
 
-def pretrain(out: Path, name: str, data: Path, seconds: float) -> Path:
+def pretrain(out: Path, name: str, data: Path, seconds: float, steps: int | None = None) -> Path:
     run = out / name
     if finished(run) is None:
         start = time.perf_counter()
         preset, *overrides = MODELS[name]
+        if steps:  # another step budget than MODELS' own
+            overrides = [o for o in overrides if not o.startswith("train.max_steps=")] + [f"train.max_steps={steps}"]
         ptm("pretrain", preset, "--data", data, "-o", run, *overrides, f"train.max_seconds={seconds}",
             "train.precision=bf16", "train.num_threads=2", "train.save_every=100",
             "train.eval_every=100", "--quiet", *(["--resume"] if (run / "checkpoints").is_dir() else []))
@@ -76,6 +78,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/analysis")
     ap.add_argument("--megabytes", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=600.0, help="time cap of each pre-training")
+    ap.add_argument("--max-steps", type=int, default=None, help="optimizer steps of each pre-training (default: MODELS')")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--stages", default="pretrain,analyse,attention")
     args = ap.parse_args()
@@ -85,7 +88,7 @@ def main() -> None:
 
     names = args.models.split(",")
     data = english_slice(out, args.megabytes, f"english-mix-{args.megabytes:g}mb.txt")
-    runs = {n: pretrain(out, n, data, args.seconds) for n in names} if "pretrain" in args.stages else \
+    runs = {n: pretrain(out, n, data, args.seconds, args.max_steps) for n in names} if "pretrain" in args.stages else \
         {n: out / n for n in names}
     brown = fetch("brown") / "train.txt"
     labels = [x for n in names for x in ("--label", LABELS[n])]
@@ -99,7 +102,7 @@ def main() -> None:
         ptm("analyse", *[runs[n] for n in transformers], *[x for n in transformers for x in ("--label", LABELS[n])],
             *common, "--what", "attention", "--trees", "en-spacy-trees", "--attention-sentences", 200,
             "-o", out / "attention", *(["--overwrite"] if (out / "attention").exists() else []))
-    res: dict = {"cpu": cpu_name(), "threads": 2, "corpus_mb": args.megabytes,
+    res: dict = {"cpu": cpu_name(), "threads": 2, "corpus_mb": args.megabytes, "max_steps": args.max_steps,
                  "pretraining": {n: finished(out / n) for n in names}}
     path = out / "analysis" / "analysis.json"
     if path.is_file():
