@@ -9,12 +9,10 @@ import logging
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
+from conftest import fine_tuned_toy, run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 
 from ptmkit.compress import augment as aug
 from ptmkit.errors import PtmError
-from ptmkit.pretrained import load_pretrained
-from ptmkit.tasks.finetune import FinetuneConfig, finetune
 
 LEXICON = {"good": "ADJ", "bad": "ADJ", "nice": "ADJ", "film": "NOUN", "movie": "NOUN", "plot": "NOUN",
            "is": "VERB", "was": "VERB", "seems": "VERB"}
@@ -33,7 +31,7 @@ def test_masking_every_word():
 
 def test_ngram_sampling_keeps_a_contiguous_piece_of_one_to_five_words():
     words = TEXTS[3].split()
-    rules = aug.Rules(0.0, 0.0, 1.0, 5, "[MASK]", None)
+    rules = aug.Rules(aug.AugmentSettings(p_mask=0.0, p_pos=0.0, p_ng=1.0, max_ngram=5), "[MASK]", None)
     pieces = aug.variants(words, 200, np.random.default_rng(0), rules)
     assert {len(p) for p in pieces} == {1, 2, 3, 4, 5}
     for p in pieces:
@@ -46,7 +44,7 @@ def test_ngram_sampling_keeps_a_contiguous_piece_of_one_to_five_words():
 
 def test_pos_replacement_draws_another_word_of_the_same_tag():
     sampler = aug.PosSampler(TEXTS, LEXICON)
-    rules = aug.Rules(0.0, 1.0, 0.0, 5, "[MASK]", sampler)
+    rules = aug.Rules(aug.AugmentSettings(p_mask=0.0, p_pos=1.0, p_ng=0.0, max_ngram=5), "[MASK]", sampler)
     rng = np.random.default_rng(0)
     for text in TEXTS[:3]:
         words = text.split()
@@ -107,9 +105,7 @@ def teacher(tmp_path_factory):
     torch.set_num_threads(1)
     task = toy_sentiment()
     root = tmp_path_factory.mktemp("augment")
-    ck = tiny_checkpoint(root / "model", task.train.texts, layers=2, heads=4)
-    cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
-    finetune(load_pretrained(ck, heads=False), task, root / "teacher", cfg, seed=0, progress=False)
+    fine_tuned_toy(root, task, "teacher", layers=2, heads=4)
     return root, task_file_args(task, root)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
+from conftest import fine_tuned_toy, run_cli, task_file_args, tiny_checkpoint, toy_sentiment
 
 from ptmkit.compress.losses import attention_mse, cosine_loss, hidden_mse, layer_map, soft_cross_entropy
 from ptmkit.errors import PtmError
@@ -71,9 +71,7 @@ def teacher(tmp_path_factory):
     torch.set_num_threads(1)
     task = toy_sentiment()
     root = tmp_path_factory.mktemp("distil")
-    ck = tiny_checkpoint(root / "model", task.train.texts, layers=2, heads=4)
-    cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=32)
-    finetune(load_pretrained(ck, heads=False), task, root / "teacher", cfg, seed=0, progress=False)
+    fine_tuned_toy(root, task, "teacher", epochs=3, layers=2, heads=4)
     return root, task_file_args(task, root)
 
 
@@ -194,6 +192,10 @@ def test_theseus_replaces_modules_on_a_curriculum_and_leaves_the_successor(teach
     rates = [json.loads(line).get("replacement_rate") for line in (run / "metrics.jsonl").read_text().splitlines()]
     rates = [r for r in rates if r is not None]
     assert rates == sorted(rates) and rates[0] < 1.0 and rates[-1] == 1.0
+    # module replacing needs the teacher's own layers and the task's own data: refused before anything is written
+    for extra in (["--student", "bilstm"], ["--augment", "2"]):
+        rc, err = _distil(teacher, capsys, tmp_path / "refused", "--theseus", *extra)
+        assert rc != 0 and "module replacing trains successor layers" in err and not (tmp_path / "refused").exists()
 
 
 def test_a_bilstm_student_starts_from_the_teachers_embeddings(teacher, tmp_path, capsys):

@@ -9,10 +9,8 @@ import re
 
 import pytest
 import torch
-from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
+from conftest import fine_tuned_toy, run_cli, task_file_args, toy_sentiment
 
-from ptmkit.pretrained import load_pretrained
-from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.saved import load_task_model
 
 
@@ -21,9 +19,7 @@ def run(tmp_path_factory):
     torch.set_num_threads(1)
     task = toy_sentiment()
     root = tmp_path_factory.mktemp("prune-cli")
-    ck = tiny_checkpoint(root / "model", task.train.texts, layers=3, heads=4, hidden=16)
-    cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=24)
-    finetune(load_pretrained(ck, heads=False), task, root / "run", cfg, seed=0, progress=False)
+    fine_tuned_toy(root, task, max_seq_len=24, layers=3, heads=4, hidden=16)
     files = task_file_args(task, root)
     return task, root / "run", files
 

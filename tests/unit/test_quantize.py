@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
+from conftest import fine_tuned_toy, run_cli, task_file_args, toy_sentiment
 from torch import nn
 
 from ptmkit.compress.quantize import (
@@ -24,8 +24,6 @@ from ptmkit.encoders.awd_lstm import AWDLSTMConfig, AWDLSTMEncoder
 from ptmkit.encoders.lstm import LSTMConfig, LSTMEncoder
 from ptmkit.encoders.transformer import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
-from ptmkit.pretrained import load_pretrained
-from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.saved import load_task_model, save_task_model
 
 BACKENDS = ["ao", pytest.param("torchao", marks=pytest.mark.skipif(
@@ -213,9 +211,7 @@ def finetuned(tmp_path_factory):
     torch.set_num_threads(1)
     task = toy_sentiment()
     root = tmp_path_factory.mktemp("quantize")
-    ck = tiny_checkpoint(root / "model", task.train.texts)
-    cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
-    finetune(load_pretrained(ck, heads=False), task, root / "run", cfg, seed=0, progress=False)
+    fine_tuned_toy(root, task)
     files = [str(a) for a in task_file_args(task, root)]
     return task, root / "run", files
 

@@ -7,11 +7,9 @@ import json
 
 import pytest
 import torch
-from conftest import run_cli, task_file_args, tiny_checkpoint, toy_sentiment
+from conftest import fine_tuned_toy, run_cli, task_file_args, toy_sentiment
 
 from ptmkit.errors import PtmError
-from ptmkit.pretrained import load_pretrained
-from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.saved import load_task_model
 
 
@@ -20,9 +18,7 @@ def finetuned(tmp_path_factory):
     torch.set_num_threads(1)
     task = toy_sentiment()
     root = tmp_path_factory.mktemp("tm")
-    ck = tiny_checkpoint(root / "model", task.train.texts)
-    cfg = FinetuneConfig(epochs=2, lr=3e-3, batch_size=16, max_seq_len=32)
-    result = finetune(load_pretrained(ck, heads=False), task, root / "run", cfg, seed=0, progress=False)
+    result = fine_tuned_toy(root, task)
     return task, root / "run", result
 
 

@@ -136,13 +136,10 @@ class PosSampler:
 
 @dataclass(frozen=True)
 class Rules:
-    """What :func:`variants` applies: the probabilities, the mask token (``None``: no masking) and
-    the POS sampler (``None``: no replacement)."""
+    """What :func:`variants` applies: the settings' probabilities and n-gram length, the mask token
+    (``None``: no masking) and the POS sampler (``None``: no replacement)."""
 
-    p_mask: float
-    p_pos: float
-    p_ng: float
-    max_ngram: int
+    settings: AugmentSettings
     mask_token: str | None
     sampler: PosSampler | None
 
@@ -153,14 +150,14 @@ def variants(words: Sequence[str], n: int, rng: np.random.Generator, rules: Rule
     Draws, in this order: ``x [n, L]`` (which rule each word gets), ``u [n, L]`` (the replacement
     of a POS-replaced word), whether each version is cut to an n-gram ``[n]``, the n-gram lengths
     ``[n]`` and their starts ``[n]``."""
-    length = len(words)
+    length, p = len(words), rules.settings
     x = rng.random((n, length))
     u = rng.random((n, length))
-    cut = rng.random(n) < rules.p_ng
-    sizes = rng.integers(1, rules.max_ngram + 1, size=n)
+    cut = rng.random(n) < p.p_ng
+    sizes = rng.integers(1, p.max_ngram + 1, size=n)
     starts = rng.random(n)
-    masked = x < rules.p_mask if rules.mask_token is not None else np.zeros_like(x, dtype=bool)
-    swapped = (x >= rules.p_mask) & (x < rules.p_mask + rules.p_pos) if rules.sampler is not None \
+    masked = x < p.p_mask if rules.mask_token is not None else np.zeros_like(x, dtype=bool)
+    swapped = (x >= p.p_mask) & (x < p.p_mask + p.p_pos) if rules.sampler is not None \
         else np.zeros_like(x, dtype=bool)
     out = []
     for k in range(n):
@@ -185,11 +182,11 @@ def augment(texts: Sequence[str], n: int, seed: int = 0, mask_token: str | None 
 
     mask_token: what a masked word becomes (``None`` refuses ``p_mask > 0``); lexicon:
     ``{word: tag}`` for the POS rule (``None``: the rule is skipped)."""
-    AugmentSettings(n, seed, p_mask, p_pos, p_ng, max_ngram)  # checks the values
+    settings = AugmentSettings(n, seed, p_mask, p_pos, p_ng, max_ngram)  # checks the values
     if mask_token is None and p_mask > 0:
         raise PtmError("the tokenizer has no mask token, which the masking rule puts in place of words: give p_mask=0")
     sampler = PosSampler(texts, lexicon) if lexicon is not None and p_pos > 0 else None
-    rules = Rules(p_mask, p_pos, p_ng, max_ngram, mask_token, sampler)
+    rules = Rules(settings, mask_token, sampler)
     rng = np.random.Generator(np.random.PCG64(seed))
     seen = {" ".join(t.split()) for t in texts}
     out: list[str] = []
@@ -233,8 +230,7 @@ def synthetic_sentences(teacher: Any, settings: AugmentSettings) -> tuple[list[s
     check_task(data)
     mask = mask_token_of(teacher.tokenizer) if settings.p_mask > 0 else None
     lexicon = tag_lexicon() if settings.p_pos > 0 else None
-    texts = augment(data.train.texts, settings.n, settings.seed, mask, lexicon, settings.p_mask, settings.p_pos,
-                    settings.p_ng, settings.max_ngram)
+    texts = augment(data.train.texts, mask_token=mask, lexicon=lexicon, **asdict(settings))
     log.info("augmentation: %d synthetic sentences from %d training sentences", len(texts), len(data.train))
     record = {**asdict(settings), "lexicon": LEXICON_TASK if lexicon is not None else None, "synthetic": len(texts)}
     return texts, record

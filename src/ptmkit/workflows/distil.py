@@ -93,7 +93,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     if resume and overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
     augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(augment, augment_seed)
-    if replacing is not None and (unlabelled or augmenting.n):
+    if replacing is not None and (student.kind != "layers" or unlabelled or augmenting.n):
         raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
                        "on the task's own data (no --unlabelled or --augment)")
     out = Path(out_dir)
@@ -121,9 +121,6 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         for seed in seeds:
             pretrained = build_student(teacher, student, seed)
             if replacing is not None:
-                if student.kind != "layers":
-                    raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
-                                   "on the task's own data (no --unlabelled or --augment)")
                 training = Theseus(teacher.model, *replacing, cfg.epochs, source, student.describe())
             else:
                 training = Distillation(teacher.model, settings, source, student.describe(), labelled, cache, out,
