@@ -6,6 +6,8 @@ that text), for the optimizer steps :data:`MODELS` gives or ``--seconds`` of tra
 first:
 
 * ``bert-mini``: the ``bert-mini`` preset (4 layers, H 256, 4 heads, MLM + NSP);
+* ``bert-mini-rel``: the same with T5's relative position bias instead of learned absolute
+  positions (``model.positions=relative``): it leaves MLM's first plateau sooner (docs/analysis.md);
 * ``gpt-mini``: ``gpt2-tiny`` widened to bert-mini's shape (4 layers, H 256, 4 heads, CLM);
 * ``elmo-tiny``: the ``elmo-tiny`` preset (character CNN, 2 x 2 LSTM layers, biLM).
 
@@ -39,13 +41,15 @@ from ptmkit.train.mfu import cpu_name  # noqa: E402
 MODELS = {  # preset, settings, optimizer steps (about --seconds each on 2 Zen 4 cores)
     "bert-mini": ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=30",
                   "train.max_steps=300"],
+    "bert-mini-rel": ["bert-mini", "model.positions=relative", "train.batch_size=64", "train.seq_len=128",
+                      "train.lr=1e-3", "train.warmup_steps=30", "train.max_steps=300"],
     "gpt-mini": ["gpt2-tiny", "model.hidden_size=256", "model.num_layers=4", "model.num_heads=4",
                  "model.intermediate_size=1024", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3",
                  "train.warmup_steps=30", "train.max_steps=300"],
     "elmo-tiny": ["elmo-tiny", "train.batch_size=64", "train.seq_len=35", "train.lr=2e-3", "train.warmup_steps=30",
                   "train.max_steps=600"],
 }
-LABELS = {"bert-mini": "BERT-mini", "gpt-mini": "GPT-mini", "elmo-tiny": "ELMo-tiny"}
+LABELS = {"bert-mini": "BERT-mini", "bert-mini-rel": "BERT-mini-rel", "gpt-mini": "GPT-mini", "elmo-tiny": "ELMo-tiny"}
 
 
 def finished(run: Path) -> dict | None:
