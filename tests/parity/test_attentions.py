@@ -89,10 +89,14 @@ def gated_eager(eager):
     return attention
 
 
-def assert_attentions(ours, theirs, what: str) -> None:
+def assert_attentions(ours, theirs, what: str, real: torch.Tensor | None = None) -> None:
+    """Per layer the same probabilities ``[B, heads, T, S]``; with ``real [B, T]`` (a padded batch
+    of a packing encoder) those of the real queries: a padded query's row is not defined."""
     assert len(ours) == len(theirs), what
     for i, (a, b) in enumerate(zip(ours, theirs)):
         assert a.shape == b.shape, f"{what} {i}: {a.shape} vs {b.shape}"
+        if real is not None:
+            a, b = a.transpose(1, 2)[real], b.transpose(1, 2)[real]  # [N, heads, S]
         assert_close(a, b, **TOL, msg=lambda m: f"{what} {i}: {m}")
 
 
@@ -125,7 +129,8 @@ def test_bert_attentions_match_hf() -> None:
     b = bert_batch()
     theirs = hf(**b, output_attentions=True)
     out = ours(**b, output_attentions=True)
-    assert_attentions(out.attentions, theirs.attentions, "attention")
+    real = b["attention_mask"].bool()
+    assert_attentions(out.attentions, theirs.attentions, "attention", real)
     assert out.attentions[0].shape == (3, HEADS, 12, 12)
     assert_close(out.attentions[0].sum(-1), torch.ones(3, HEADS, 12), **TOL)  # rows are distributions
     assert float(out.attentions[1][2, :, :, 5:].abs().max()) == 0.0  # padded keys get nothing
@@ -153,7 +158,7 @@ def test_bert_head_mask_matches_hf_head_mask(monkeypatch, shape: str) -> None:
     keep = b["attention_mask"].bool()
     for i, (a, c) in enumerate(zip(out.hidden_states, theirs.hidden_states)):
         assert_close(a[keep], c[keep], **TOL, msg=lambda m: f"hidden state {i}: {m}")
-    assert_attentions(out.attentions, theirs.attentions, "gated attention")
+    assert_attentions(out.attentions, theirs.attentions, "gated attention", keep)
     assert not torch.allclose(out.last_hidden_state, plain.last_hidden_state, atol=1e-3)  # the mask does something
     # without output_attentions the fused path scales the heads' outputs instead: the same result
     with torch.no_grad():
@@ -196,7 +201,7 @@ def test_bert_pruned_heads_match_hf_pruned() -> None:
     for i, (a, c) in enumerate(zip(out.hidden_states, theirs.hidden_states)):
         assert_close(a[keep], c[keep], **TOL, msg=lambda m: f"hidden state {i}: {m}")
     assert [a.shape[1] for a in out.attentions] == [3, 4, 2]
-    assert_attentions(out.attentions, theirs.attentions, "pruned attention")
+    assert_attentions(out.attentions, theirs.attentions, "pruned attention", keep)
     assert_close(out.pooled, theirs.pooler_output, **TOL)
     # HF 5 models hold no pruned heads: export refuses rather than failing on the shapes
     with pytest.raises(PtmError, match="pruned attention heads.*export the model before pruning"):
@@ -218,7 +223,7 @@ def test_gpt2_attentions_match_hf() -> None:
     ids, mask = padded(3, 12, {1: 8, 2: 3}, 0)
     theirs = hf(input_ids=ids, attention_mask=mask, output_attentions=True)
     out = ours(ids, mask, causal=True, output_attentions=True)
-    assert_attentions(out.attentions, theirs.attentions, "causal attention")
+    assert_attentions(out.attentions, theirs.attentions, "causal attention", mask.bool())
     assert float(torch.triu(out.attentions[0], 1).abs().max()) == 0.0  # nothing from the future
     # the unpadded batch takes the implicit causal mask of the fused path: the same probabilities
     full = ours(ids, causal=True, output_attentions=True)
@@ -269,7 +274,8 @@ def test_bart_attentions_and_head_masks_match_hf(monkeypatch, gated: bool) -> No
     with torch.no_grad():
         theirs = hf(**b, output_attentions=True, output_hidden_states=True)
         out = ours(**b, output_attentions=True, output_hidden_states=True, **masks)
-    assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention")
+    assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention",
+                      b["attention_mask"].bool())
     assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention")
     assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention")
     assert out.extras["cross_attentions"][0].shape == (3, HEADS, 8, 11)
@@ -317,7 +323,8 @@ def test_t5_attentions_and_head_masks_match_hf(monkeypatch, gated: bool) -> None
     with torch.no_grad():
         theirs = hf(**b, output_attentions=True, output_hidden_states=True)
         out = ours(**b, output_attentions=True, output_hidden_states=True, **masks)
-    assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention")
+    assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention",
+                      b["attention_mask"].bool())
     assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention")
     assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention")
     tgt = b["decoder_attention_mask"].bool()

@@ -16,6 +16,7 @@ from ptmkit.build import build_encoder
 from ptmkit.config import apply_overrides
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
+from ptmkit.nn.packing import Packing
 from ptmkit.presets import load_preset
 from ptmkit.tasks.finetune_config import FinetuneConfig
 
@@ -37,12 +38,16 @@ def inputs() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def by_hand(enc: TransformerEncoder, ids: torch.Tensor, mask: torch.Tensor, layers) -> torch.Tensor:
-    """The stack run layer by layer, only ``layers``: embeddings, those layers, pooler-free top."""
+    """The stack run layer by layer, only ``layers``: embeddings, those layers, pooler-free top
+    (on the packed real tokens, as the encoder runs a padded batch)."""
     x = enc.embeddings(ids)
     m, is_causal = enc._mask(mask, None, False, ids.shape[1], x.dtype, x.device)
+    packing = Packing.of(mask)
+    assert packing is not None
+    x = packing.pack(x)
     for i in layers:
-        x = enc.layers[i](x, m, is_causal)
-    return x
+        x = enc.layers[i](x, m, is_causal, packing=packing)
+    return packing.pad(x)
 
 
 def test_p0_changes_nothing_in_training_not_even_the_random_stream() -> None:
@@ -61,7 +66,7 @@ def test_p1_in_training_skips_every_layer() -> None:
     enc = encoder(replace(CFG, dropout=0.0, attention_dropout=0.0, layerdrop=1.0)).train()
     ids, mask = inputs()
     out = enc(ids, mask, output_hidden_states=True, output_attentions=True)
-    emb = enc.embeddings(ids)
+    emb = enc.embeddings(ids) * mask[..., None]  # a padded batch runs packed: zeros at the padding
     assert_close(out.last_hidden_state, emb, rtol=0, atol=0)
     assert len(out.hidden_states) == 5 and all(torch.equal(h, emb) for h in out.hidden_states)  # repeated
     assert out.attentions == (None, None, None, None)
@@ -87,7 +92,7 @@ def test_the_attribute_set_on_a_built_encoder_counts() -> None:
     assert enc.layerdrop == 0.0
     enc.layerdrop = 1.0
     ids, mask = inputs()
-    assert_close(enc.train()(ids, mask).last_hidden_state, enc.embeddings(ids), rtol=0, atol=0)
+    assert_close(enc.train()(ids, mask).last_hidden_state, enc.embeddings(ids) * mask[..., None], rtol=0, atol=0)
 
 
 def test_skip_rate_is_p_and_skipped_layers_pass_the_state_on() -> None:

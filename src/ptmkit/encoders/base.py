@@ -52,7 +52,9 @@ class EncoderOutput:
     """last_hidden_state ``[B, T, H]``; hidden_states: the embedding output then every layer's
     ``[B, T, H]`` (``None`` unless asked for); pooled ``[B, H]`` or ``None``; extras: encoder
     specific tensors (e.g. an encoder–decoder's ``encoder_last_hidden_state``); attentions: per
-    layer the attention probabilities ``[B, heads, T, S]`` (``output_attentions=True``, else ``None``)."""
+    layer the attention probabilities ``[B, heads, T, S]`` (``output_attentions=True``, else ``None``).
+    The states at padding positions (``attention_mask`` 0) are not defined: an encoder may compute
+    them, or skip the padding and leave zeros there (:mod:`ptmkit.nn.packing`); readers mask them."""
 
     last_hidden_state: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None

@@ -44,7 +44,9 @@ final norm (the layer's raw output is not listed), as HF T5 reports them.
 Attention is :func:`ptmkit.nn.attention.attend` (SDPA; with dropout on CPU, the product written
 out around :mod:`ptmkit.nn.dropout`'s fast mask); padding masks go through
 :func:`ptmkit.nn.masks.build_attention_mask`, which never leaves a query row with nothing to
-attend to (no NaN from fully padded rows).
+attend to (no NaN from fully padded rows).  On a CPU the encoder runs a source batch whose
+``attention_mask`` pads at least 5 % of the positions packed (:mod:`ptmkit.nn.packing`: the layers
+skip the padding, whose encoder states are then zeros); ``pack_padding = False`` turns that off.
 
 :meth:`EncoderDecoder.forward` follows the :class:`~ptmkit.encoders.base.Encoder` contract.  Its
 ``last_hidden_state`` is the *decoder's* output ``[B, T, H]``; ``extras["encoder_last_hidden_state"]``
@@ -107,6 +109,7 @@ from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.heads import PrunableHeads, check_heads, head_gates, merge_heads
 from ptmkit.nn.masks import build_attention_mask
+from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
@@ -133,6 +136,8 @@ class EncoderDecoder(Encoder):
         self.register_buffer("final_logits_bias", torch.zeros(config.vocab_size))
         self.reset_parameters()
         self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
+        # packed execution of padded sources in the encoder (ptmkit.nn.packing); False runs every position
+        self.pack_padding = True
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -307,15 +312,21 @@ class EncoderDecoder(Encoder):
         S = input_ids.shape[1]
         mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, S, x.dtype)
         mask, is_causal = self.encoder.position_mask(mask, is_causal, S, S, x.dtype)
+        packing = Packing.of(attention_mask) if self.pack_padding else None
+        if packing is not None:
+            x = packing.pack(x)  # [N, H]: the layers skip the padding (ptmkit.nn.packing)
         hidden = [x] if output_hidden_states else None
         probs: list[torch.Tensor] | None = [] if output_attentions else None
         for i, layer in enumerate(self.encoder.layers):
-            x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
+            x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing)
             if hidden is not None:
                 hidden.append(x)
         x = self.encoder.finish(x)
         if hidden is not None and self.encoder.final_norm is not None:
             hidden[-1] = x  # pre-LN: the stack's normalised output stands for its last layer
+        if packing is not None:
+            x = packing.pad(x)
+            hidden = [packing.pad(h) for h in hidden] if hidden is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None,
                              attentions=tuple(probs) if probs is not None else None)
 

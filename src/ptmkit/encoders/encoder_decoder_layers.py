@@ -18,6 +18,7 @@ from ptmkit.nn.attention import MultiHeadSelfAttention, attend
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
+from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 
 
@@ -155,12 +156,14 @@ class EncoderLayer(nn.Module):
         self.act_dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """head_gate ``[heads]`` / probs: see :meth:`MultiHeadSelfAttention.forward`."""
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
+                packing: Packing | None = None) -> torch.Tensor:
+        """head_gate ``[heads]`` / probs / packing (``x`` is the real tokens' rows ``[N, H]``): see
+        :meth:`MultiHeadSelfAttention.forward`."""
         if not self.pre:  # BART: the original expressions, unchanged
-            x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs)))
+            x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing)))
             return self.ffn_norm(x + self.dropout(_ffn(self.ffn, x, self.act_dropout)))
-        x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs))
+        x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing))
         return x + self.dropout(_ffn(self.ffn, self.ffn_norm(x), self.act_dropout))
 
 

@@ -25,6 +25,11 @@ each pruned layer reads its own heads' planes.  With ``sharing: all | attention`
 module for every layer) only the same heads in every layer can be pruned.
 :meth:`TransformerEncoder.keep_layers` keeps a subset of the layers (a shallower encoder).
 
+Padding: on a CPU, a batch whose ``attention_mask`` pads at least 5 % of the positions runs
+packed (:mod:`ptmkit.nn.packing`): the layers' position-wise work covers the real tokens only, and
+the padding positions of ``last_hidden_state`` and ``hidden_states`` hold zeros.  The attribute
+``pack_padding = False`` runs every position instead.
+
 LayerDrop (Fan et al. 2020): with ``layerdrop = p > 0`` (``config.layerdrop``, copied to the
 attribute ``self.layerdrop`` so that fine-tuning can set it on a loaded encoder), each layer is
 skipped in training with probability ``p``; a skipped layer passes its input on unchanged, so
@@ -61,6 +66,7 @@ from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
 from ptmkit.nn.kv_cache import KV, KVCache, KVSlot
 from ptmkit.nn.masks import build_attention_mask, causal_mask
+from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.registry import register
 
@@ -120,13 +126,14 @@ class TransformerLayer(nn.Module):
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to): see
-        :meth:`MultiHeadSelfAttention.forward`."""
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
+                packing: Packing | None = None) -> torch.Tensor:
+        """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to) /
+        packing (``x`` is the real tokens' rows ``[N, H]``): see :meth:`MultiHeadSelfAttention.forward`."""
         if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs))
+            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing))
             return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
     def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | KVSlot | None,
@@ -207,6 +214,8 @@ class TransformerEncoder(Encoder):
         self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
         # an attribute, not only the config: fine-tuning sets it on an encoder loaded from a checkpoint
         self.layerdrop = float(config.layerdrop)
+        # packed execution of padded batches (ptmkit.nn.packing); False runs every padding position
+        self.pack_padding = True
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -362,6 +371,9 @@ class TransformerEncoder(Encoder):
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
+        packing = Packing.of(attention_mask) if self.pack_padding else None
+        if packing is not None:
+            x = packing.pack(x)  # [N, H]: the layers skip the padding (ptmkit.nn.packing)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         probs: list[torch.Tensor] | None = [] if output_attentions else None
         skip = self.dropped_layers()
@@ -370,13 +382,16 @@ class TransformerEncoder(Encoder):
                 if probs is not None:
                     probs.append(None)
             else:
-                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs)
+                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing)
             if hidden is not None:
                 hidden.append(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
             if hidden is not None:
                 hidden[-1] = x
+        if packing is not None:
+            x = packing.pad(x)
+            hidden = [packing.pad(h) for h in hidden] if hidden is not None else None
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
                              attentions=tuple(probs) if probs is not None else None)

@@ -13,6 +13,7 @@ from ptmkit.nn.dropout import dropout
 from ptmkit.nn.fast_linear import project
 from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
 from ptmkit.nn.kv_cache import KV, KVSlot, extend
+from ptmkit.nn.packing import Packing
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
@@ -114,17 +115,24 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
         keep_columns(self.out, self.rows(local, 1, device))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
-                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None) -> torch.Tensor:
+                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
+                packing: Packing | None = None) -> torch.Tensor:
         """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``.
-        head_gate ``[total_heads]``, probs: see :func:`attend` (``probs`` receives ``[B, h', T, T]``)."""
-        B, T, H = x.shape
+        head_gate ``[total_heads]``, probs: see :func:`attend` (``probs`` receives ``[B, h', T, T]``).
+        packing: ``x`` holds the real tokens' rows ``[N, H]`` of a padded batch
+        (:mod:`ptmkit.nn.packing`), and so does the output; the projections run on those rows only."""
+        qkv = project(self.qkv, x)
+        if packing is not None:
+            qkv = packing.pad(qkv)  # [B, T, 3 h d], zeros at the padding (masked as keys, dropped as queries)
+        B, T = qkv.shape[:2]
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
         # [B, T, 3, heads, d] -> [3, B, heads, T, d]
-        q, k, v = project(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
                    head_gate, probs)
-        return project(self.out, y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim))
+        y = y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)
+        return project(self.out, y if packing is None else packing.pack(y))
 
     def forward_cached(
         self, x: torch.Tensor, past: KV | KVSlot | None, mask: torch.Tensor | None = None,

@@ -1,0 +1,203 @@
+"""Fine-tuning and encoding speed on real sentence batches: ptmkit packed, ptmkit padded, HF.
+
+A fine-tuning batch is a shuffled sample of the training sentences padded to its longest one, so
+much of it is padding.  ptmkit's encoders run such batches packed (:mod:`ptmkit.nn.packing`: the
+position-wise layers see only the real tokens); this measures what that gives against the same
+encoder running every position (``pack_padding = False``) and against HF transformers'
+``BertModel`` on the same weights and batches.
+
+Model: all-MiniLM-L6-v2 (``ptm data get minilm``: 6 layers, H 384, 12 heads), imported into ptmkit;
+HF loads the same files.  Data: MR's training sentences (``ptm data get mr``) with MiniLM's
+tokenizer, ``[CLS] ... [SEP]`` truncated to ``--max-len`` tokens; ``--batches`` batches of
+``--batch-size`` sentences drawn at random (a fine-tuning epoch's order), each padded to its longest.
+
+* ``train``: one fine-tuning step per call — dropout on (each framework's own), a linear classifier
+  on the pooled ``[CLS]`` state, cross-entropy on MR's labels, backward, fused AdamW step; fp32, and
+  bf16 autocast with ``--bf16``.
+* ``encode``: one forward pass without gradients over the same batches (feature extraction of a
+  corpus in its own order; ptmkit's own prediction loops sort by length, which removes most padding).
+
+Timing: interleaved rounds (every round runs each side for ``--steps`` calls over the batches in
+turn, in an order that alternates), median milliseconds per call.  The load average is printed at
+the start and at the end; a figure taken at a load of 1.5 or more on a 2-core machine is not a
+speed result.
+
+    python benchmarks/bench_finetune.py [--threads 2] [--rounds 5] [--bf16]
+
+The last line is JSON: the CPU, threads, load, padding share of the batches, per section and side
+ms per call and real tokens/s, ``finetune_speedup`` (HF ms / ptmkit packed ms, fp32 training),
+``finetune_packing_speedup`` (ptmkit padded / packed), ``encode_shuffled_speedup`` (HF / ptmkit
+packed, encode) and ``encode_packing_speedup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from ptmkit.data.sources.base import fetch
+from ptmkit.train.mfu import cpu_name
+
+LOADED = 1.5
+
+
+class Classifier(nn.Module):
+    """An encoder's pooled state -> 2 logits (the same head on every side)."""
+
+    def __init__(self, encoder: nn.Module, hidden: int, hf: bool) -> None:
+        super().__init__()
+        self.encoder, self.hf = encoder, hf
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.hf:
+            pooled = self.encoder(input_ids=ids, attention_mask=mask).pooler_output
+        else:
+            pooled = self.encoder(ids, attention_mask=mask).pooled
+        return self.head(pooled)
+
+
+def models(minilm: Path, work: Path) -> tuple[dict[str, nn.Module], object]:
+    """MiniLM as ptmkit (packed and padded) and as HF ``BertModel``, with the same weights; and
+    ptmkit's tokenizer of it."""
+    import transformers
+
+    import ptmkit
+    from ptmkit.pretrained import load_pretrained
+
+    pre = load_pretrained(ptmkit.import_hf(minilm, work / "minilm"), heads=False)
+    hf = transformers.BertModel.from_pretrained(minilm, attn_implementation="sdpa")
+    H = pre.backbone.config.hidden_size
+    torch.manual_seed(0)
+    packed = Classifier(pre.backbone, H, hf=False)
+    padded = copy.deepcopy(packed)
+    padded.encoder.pack_padding = False
+    theirs = Classifier(hf, H, hf=True)
+    theirs.head.load_state_dict(packed.head.state_dict())
+    return {"ptmkit_packed": packed, "ptmkit_padded": padded, "hf": theirs}, pre.tokenizer
+
+
+def batches(tokenizer, n: int, size: int, max_len: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    rows = [json.loads(x) for x in (fetch("mr") / "train.jsonl").read_text().splitlines()]
+    rng = np.random.default_rng(seed)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    out = []
+    for _ in range(n):
+        pick = rng.choice(len(rows), size, replace=False)
+        seqs = [[cls, *tokenizer.encode(rows[i]["text"])[: max_len - 2], sep] for i in pick]
+        T = max(map(len, seqs))
+        ids = torch.zeros(size, T, dtype=torch.long)
+        mask = torch.zeros(size, T, dtype=torch.long)
+        for r, s in enumerate(seqs):
+            ids[r, : len(s)] = torch.tensor(s)
+            mask[r, : len(s)] = 1
+        out.append((ids, mask, torch.tensor([rows[i]["label"] for i in pick])))
+    return out
+
+
+def timed(calls: dict, data: list, rounds: int, steps: int) -> dict[str, float]:
+    """Median ms per call over ``rounds`` interleaved rounds of ``steps`` calls each."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    cursor = {name: 0 for name in calls}
+    names = list(calls)
+    for name in names:  # warm-up: allocations, kernel selection, the optimizer state
+        for b in data[:2]:
+            calls[name](b)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            for _ in range(steps):
+                calls[name](data[cursor[name] % len(data)])
+                cursor[name] += 1
+            times[name].append((time.perf_counter() - t) / steps * 1000)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def train_call(model: nn.Module, bf16: bool):
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+    def step(batch):
+        ids, mask, labels = batch
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with ctx:
+            loss = nn.functional.cross_entropy(model(ids, mask).float(), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def encode_call(model: nn.Module):
+    model.eval()
+
+    def run(batch):
+        with torch.inference_mode():
+            model(batch[0], batch[1])
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=None, help="default: 2, or 1 on a loaded machine")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=4, help="calls per side per round")
+    ap.add_argument("--batches", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-len", type=int, default=128)
+    ap.add_argument("--bf16", action="store_true", help="also the bf16-autocast training step")
+    args = ap.parse_args()
+    load_start = os.getloadavg()[0]
+    threads = args.threads or (1 if load_start >= LOADED else 2)
+    torch.set_num_threads(threads)
+    print(f"load average {load_start:.2f} at the start; {threads} thread(s); {cpu_name()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        sides, tokenizer = models(fetch("minilm"), Path(tmp))
+    data = batches(tokenizer, args.batches, args.batch_size, args.max_len, seed=0)
+    real = sum(int(m.sum()) for _, m, _ in data)
+    total = sum(m.numel() for _, m, _ in data)
+    res: dict = {"cpu": cpu_name(), "threads": threads, "batch_size": args.batch_size, "batches": args.batches,
+                 "padding_share": round(1 - real / total, 4), "mean_real_tokens": round(real / len(data), 1),
+                 "mean_padded_tokens": round(total / len(data), 1)}
+    print(f"{len(data)} batches of {args.batch_size} MR sentences: {res['mean_real_tokens']:.0f} real tokens of "
+          f"{res['mean_padded_tokens']:.0f} positions a batch ({100 * res['padding_share']:.0f} % padding)", flush=True)
+    ids, mask, _ = data[0]
+    with torch.inference_mode():  # the three sides compute the same function
+        outs = {name: m.eval()(ids, mask) for name, m in sides.items()}
+    res["max_abs_logit_diff_vs_hf"] = round(float((outs["ptmkit_packed"] - outs["hf"]).abs().max()), 7)
+    sections = {"encode": {n: encode_call(m) for n, m in sides.items()}}
+    sections["train_fp32"] = {n: train_call(copy.deepcopy(m), bf16=False) for n, m in sides.items()}
+    if args.bf16:
+        sections["train_bf16"] = {n: train_call(copy.deepcopy(m), bf16=True) for n, m in sides.items()}
+    tokens_per_call = real / len(data)
+    for section, calls in sections.items():
+        ms = timed(calls, data, args.rounds, args.steps)
+        res[section] = {n: {"ms": round(t, 2), "real_tokens_per_s": round(tokens_per_call / (t / 1000), 1)} for n, t in ms.items()}
+        line = ", ".join(f"{n} {t:.1f} ms" for n, t in ms.items())
+        print(f"{section}: {line}; HF / packed {ms['hf'] / ms['ptmkit_packed']:.2f}x, "
+              f"padded / packed {ms['ptmkit_padded'] / ms['ptmkit_packed']:.2f}x", flush=True)
+        prefix = {"encode": "encode_shuffled", "train_fp32": "finetune", "train_bf16": "finetune_bf16"}[section]
+        res[f"{prefix}_speedup"] = round(ms["hf"] / ms["ptmkit_packed"], 3)
+        res[f"{prefix}_packing_speedup"] = round(ms["ptmkit_padded"] / ms["ptmkit_packed"], 3)
+    res["load_start"], res["load_end"] = round(load_start, 2), round(os.getloadavg()[0], 2)
+    res["loaded"] = res["load_start"] >= LOADED
+    print(f"load average {res['load_end']:.2f} at the end")
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
