@@ -17,6 +17,10 @@ tokenizer, ``[CLS] ... [SEP]`` truncated to ``--max-len`` tokens; ``--batches`` 
 * ``encode``: one forward pass without gradients over the same batches (feature extraction of a
   corpus in its own order; ptmkit's own prediction loops sort by length, which removes most padding).
 
+* ``--sweep``: where packing starts to pay: encode and training steps of batches of random
+  tokens at fixed padding shares (one row of each batch shortened; 128 positions), packed against
+  padded; the threshold :data:`ptmkit.nn.packing.MIN_PADDING` comes from it.
+
 Timing: interleaved rounds (every round runs each side for ``--steps`` calls over the batches in
 turn, in an order that alternates), median milliseconds per call.  The load average is printed at
 the start and at the end; a figure taken at a load of 1.5 or more on a 2-core machine is not a
@@ -151,6 +155,40 @@ def encode_call(model: nn.Module):
     return run
 
 
+def sweep(model: nn.Module, shares: list[float], args) -> dict:
+    """Packed / padded time ratios of encode and training calls at fixed padding shares (packing
+    forced at every share: :data:`MIN_PADDING` set to 0 meanwhile)."""
+    from ptmkit.nn import packing
+
+    out = {}
+    threshold, packing.MIN_PADDING = packing.MIN_PADDING, 0.0
+    B, T = args.batch_size, 128
+    vocab = model.encoder.config.vocab_size
+    for share in shares:
+        g = torch.Generator().manual_seed(1)
+        ids = torch.randint(1000, vocab, (B, T), generator=g)
+        mask = torch.ones(B, T, dtype=torch.long)
+        pads = round(share * B * T)
+        for r in range(B):  # spread the padding over the rows, at most T - 1 a row
+            k = min(pads, T - 1)
+            mask[r, T - k:] = 0
+            pads -= k
+        data = [(ids * mask, mask, torch.zeros(B, dtype=torch.long))]
+        row = {}
+        for kind in ("encode", "train"):
+            sides = {}
+            for packed in (True, False):
+                m = copy.deepcopy(model)
+                m.encoder.pack_padding = packed
+                sides["packed" if packed else "padded"] = encode_call(m) if kind == "encode" else train_call(m, False)
+            ms = timed(sides, data, args.rounds, args.steps)
+            row[kind] = round(ms["padded"] / ms["packed"], 3)
+        out[str(share)] = row
+        print(f"padding {share:.0%}: padded / packed encode {row['encode']:.3f}x, train {row['train']:.3f}x", flush=True)
+    packing.MIN_PADDING = threshold
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=None, help="default: 2, or 1 on a loaded machine")
@@ -160,6 +198,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--bf16", action="store_true", help="also the bf16-autocast training step")
+    ap.add_argument("--sweep", action="store_true", help="packed vs padded at fixed padding shares (see above)")
+    ap.add_argument("--sweep-only", action="store_true", help="the sweep alone")
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
     threads = args.threads or (1 if load_start >= LOADED else 2)
@@ -183,6 +223,11 @@ def main() -> None:
     sections["train_fp32"] = {n: train_call(copy.deepcopy(m), bf16=False) for n, m in sides.items()}
     if args.bf16:
         sections["train_bf16"] = {n: train_call(copy.deepcopy(m), bf16=True) for n, m in sides.items()}
+    if args.sweep or args.sweep_only:
+        res["sweep"] = sweep(sides["ptmkit_packed"], [0.02, 0.05, 0.1, 0.2], args)
+    if args.sweep_only:
+        print(json.dumps(res))
+        return
     tokens_per_call = real / len(data)
     for section, calls in sections.items():
         ms = timed(calls, data, args.rounds, args.steps)

@@ -31,10 +31,12 @@ class Packing:
         self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # [N]
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor | None, min_padding: float = MIN_PADDING) -> Packing | None:
+    def of(cls, attention_mask: torch.Tensor | None, min_padding: float | None = None) -> Packing | None:
         """A packing of ``attention_mask [B, T]``, or ``None`` where packing does not pay or cannot
-        run: no mask, less padding than ``min_padding`` of the positions, a non-CPU tensor, or a
-        graph being captured (compile, tracing, ONNX export: their shapes must not depend on the data)."""
+        run: no mask, less padding than ``min_padding`` (default :data:`MIN_PADDING`) of the
+        positions, a non-CPU tensor, or a graph being captured (compile, tracing, ONNX export: their
+        shapes must not depend on the data)."""
+        min_padding = MIN_PADDING if min_padding is None else min_padding
         if attention_mask is None or attention_mask.device.type != "cpu" or attention_mask.dim() != 2:
             return None
         if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
@@ -55,7 +57,8 @@ class Packing:
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """``[N, *] -> [B, T, *]``: the rows back at their positions, zeros at the padding."""
-        rows = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy(0, self.index, x)
+        rows = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        rows.index_copy_(0, self.index, x)  # in place: the out-of-place copy would write every row twice
         return rows.view(self.batch, self.length, *x.shape[1:])
 
 
