@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--megabytes", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=600.0, help="time cap of each pre-training")
     ap.add_argument("--max-steps", type=int, default=None, help="optimizer steps of each pre-training (default: MODELS')")
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="bert-mini,gpt-mini,elmo-tiny", help=f"some of {', '.join(MODELS)}")
     ap.add_argument("--stages", default="pretrain,analyse,attention")
     args = ap.parse_args()
     out = Path(args.out)
