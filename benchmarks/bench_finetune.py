@@ -17,6 +17,8 @@ tokenizer, ``[CLS] ... [SEP]`` truncated to ``--max-len`` tokens; ``--batches`` 
 * ``encode``: one forward pass without gradients over the same batches (feature extraction of a
   corpus in its own order; ptmkit's own prediction loops sort by length, which removes most padding).
 
+* ``--pretrain RUN``: a pre-training step (the run's own objective, its collate over random
+  examples of its prepared data; backward, fused AdamW) of the run's model, packed against padded.
 * ``--sweep``: where packing starts to pay: encode and training steps of batches of random
   tokens at fixed padding shares (one row of each batch shortened; 128 positions), packed against
   padded; the threshold :data:`ptmkit.nn.packing.MIN_PADDING` comes from it.
@@ -189,6 +191,44 @@ def sweep(model: nn.Module, shares: list[float], args) -> dict:
     return out
 
 
+def pretrain_section(run: Path, args) -> dict:
+    """Packed / padded pre-training steps of ``run``'s model on its own data and objective."""
+    from ptmkit.data.corpus import Corpus
+    from ptmkit.pretrained import load_pretrained
+
+    pre = load_pretrained(run)
+    corpus = Corpus.open(run / "data")
+    cfg = pre.config["train"]
+    spans = pre.objective.example_spans(corpus, cfg["seq_len"])
+    rng = np.random.default_rng(0)
+    data = [pre.objective.collate(corpus, spans[rng.choice(len(spans), cfg["batch_size"], replace=False)], rng)
+            for _ in range(args.batches)]
+    if "attention_mask" not in data[0]:  # e.g. a causal LM's contiguous text: no padding to skip
+        print(f"pre-training {run.name}: its batches have no padding mask, nothing to pack", flush=True)
+        return {"run": str(run), "padding_share": 0.0}
+    masks = [b["attention_mask"] for b in data]
+    share = 1 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+    calls = {}
+    for packed in (True, False):
+        model = copy.deepcopy(pre.model).train()
+        model.backbone.pack_padding = packed
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step(batch, model=model, opt=opt):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16"):
+                loss = model(batch).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        calls["packed" if packed else "padded"] = step
+    ms = timed(calls, data, args.rounds, args.steps)
+    print(f"pre-training {run.name} ({cfg['batch_size']} x <= {cfg['seq_len']}, {100 * share:.0f} % padding, "
+          f"{cfg.get('precision', 'fp32')}): packed {ms['packed']:.1f} ms, padded {ms['padded']:.1f} ms, "
+          f"padded / packed {ms['padded'] / ms['packed']:.2f}x", flush=True)
+    return {"run": str(run), "padding_share": round(share, 4), "ms": {k: round(v, 2) for k, v in ms.items()},
+            "packing_speedup": round(ms["padded"] / ms["packed"], 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=None, help="default: 2, or 1 on a loaded machine")
@@ -200,11 +240,17 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="also the bf16-autocast training step")
     ap.add_argument("--sweep", action="store_true", help="packed vs padded at fixed padding shares (see above)")
     ap.add_argument("--sweep-only", action="store_true", help="the sweep alone")
+    ap.add_argument("--pretrain", type=Path, default=None, help="a pre-training run: its step packed vs padded, alone")
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
     threads = args.threads or (1 if load_start >= LOADED else 2)
     torch.set_num_threads(threads)
     print(f"load average {load_start:.2f} at the start; {threads} thread(s); {cpu_name()}", flush=True)
+    if args.pretrain is not None:
+        res = {"cpu": cpu_name(), "threads": threads, "pretrain": pretrain_section(args.pretrain, args),
+               "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2)}
+        print(json.dumps(res))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         sides, tokenizer = models(fetch("minilm"), Path(tmp))
     data = batches(tokenizer, args.batches, args.batch_size, args.max_len, seed=0)
