@@ -38,11 +38,11 @@ from compression import english_slice, ptm  # noqa: E402  (the same runner and c
 
 from ptmkit.train.mfu import cpu_name  # noqa: E402
 
+BERT_MINI = ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=30",
+             "train.max_steps=300"]
 MODELS = {  # preset, settings, optimizer steps (about --seconds each on 2 Zen 4 cores)
-    "bert-mini": ["bert-mini", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3", "train.warmup_steps=30",
-                  "train.max_steps=300"],
-    "bert-mini-rel": ["bert-mini", "model.positions=relative", "train.batch_size=64", "train.seq_len=128",
-                      "train.lr=1e-3", "train.warmup_steps=30", "train.max_steps=300"],
+    "bert-mini": BERT_MINI,
+    "bert-mini-rel": [*BERT_MINI, "model.positions=relative"],
     "gpt-mini": ["gpt2-tiny", "model.hidden_size=256", "model.num_layers=4", "model.num_heads=4",
                  "model.intermediate_size=1024", "train.batch_size=64", "train.seq_len=128", "train.lr=1e-3",
                  "train.warmup_steps=30", "train.max_steps=300"],

@@ -20,11 +20,12 @@ tokenizer, ``[CLS] ... [SEP]`` truncated to ``--max-len`` tokens; ``--batches`` 
 * ``--pretrain RUN``: a pre-training step (the run's own objective, its collate over random
   examples of its prepared data; backward, fused AdamW) of the run's model, packed against padded.
 * ``--sweep``: where packing starts to pay: encode and training steps of batches of random
-  tokens at fixed padding shares (one row of each batch shortened; 128 positions), packed against
-  padded; the threshold :data:`ptmkit.nn.packing.MIN_PADDING` comes from it.
+  tokens at fixed padding shares (the padding in as few rows as it takes; 128 positions), packed
+  against padded; the threshold :data:`ptmkit.nn.packing.MIN_PADDING` comes from it.
 
-Timing: interleaved rounds (every round runs each side for ``--steps`` calls over the batches in
-turn, in an order that alternates), median milliseconds per call.  The load average is printed at
+Timing: interleaved rounds (:func:`ptmkit.workflows.quantize.interleaved_ms`: every round runs each
+side for about ``--min-s`` seconds of calls over the batches in turn, in an order that alternates),
+median milliseconds per call.  The load average is printed at
 the start and at the end; a figure taken at a load of 1.5 or more on a 2-core machine is not a
 speed result.
 
@@ -39,14 +40,12 @@ packed, encode) and ``encode_packing_speedup``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
+import itertools
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +55,10 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from ptmkit.data.sources.base import fetch
+from ptmkit.data.tasks import load_task
+from ptmkit.tasks.classification import collate, encode_split
 from ptmkit.train.mfu import cpu_name
+from ptmkit.workflows.quantize import interleaved_ms
 
 LOADED = 1.5
 
@@ -98,51 +100,37 @@ def models(minilm: Path, work: Path) -> tuple[dict[str, nn.Module], object]:
 
 
 def batches(tokenizer, n: int, size: int, max_len: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    rows = [json.loads(x) for x in (fetch("mr") / "train.jsonl").read_text().splitlines()]
+    """``n`` random batches of MR training sentences, encoded and padded as ``ptm finetune`` does."""
+    split = load_task("mr").train
+    inputs = encode_split(split, tokenizer, max_len, causal=False)
     rng = np.random.default_rng(seed)
-    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     out = []
     for _ in range(n):
-        pick = rng.choice(len(rows), size, replace=False)
-        seqs = [[cls, *tokenizer.encode(rows[i]["text"])[: max_len - 2], sep] for i in pick]
-        T = max(map(len, seqs))
-        ids = torch.zeros(size, T, dtype=torch.long)
-        mask = torch.zeros(size, T, dtype=torch.long)
-        for r, s in enumerate(seqs):
-            ids[r, : len(s)] = torch.tensor(s)
-            mask[r, : len(s)] = 1
-        out.append((ids, mask, torch.tensor([rows[i]["label"] for i in pick])))
+        b = collate(inputs, rng.choice(len(split), size, replace=False), tokenizer.pad_id, split.labels, False)
+        out.append((b["input_ids"], b["attention_mask"], b["labels"]))
     return out
 
 
-def timed(calls: dict, data: list, rounds: int, steps: int) -> dict[str, float]:
-    """Median ms per call over ``rounds`` interleaved rounds of ``steps`` calls each."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    cursor = {name: 0 for name in calls}
-    names = list(calls)
-    for name in names:  # warm-up: allocations, kernel selection, the optimizer state
-        for b in data[:2]:
-            calls[name](b)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            t = time.perf_counter()
-            for _ in range(steps):
-                calls[name](data[cursor[name] % len(data)])
-                cursor[name] += 1
-            times[name].append((time.perf_counter() - t) / steps * 1000)
-    return {name: statistics.median(v) for name, v in times.items()}
+def timed(calls: dict, data: list, args, grad: bool) -> dict[str, float]:
+    """Median ms per call over ``args.rounds`` interleaved rounds (:func:`interleaved_ms`, each call
+    repeated for about ``args.min_s`` seconds a round); each side's calls walk through ``data`` in turn."""
+    def cycling(call):
+        batches = itertools.cycle(data)
+        return lambda: call(next(batches))
+    return interleaved_ms({name: cycling(call) for name, call in calls.items()}, args.rounds, min_s=args.min_s, grad=grad)
 
 
-def train_call(model: nn.Module, bf16: bool):
+def train_call(model: nn.Module, bf16: bool, loss=None):
+    """One optimizer step per call on a batch; ``loss(model, batch)`` (default: the classifier's
+    cross-entropy on ``(ids, mask, labels)``)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    loss = loss or (lambda m, b: nn.functional.cross_entropy(m(b[0], b[1]).float(), b[2]))
 
     def step(batch):
-        ids, mask, labels = batch
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-        with ctx:
-            loss = nn.functional.cross_entropy(model(ids, mask).float(), labels)
-        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            value = loss(model, batch)
+        value.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
@@ -150,11 +138,19 @@ def train_call(model: nn.Module, bf16: bool):
 
 def encode_call(model: nn.Module):
     model.eval()
+    return lambda batch: model(batch[0], batch[1])
 
-    def run(batch):
-        with torch.inference_mode():
-            model(batch[0], batch[1])
-    return run
+
+def padded_batch(share: float, B: int, T: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random ids ``[B, T]`` with ``share`` of the positions padding, in as few rows as it takes."""
+    ids = torch.randint(1000, vocab, (B, T), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(B, T, dtype=torch.long)
+    pads = round(share * B * T)
+    for r in range(B):  # at most T - 1 a row: every row keeps a token
+        k = min(pads, T - 1)
+        mask[r, T - k:] = 0
+        pads -= k
+    return ids * mask, mask, torch.zeros(B, dtype=torch.long)
 
 
 def sweep(model: nn.Module, shares: list[float], args) -> dict:
@@ -164,30 +160,24 @@ def sweep(model: nn.Module, shares: list[float], args) -> dict:
 
     out = {}
     threshold, packing.MIN_PADDING = packing.MIN_PADDING, 0.0
-    B, T = args.batch_size, 128
-    vocab = model.encoder.config.vocab_size
-    for share in shares:
-        g = torch.Generator().manual_seed(1)
-        ids = torch.randint(1000, vocab, (B, T), generator=g)
-        mask = torch.ones(B, T, dtype=torch.long)
-        pads = round(share * B * T)
-        for r in range(B):  # spread the padding over the rows, at most T - 1 a row
-            k = min(pads, T - 1)
-            mask[r, T - k:] = 0
-            pads -= k
-        data = [(ids * mask, mask, torch.zeros(B, dtype=torch.long))]
-        row = {}
-        for kind in ("encode", "train"):
-            sides = {}
-            for packed in (True, False):
-                m = copy.deepcopy(model)
-                m.encoder.pack_padding = packed
-                sides["packed" if packed else "padded"] = encode_call(m) if kind == "encode" else train_call(m, False)
-            ms = timed(sides, data, args.rounds, args.steps)
-            row[kind] = round(ms["padded"] / ms["packed"], 3)
-        out[str(share)] = row
-        print(f"padding {share:.0%}: padded / packed encode {row['encode']:.3f}x, train {row['train']:.3f}x", flush=True)
-    packing.MIN_PADDING = threshold
+    try:
+        B, T = args.batch_size, 128
+        vocab = model.encoder.config.vocab_size
+        for share in shares:
+            data = [padded_batch(share, B, T, vocab)]
+            row = {}
+            for kind in ("encode", "train"):
+                sides = {}
+                for packed in (True, False):
+                    m = copy.deepcopy(model)
+                    m.encoder.pack_padding = packed
+                    sides["packed" if packed else "padded"] = encode_call(m) if kind == "encode" else train_call(m, False)
+                ms = timed(sides, data, args, grad=kind == "train")
+                row[kind] = round(ms["padded"] / ms["packed"], 3)
+            out[str(share)] = row
+            print(f"padding {share:.0%}: padded / packed encode {row['encode']:.3f}x, train {row['train']:.3f}x", flush=True)
+    finally:
+        packing.MIN_PADDING = threshold
     return out
 
 
@@ -210,18 +200,11 @@ def pretrain_section(run: Path, args) -> dict:
     share = 1 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
     calls = {}
     for packed in (True, False):
-        model = copy.deepcopy(pre.model).train()
+        model = copy.deepcopy(pre.model)
         model.backbone.pack_padding = packed
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-
-        def step(batch, model=model, opt=opt):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16"):
-                loss = model(batch).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        calls["packed" if packed else "padded"] = step
-    ms = timed(calls, data, args.rounds, args.steps)
+        calls["packed" if packed else "padded"] = train_call(model, cfg.get("precision") == "bf16",
+                                                             loss=lambda m, b: m(b).loss)
+    ms = timed(calls, data, args, grad=True)
     print(f"pre-training {run.name} ({cfg['batch_size']} x <= {cfg['seq_len']}, {100 * share:.0f} % padding, "
           f"{cfg.get('precision', 'fp32')}): packed {ms['packed']:.1f} ms, padded {ms['padded']:.1f} ms, "
           f"padded / packed {ms['padded'] / ms['packed']:.2f}x", flush=True)
@@ -233,7 +216,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=None, help="default: 2, or 1 on a loaded machine")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=4, help="calls per side per round")
+    ap.add_argument("--min-s", type=float, default=2.0, help="seconds of calls per side per round")
     ap.add_argument("--batches", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-len", type=int, default=128)
@@ -276,7 +259,7 @@ def main() -> None:
         return
     tokens_per_call = real / len(data)
     for section, calls in sections.items():
-        ms = timed(calls, data, args.rounds, args.steps)
+        ms = timed(calls, data, args, grad=section != "encode")
         res[section] = {n: {"ms": round(t, 2), "real_tokens_per_s": round(tokens_per_call / (t / 1000), 1)} for n, t in ms.items()}
         line = ", ".join(f"{n} {t:.1f} ms" for n, t in ms.items())
         print(f"{section}: {line}; HF / packed {ms['hf'] / ms['ptmkit_packed']:.2f}x, "

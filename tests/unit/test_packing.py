@@ -28,7 +28,7 @@ def batch(B: int = 4, T: int = 11, lengths=(11, 4, 8, 1)) -> tuple[torch.Tensor,
 def test_pack_and_pad_round_trip_with_zeros_at_the_padding() -> None:
     _, mask = batch()
     packing = Packing.of(mask)
-    assert packing is not None and packing.tokens == int(mask.sum()) == 24
+    assert packing is not None and len(packing.index) == int(mask.sum()) == 24
     x = torch.randn(4, 11, 3)
     packed = packing.pack(x)
     assert packed.shape == (24, 3)

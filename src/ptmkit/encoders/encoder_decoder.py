@@ -325,8 +325,7 @@ class EncoderDecoder(Encoder):
         if hidden is not None and self.encoder.final_norm is not None:
             hidden[-1] = x  # pre-LN: the stack's normalised output stands for its last layer
         if packing is not None:
-            x = packing.pad(x)
-            hidden = [packing.pad(h) for h in hidden] if hidden is not None else None
+            x, hidden = packing.pad_states(x, hidden)
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None,
                              attentions=tuple(probs) if probs is not None else None)
 

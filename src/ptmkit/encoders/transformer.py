@@ -390,8 +390,7 @@ class TransformerEncoder(Encoder):
             if hidden is not None:
                 hidden[-1] = x
         if packing is not None:
-            x = packing.pad(x)
-            hidden = [packing.pad(h) for h in hidden] if hidden is not None else None
+            x, hidden = packing.pad_states(x, hidden)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, tuple(hidden) if hidden is not None else None, pooled,
                              attentions=tuple(probs) if probs is not None else None)

@@ -31,25 +31,18 @@ class Packing:
         self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # [N]
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor | None, min_padding: float | None = None) -> Packing | None:
+    def of(cls, attention_mask: torch.Tensor | None) -> Packing | None:
         """A packing of ``attention_mask [B, T]``, or ``None`` where packing does not pay or cannot
-        run: no mask, less padding than ``min_padding`` (default :data:`MIN_PADDING`) of the
-        positions, a non-CPU tensor, or a graph being captured (compile, tracing, ONNX export: their
-        shapes must not depend on the data)."""
-        min_padding = MIN_PADDING if min_padding is None else min_padding
+        run: no mask, less padding than :data:`MIN_PADDING` of the positions (read at each call), a
+        non-CPU tensor, or a graph being captured (compile, tracing, ONNX export: their shapes must
+        not depend on the data)."""
         if attention_mask is None or attention_mask.device.type != "cpu" or attention_mask.dim() != 2:
             return None
         if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
             return None
-        packing = cls(attention_mask)
-        if len(packing.index) > (1.0 - min_padding) * attention_mask.numel():
-            return None
-        return packing
-
-    @property
-    def tokens(self) -> int:
-        """``N``, the number of real tokens."""
-        return len(self.index)
+        if int(attention_mask.count_nonzero()) > (1.0 - MIN_PADDING) * attention_mask.numel():
+            return None  # counted first: a full batch needs no index
+        return cls(attention_mask)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, T, *] -> [N, *]``: the real positions' rows, in order."""
@@ -60,6 +53,12 @@ class Packing:
         rows = x.new_zeros(self.batch * self.length, *x.shape[1:])
         rows.index_copy_(0, self.index, x)  # in place: the out-of-place copy would write every row twice
         return rows.view(self.batch, self.length, *x.shape[1:])
+
+    def pad_states(self, x: torch.Tensor, hidden: list[torch.Tensor] | None
+                   ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """An encoder's packed outputs, the last state ``[N, H]`` and the per-layer states (or
+        ``None``), laid out ``[B, T, H]`` again."""
+        return self.pad(x), None if hidden is None else [self.pad(h) for h in hidden]
 
 
 __all__ = ["MIN_PADDING", "Packing"]

@@ -137,11 +137,13 @@ def encoder_speed(fp32: nn.Module, int8: nn.Module, seq_len: int, vocab_size: in
     return result
 
 
-def interleaved_ms(calls: dict[str, Callable[[], Any]], rounds: int, min_s: float = 0.1) -> dict[str, float]:
+def interleaved_ms(calls: dict[str, Callable[[], Any]], rounds: int, min_s: float = 0.1,
+                   grad: bool = False) -> dict[str, float]:
     """Median over ``rounds`` of each call's milliseconds; every round runs each call (in an order
-    that alternates round to round) enough times to last about ``min_s`` seconds."""
+    that alternates round to round) enough times to last about ``min_s`` seconds.  The calls run
+    under ``torch.inference_mode`` unless ``grad`` (training steps)."""
     reps: dict[str, int] = {}
-    with torch.inference_mode():
+    with torch.inference_mode(not grad):
         for name, call in calls.items():
             call()  # warm-up: first-call allocations and kernel selection
             t = time.perf_counter()
