@@ -53,12 +53,17 @@ def sync(device: torch.device) -> None:
 
 
 def measure(framework: str, workload: str, batches: list[dict], device: torch.device, steps: int, warmup: int,
-            compile_: bool, fsdp: bool = False) -> dict:
-    """tokens/s, FLOPs per step and MFU of ``steps`` bf16 training steps of one model."""
+            compile_: bool, fsdp: bool = False, profile_to: Path | None = None) -> dict:
+    """tokens/s, FLOPs per step and MFU of ``steps`` bf16 training steps of one model.
+
+    profile_to: after the timed steps, profile 10 more with ``torch.profiler`` and write the
+    operators' table (sorted by their own device time) to this file.
+    """
     model = bt.build_model(framework, workload).to(device).train()
     if fsdp:
         sharding.shard(model, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not fsdp)
+    # fused, as the trainer's AdamW (FSDP's DTensor shards included)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     forward = torch.compile(model) if compile_ else model
     data = [{k: v.to(device) for k, v in b[framework].items()} for b in batches]
 
@@ -82,10 +87,32 @@ def measure(framework: str, workload: str, batches: list[dict], device: torch.de
         loss = step(i)
     sync(device)
     seconds = time.perf_counter() - t0
+    if profile_to is not None:
+        write_profile(lambda i: step(steps + i), device, profile_to)
     tokens = sum(int(b[framework]["input_ids"].numel()) for b in (batches[i % len(batches)] for i in range(steps)))
     peak = mfu.peak_flops(device, torch.bfloat16, n=2048)
     return {"tokens_per_s": tokens / seconds, "flops_per_step": flops, "mfu": mfu.mfu(flops * steps / seconds, peak),
             "loss": loss, "peak_flops": peak}
+
+
+def write_profile(step, device: torch.device, path: Path, steps: int = 10) -> None:
+    """Profile ``steps`` calls of ``step`` and write the operators' table to ``path``.
+
+    Under FSDP every rank profiles (the steps hold collectives); rank 0 writes.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for i in range(steps):
+            step(i)
+        sync(device)
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(prof.key_averages().table(sort_by=key, row_limit=40))
 
 
 def main() -> None:
@@ -99,6 +126,8 @@ def main() -> None:
     p.add_argument("--compiled-only", action="store_true", help="only the torch.compile rows")
     p.add_argument("--fsdp", action="store_true", help="ptmkit under FSDP only (launch with torchrun)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes, a few steps, on the CPU")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help="also profile 10 steps of each row and write its operator table to DIR/WORKLOAD_ROW.txt")
     args = p.parse_args()
     if args.dry_run:
         args.steps, args.warmup, args.batch_size, args.seq_len = 2, 1, 4, 32
@@ -121,7 +150,8 @@ def main() -> None:
             if not args.no_compile:
                 rows.update({"ptmkit_compiled": ("ptmkit", True, False), "hf_compiled": ("hf", True, False)})
         for name, (framework, compile_, fsdp) in rows.items():
-            r = measure(framework, workload, batches, device, args.steps, args.warmup, compile_, fsdp)
+            profile_to = args.profile / f"{workload}_{name}.txt" if args.profile else None
+            r = measure(framework, workload, batches, device, args.steps, args.warmup, compile_, fsdp, profile_to)
             if main_rank:
                 share = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
                 print(f"{workload:4s} {name:16s} {r['tokens_per_s']:12,.0f} tokens/s  MFU {share}  "

@@ -10,9 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
 
 from ptmkit.cli import main
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
+from ptmkit.objectives.base import PretrainModel
+from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 
 # the words of the tiny English corpora (a small vocabulary, so a tokenizer of 120 entries covers it)
 WORDS = "the a cat dog sat ran on under mat house red big small quickly slowly and then saw it".split()
@@ -174,3 +179,28 @@ def task_file_args(task, root: Path) -> list:
         path.write_text("".join(json.dumps({"text": t, "label": int(y)}) + "\n" for t, y in zip(s.texts, s.labels)))
         args += [f"--{split}", path]
     return args
+
+
+TINY_MLM_VOCAB = 60
+
+
+def tiny_mlm(p: float = 0.0) -> PretrainModel:
+    """A 2-layer, 32-wide BERT with its MLM head (no NSP), seeded; ``p`` is every dropout rate."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=TINY_MLM_VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                            max_position=32, dropout=p, attention_dropout=p, pooler=False)
+    encoder = TransformerEncoder(cfg)
+    return PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, special_ids(TINY_MLM_VOCAB)))
+
+
+def mlm_batch(model: PretrainModel, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Four rows of 16 tokens masked by ``model``'s objective, one row padded and one slot unused."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, TINY_MLM_VOCAB, size=(4, 16)).astype(np.int64)
+    attention = np.ones_like(ids)
+    attention[1, 12:] = 0  # one padded row: the compiled graph must take the mask too
+    positions, labels = model.objective.mask_tokens(ids, attention, rng)
+    labels[2, -1] = -100  # an unused slot: the compiled path runs it through the head and ignores it
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
+    return {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(np.zeros_like(ids)),
+            "mlm_positions": t(positions), "mlm_labels": t(labels)}

@@ -7,37 +7,11 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
-from conftest import special_ids
+from conftest import TINY_MLM_VOCAB, mlm_batch, tiny_mlm
 
-from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.nn import dropout as dropout_module
-from ptmkit.objectives.base import PretrainModel
-from ptmkit.objectives.mlm import MaskedLM, MLMConfig
-
-VOCAB = 60
-
-
-def tiny_mlm(p: float = 0.0) -> PretrainModel:
-    torch.manual_seed(0)
-    cfg = TransformerConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-                            max_position=32, dropout=p, attention_dropout=p, pooler=False)
-    encoder = TransformerEncoder(cfg)
-    return PretrainModel(encoder, MaskedLM(MLMConfig(nsp=False), encoder, special_ids(VOCAB)))
-
-
-def mlm_batch(model: PretrainModel, seed: int = 0) -> dict[str, torch.Tensor]:
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, VOCAB, size=(4, 16)).astype(np.int64)
-    attention = np.ones_like(ids)
-    attention[1, 12:] = 0  # one padded row: the compiled graph must take the mask too
-    positions, labels = model.objective.mask_tokens(ids, attention, rng)
-    labels[2, -1] = -100  # an unused slot: the compiled path runs it through the head and ignores it
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-    return {"input_ids": t(ids), "attention_mask": t(attention), "token_type_ids": t(np.zeros_like(ids)),
-            "mlm_positions": t(positions), "mlm_labels": t(labels)}
 
 
 @pytest.fixture(autouse=True)
@@ -86,6 +60,6 @@ def test_compiled_encoder_still_refuses_an_id_outside_the_vocabulary():
     encoder = torch.compile(model.backbone, backend="aot_eager")
     ids = torch.full((2, 8), 7)
     encoder(ids)  # in range: runs
-    ids[1, 3] = VOCAB + 5
+    ids[1, 3] = TINY_MLM_VOCAB + 5
     with pytest.raises(RuntimeError, match="outside the model's vocabulary"):
         encoder(ids)
