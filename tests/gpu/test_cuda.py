@@ -133,3 +133,23 @@ def test_mlm_step_on_the_gpu_equals_the_cpu(compiled):
     for (name, p), q in zip(cpu.named_parameters(), gpu.parameters()):
         assert torch.allclose(p.grad, q.grad.cpu(), rtol=1e-4, atol=1e-6), name
     torch._dynamo.reset()
+
+
+def test_linear_cross_entropy_on_the_gpu_weights_ignored_rows():
+    """On a GPU ignored targets stay in the tiles with weight 0 (no host read of their count):
+    the loss and gradients equal plain cross-entropy's, in float64."""
+    import torch.nn.functional as F
+
+    from ptmkit.nn.linear_ce import linear_cross_entropy
+
+    torch.manual_seed(0)
+    h, w, b = (torch.randn(*s, dtype=torch.float64, device="cuda", requires_grad=True) for s in [(37, 5), (101, 5), (101,)])
+    t = torch.randint(0, 101, (37,), device="cuda")
+    t[[3, 11, 36]] = -100
+    loss = linear_cross_entropy(h, w, b, t)
+    got = torch.autograd.grad(loss, (h, w, b))
+    ref = F.cross_entropy(F.linear(h, w, b), t, ignore_index=-100)
+    want = torch.autograd.grad(ref, (h, w, b))
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=1e-12)

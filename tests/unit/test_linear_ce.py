@@ -23,6 +23,15 @@ def inputs(bias: bool, ignored: bool, dtype=torch.float64):
     return h, w, b, t
 
 
+@pytest.fixture(params=["drop", "weight"])
+def ignored_rows(request, monkeypatch):
+    """How ignored targets are handled: dropped before the tiles (CPU, eager), or kept with weight
+    0 (GPU and compiled graphs, taken here by pretending to be compiling)."""
+    if request.param == "weight":
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    return request.param
+
+
 def grads(loss, params):
     (3.0 * loss).backward()  # an incoming gradient other than 1
     out = [p.grad.clone() for p in params]
@@ -34,7 +43,7 @@ def grads(loss, params):
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("ignored", [False, True])
 @pytest.mark.parametrize("tile", [(None, None), (1, 7), (16, 7), (101, 10), (500, 1000), (32, 37), (256, None)])
-def test_matches_float64_autograd(bias, ignored, tile):
+def test_matches_float64_autograd(bias, ignored, tile, ignored_rows):
     vocab_slice, chunk_rows = tile  # several slices and/or row chunks, ragged last ones
     h, w, b, t = inputs(bias, ignored)
     params = [p for p in (h, w, b) if p is not None]
@@ -55,7 +64,7 @@ def test_matches_float64_autograd(bias, ignored, tile):
     torch.testing.assert_close(lp, want_lp.detach(), rtol=0, atol=1e-12)
 
 
-def test_every_target_ignored_gives_zero_loss_and_zero_gradients():
+def test_every_target_ignored_gives_zero_loss_and_zero_gradients(ignored_rows):
     h, w, b, t = inputs(bias=True, ignored=False)
     loss = linear_cross_entropy(h, w, b, torch.full_like(t, -100))
     loss.backward()
@@ -63,7 +72,7 @@ def test_every_target_ignored_gives_zero_loss_and_zero_gradients():
     assert all(p.grad is not None and not p.grad.any() for p in (h, w, b))
 
 
-def test_half_precision_accumulates_in_float32():
+def test_half_precision_accumulates_in_float32(ignored_rows):
     h, w, b, t = inputs(bias=True, ignored=True, dtype=torch.float32)
     ref = F.cross_entropy(F.linear(h, w, b), t, ignore_index=-100)
     hb, wb, bb = (p.detach().bfloat16().requires_grad_() for p in (h, w, b))
@@ -111,3 +120,20 @@ def test_bf16_whole_vocabulary_path_matches_float64_on_the_same_operands(bias):
     for got, want in [(x.grad, x64.grad), (v.grad, v64.grad)] + ([(c.grad, c64.grad)] if bias else []):
         # bf16 probabilities (2^-9 relative each) and a bf16 result: about 2^-7 of the largest entry
         assert (got.double() - want).abs().max() <= 2 ** -7 * want.abs().max()
+
+
+def test_a_compiled_loss_has_no_graph_break_and_matches_float64():
+    """Inside ``torch.compile`` the ignored rows stay in the tiles with weight 0: no host read of
+    their count, so the loss traces as one graph (``fullgraph``) and gives the eager values."""
+    h, w, b, t = inputs(bias=True, ignored=True)
+    params = [h, w, b]
+    torch._dynamo.reset()
+    compiled = torch.compile(linear_cross_entropy, backend="aot_eager", fullgraph=True)
+    loss = compiled(h, w, b, t)
+    got = grads(loss, params)
+    ref = F.cross_entropy(F.linear(h, w, b), t, ignore_index=-100)
+    want = grads(ref, params)
+    torch._dynamo.reset()
+    torch.testing.assert_close(loss, ref, rtol=0, atol=1e-12)
+    for g, r in zip(got, want):
+        torch.testing.assert_close(g, r, rtol=0, atol=1e-12)

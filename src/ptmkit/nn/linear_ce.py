@@ -106,11 +106,12 @@ class _Tiles:
         z = torch.einsum("bk,bk->b", xc, self.w[tc]).to(self.acc)
         return z if self.b is None else z + self.b[tc].to(self.acc)
 
-    def nll(self, target: torch.Tensor, grads: tuple | None = None) -> torch.Tensor:
+    def nll(self, target: torch.Tensor, grads: tuple | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
         """Negative log-likelihood of every row, [N] in the accumulation dtype.
 
         ``grads = (gx [N, K], gw [V, K], gb [V] | None)`` (accumulation dtype, zero): the
-        unscaled gradients of ``sum(nll)`` are added to them.
+        unscaled gradients of ``sum(nll)`` are added to them.  ``keep`` [N] (bool): the rows
+        that count; the others (any valid index as their target) get nll 0 and no gradient.
         """
         x, w = self.x, self.w
         N = x.shape[0]
@@ -134,6 +135,7 @@ class _Tiles:
         for r in range(0, N, self.rows):
             xc, tc = x[r : r + self.rows], target[r : r + self.rows]
             n = xc.shape[0]
+            kc = None if keep is None else keep[r : r + self.rows]
             # pass 1: log-sum-exp of each slice, then of the whole vocabulary
             if in_place:
                 p = self._product(xc, *self.spans[0], half)
@@ -150,6 +152,8 @@ class _Tiles:
                     torch.logsumexp(self._logits(xc, lo, hi, buf, half), 1, out=part[:, i])
                 lse = torch.logsumexp(part, 1)
                 out.append(lse - self._target_logits(xc, tc))
+            if kc is not None:
+                out[-1] = torch.where(kc, out[-1], 0.0)
             if grads is None:
                 continue
             gx, gw, gb = grads
@@ -161,6 +165,8 @@ class _Tiles:
                 if not in_place:
                     logp = logp if one_pass else self._logits(xc, lo, hi, buf, half).sub_(lse[:, None])
                     p = exp_into(logp, logp if half is None else half[:n, : hi - lo])
+                if kc is not None:  # a dropped row's probabilities do not enter the gradients
+                    p = p.mul_(kc[:, None])
                 if half is None:
                     gxc.addmm_(p, w[lo:hi])
                     gw[lo:hi].addmm_(p.T, xc)
@@ -170,10 +176,14 @@ class _Tiles:
                 if gb is not None:  # the probabilities as the products saw them
                     gb[lo:hi] += p.sum(0, dtype=self.acc)
             # ... then the one-hot part, by gather / scatter-add instead of a [n, V] matrix
-            gxc.sub_(w[tc].to(self.acc))
-            gw.index_add_(0, tc, xc.to(self.acc), alpha=-1.0)
+            ones = torch.ones(n, dtype=self.acc, device=x.device) if kc is None else kc.to(self.acc)
+            wt, xt = w[tc].to(self.acc), xc.to(self.acc)
+            if kc is not None:
+                wt, xt = wt * ones[:, None], xt * ones[:, None]
+            gxc.sub_(wt)
+            gw.index_add_(0, tc, xt, alpha=-1.0)
             if gb is not None:
-                gb.index_add_(0, tc, torch.ones(n, dtype=self.acc, device=x.device), alpha=-1.0)
+                gb.index_add_(0, tc, ones, alpha=-1.0)
         return torch.cat(out) if out else x.new_zeros(0, dtype=self.acc)
 
 
@@ -188,30 +198,35 @@ def _tiles(h, weight, bias, vocab_slice: int | None, chunk_rows: int | None, dty
     return _Tiles(h.to(mm), weight.to(mm), b, acc, chunk_rows or rows, width)
 
 
-def _mean(nll: torch.Tensor) -> torch.Tensor:
-    return nll.mean() if nll.numel() else nll.sum()  # no target: 0, not NaN
+def _mean(nll: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean over the rows (``keep``: over the kept rows); no row: 0, not NaN."""
+    if keep is None:
+        return nll.mean() if nll.numel() else nll.sum()
+    return nll.sum() / keep.sum().clamp(min=1)
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     """Mean NLL of the rows; the gradients are computed in forward and scaled in backward."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, target, vocab_slice, chunk_rows, dtypes):  # type: ignore[override]
+    def forward(ctx, h, weight, bias, target, keep, vocab_slice, chunk_rows, dtypes):  # type: ignore[override]
         with torch.autocast(h.device.type, enabled=False):
             tiles = _tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes)
             acc = tiles.acc
             gx = torch.zeros(h.shape, dtype=acc, device=h.device)
             gw = torch.zeros(weight.shape, dtype=acc, device=h.device)
             gb = None if bias is None else torch.zeros(bias.shape, dtype=acc, device=h.device)
-            loss = _mean(tiles.nll(target, (gx, gw, gb)))
-        ctx.save_for_backward(gx.to(h.dtype), gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype))
-        return loss
+            nll = tiles.nll(target, (gx, gw, gb), keep)
+        count = None if keep is None else keep.sum().clamp(min=1)  # the rows the mean is over
+        ctx.rows = max(gx.shape[0], 1)
+        ctx.save_for_backward(gx.to(h.dtype), gw.to(weight.dtype), None if gb is None else gb.to(bias.dtype), count)
+        return _mean(nll, keep)
 
     @staticmethod
     def backward(ctx, grad):  # type: ignore[override]
-        gx, gw, gb = ctx.saved_tensors
-        scale = grad / max(gx.shape[0], 1)
-        return gx * scale, gw * scale, (None if gb is None else gb * scale), None, None, None, None
+        gx, gw, gb, count = ctx.saved_tensors
+        scale = grad / (ctx.rows if count is None else count)
+        return gx * scale, gw * scale, (None if gb is None else gb * scale), None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -230,15 +245,21 @@ def linear_cross_entropy(
     and the rounding, not the result.
     """
     valid = target != IGNORE_INDEX
-    if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
-        idx = valid.nonzero().squeeze(1)
-        h, target = h[idx], target[idx]
+    keep = None
+    if h.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
+            idx = valid.nonzero().squeeze(1)
+            h, target = h[idx], target[idx]
+    else:
+        # on a GPU and inside a compiled graph the ignored rows stay, weighted 0: dropping them
+        # needs their count on the host (a device sync, a graph break)
+        keep, target = valid, target.masked_fill(~valid, 0)
     dtypes = _dtypes(h, weight)
     needs_grad = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (h, weight, bias))
     if needs_grad:
-        return _LinearCrossEntropy.apply(h, weight, bias, target, vocab_slice, chunk_rows, dtypes)
+        return _LinearCrossEntropy.apply(h, weight, bias, target, keep, vocab_slice, chunk_rows, dtypes)
     with torch.no_grad(), torch.autocast(h.device.type, enabled=False):
-        return _mean(_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target))
+        return _mean(_tiles(h, weight, bias, vocab_slice, chunk_rows, dtypes).nll(target, keep=keep), keep)
 
 
 @torch.no_grad()
