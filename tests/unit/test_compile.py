@@ -9,9 +9,12 @@ import copy
 
 import pytest
 import torch
-from conftest import TINY_MLM_VOCAB, mlm_batch, tiny_mlm
+from conftest import TINY_MLM_VOCAB, mlm_batch, special_ids, tiny_mlm
 
+from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.nn import dropout as dropout_module
+from ptmkit.objectives.base import PretrainModel
+from ptmkit.objectives.clm import CausalLM, CLMConfig
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +29,7 @@ def test_compiled_mlm_step_equals_the_eager_step():
     the unused ones ignored: the same loss, accuracy, prediction count and gradients."""
     eager = tiny_mlm()
     twin = copy.deepcopy(eager)
-    compiled = torch.compile(twin, backend="aot_eager")
+    compiled = torch.compile(twin, backend="aot_eager", fullgraph=True)  # one graph: no host read-back
     batch = mlm_batch(eager)
     outs = [model(batch) for model in (eager, compiled)]
     for out in outs:
@@ -34,9 +37,36 @@ def test_compiled_mlm_step_equals_the_eager_step():
     (a, b) = outs
     predicted = int((batch["mlm_labels"] != -100).sum())
     assert torch.allclose(a.loss, b.loss, rtol=1e-6) and int(a.n_predictions) == int(b.n_predictions) == predicted
+    assert int(a.n_tokens) == int(b.n_tokens) == int(batch["attention_mask"].sum())
     assert torch.allclose(a.metrics["mlm_acc"], b.metrics["mlm_acc"])
     for (name, a), b in zip(eager.named_parameters(), twin.parameters()):
         assert a.grad is not None and torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-7), name
+
+
+def test_compiled_causal_lm_step_with_padding_is_one_graph_and_equals_eager():
+    """A causal LM batch with padding (a corpus's last, shorter block): the ignored targets stay in
+    the loss's tiles with weight 0 and the counts stay tensors, so the step is one graph."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=TINY_MLM_VOCAB, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                            max_position=32, type_vocab_size=0, norm="pre", pooler=False, dropout=0.0,
+                            attention_dropout=0.0)
+    encoder = TransformerEncoder(cfg)
+    eager = PretrainModel(encoder, CausalLM(CLMConfig(), encoder, special_ids(TINY_MLM_VOCAB)))
+    twin = copy.deepcopy(eager)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, TINY_MLM_VOCAB, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[2, 7:] = 0
+    labels = torch.randint(5, TINY_MLM_VOCAB, (3, 12), generator=g).masked_fill(mask == 0, -100)
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    a = eager(batch)
+    b = torch.compile(twin, backend="aot_eager", fullgraph=True)(batch)
+    a.loss.backward()
+    b.loss.backward()
+    assert torch.allclose(a.loss, b.loss, rtol=1e-6)
+    assert int(a.n_predictions) == int(b.n_predictions) == 31 and int(a.n_tokens) == int(b.n_tokens) == 31
+    for (name, p), q in zip(eager.named_parameters(), twin.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-5, atol=1e-7), name
 
 
 def test_dropout_inside_a_compiled_graph_is_torchs(monkeypatch):

@@ -45,6 +45,7 @@ from torch import nn
 
 from ptmkit.errors import PtmError
 from ptmkit.nn.heads import no_heads_error
+from ptmkit.nn.host import host_reads_cheap
 
 
 @dataclass
@@ -135,7 +136,7 @@ def check_token_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
         raise PtmError(f"input_ids must be [batch, length], got shape {tuple(input_ids.shape)}")
     if not input_ids.numel():
         return
-    if input_ids.device.type != "cpu" or torch.compiler.is_compiling():
+    if not host_reads_cheap(input_ids):
         # reading the range back would stall a GPU's queue every step and break a compiled graph:
         # the check runs on the device instead, asynchronously (a device-side assert names the cause)
         torch._assert_async(((input_ids >= 0) & (input_ids < vocab_size)).all(),

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from ptmkit.nn.bits import kernels_win
+from ptmkit.nn.host import host_reads_cheap
 from ptmkit.nn.pointwise import add_into, exp_into
 from ptmkit.nn.softmax_ce import softmax_nll_
 from ptmkit.nn.targets import IGNORE_INDEX
@@ -246,7 +247,7 @@ def linear_cross_entropy(
     """
     valid = target != IGNORE_INDEX
     keep = None
-    if h.device.type == "cpu" and not torch.compiler.is_compiling():
+    if host_reads_cheap(valid):
         if not bool(valid.all()):  # drop the ignored rows (autograd scatters h's gradient back)
             idx = valid.nonzero().squeeze(1)
             h, target = h[idx], target[idx]

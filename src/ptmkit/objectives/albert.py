@@ -31,7 +31,7 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
-from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.registry import register
 
@@ -108,5 +108,5 @@ class ALBERT(MaskedLM):
         if self.sop_head is not None and "sop_labels" in batch:
             sop = self.pair_loss("sop", self.sop_head, out, batch["sop_labels"], metrics)
             loss = loss + self.cfg.sop_weight * sop
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_predictions)

@@ -45,7 +45,7 @@ from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
@@ -176,7 +176,7 @@ class AWDLanguageModel(Objective):
             loss = ce + ar + tar
             metrics.update(ar=ar.detach(), tar=tar.detach())
         n_pred = int((labels != IGNORE_INDEX).sum())
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_pred)
 
     def lm_log_probs(self, backbone: Encoder, input_ids: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
 
@@ -152,7 +152,7 @@ class BidirectionalLM(Objective):
             losses[direction] = linear_cross_entropy(h.flatten(0, 1), weight, bias, labels.flatten())
         loss = 0.5 * (losses["forward"] + losses["backward"])
         n_pred = int((batch["labels_forward"] != IGNORE_INDEX).sum())  # the same count in both directions
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         metrics = {f"{d}_loss": v.detach() for d, v in losses.items()}
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_pred)
 

@@ -20,10 +20,11 @@ import torch
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
+from ptmkit.nn.host import count
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.log_probs import next_token_log_probs
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.stream import SentenceStream
 from ptmkit.registry import register
 
@@ -75,8 +76,8 @@ class CausalLM(Objective):
         loss = linear_cross_entropy(
             out.last_hidden_state.flatten(0, 1), backbone.output_embeddings(), None, labels.flatten()
         )
-        n_pred = int((labels != IGNORE_INDEX).sum()) if attention_mask is not None else labels.numel()
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_pred = count((labels != IGNORE_INDEX).sum()) if attention_mask is not None else labels.numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics={"clm_loss": loss.detach()}, n_tokens=n_tokens, n_predictions=n_pred)
 
     def lm_log_probs(self, backbone: Encoder, input_ids: torch.Tensor) -> torch.Tensor:

@@ -35,9 +35,10 @@ from torch import nn
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
+from ptmkit.nn.host import host_reads_cheap
 from ptmkit.nn.softmax_ce import softmax_cross_entropy
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, token_counts
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens, token_counts
 from ptmkit.objectives.masking import Masked, Masker, check_options
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
@@ -358,7 +359,7 @@ class MaskedLM(Objective):
         loss, metrics, n_predictions = self.mlm_loss(out.last_hidden_state, batch, backbone.output_embeddings())
         if self.nsp_head is not None and "nsp_labels" in batch:
             loss = loss + self.pair_loss("nsp", self.nsp_head, out, batch["nsp_labels"], metrics)
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_predictions)
 
     def mlm_loss(
@@ -372,7 +373,7 @@ class MaskedLM(Objective):
         ignored (N a 0-d tensor): fixed shapes, and no read-back of N that would stall the GPU's
         queue or break the graph, for a few more rows (P is the most any example predicts)."""
         labels, positions = batch["mlm_labels"], batch["mlm_positions"]
-        if h.device.type == "cpu" and not torch.compiler.is_compiling():
+        if host_reads_cheap(h):
             rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
             target = labels[rows, slots]
             chosen, n = h[rows, positions[rows, slots]], int(target.numel())  # [N, H]

@@ -45,9 +45,10 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
+from ptmkit.nn.host import count
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.carried import StreamState
 from ptmkit.objectives.masking import ngram_lengths, select_runs
 from ptmkit.objectives.stream import SentenceStream
@@ -196,10 +197,9 @@ class PermutationLM(Objective):
         labels = batch["labels"]
         g = out.extras["query"]
         loss = linear_cross_entropy(g.flatten(0, 1), backbone.output_embeddings(), self.lm_bias, labels.flatten())
-        attention_mask = batch.get("attention_mask")
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else ids.numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics={"plm_loss": loss.detach()}, n_tokens=n_tokens,
-                          n_predictions=int((labels != IGNORE_INDEX).sum()))
+                          n_predictions=count((labels != IGNORE_INDEX).sum()))
 
     def logits(self, backbone: Encoder, query: torch.Tensor) -> torch.Tensor:
         """The tied output layer: ``query [..., H] -> [..., V]``."""

@@ -35,7 +35,7 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.activations import get_activation
 from ptmkit.nn.targets import IGNORE_INDEX
-from ptmkit.objectives.base import StepOutput, TokenizerLike
+from ptmkit.objectives.base import StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.masking import Masked
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig, cross_entropy_and_accuracy
 from ptmkit.registry import register
@@ -147,6 +147,6 @@ class SpanBERT(MaskedLM):
         mlm_loss, mlm_acc = cross_entropy_and_accuracy(mlm_logits, target)
         sbo_loss, sbo_acc = cross_entropy_and_accuracy(sbo_logits, target)
         metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc, "sbo_loss": sbo_loss.detach(), "sbo_acc": sbo_acc}
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=mlm_loss + self.cfg.sbo_weight * sbo_loss, metrics=metrics,
                           n_tokens=n_tokens, n_predictions=int(target.numel()))

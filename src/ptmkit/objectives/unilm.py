@@ -69,7 +69,7 @@ import torch
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
-from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.masking import Masker
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
 from ptmkit.registry import register
@@ -268,8 +268,7 @@ class UniLM(MaskedLM):
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         h = self.hidden(backbone, batch)
         loss, metrics, n_predictions = self.mlm_loss(h, batch, backbone.output_embeddings())
-        attention_mask = batch.get("attention_mask")
-        n_tokens = int(attention_mask.sum()) if attention_mask is not None else batch["input_ids"].numel()
+        n_tokens = input_tokens(batch)
         return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=n_predictions)
 
 

@@ -21,12 +21,14 @@ class StepOutput:
     metrics: scalar tensors to log (e.g. ``mlm_loss``, ``nsp_acc``); averaged over a log window.
     n_tokens: number of input tokens processed (for tokens/s).
     n_predictions: number of positions the loss averages over (for token-weighted eval averages).
+    Both are ints, or 0-d tensors where reading them in the forward pass would stall a GPU or break
+    a compiled graph (:func:`ptmkit.nn.host.count`); the trainer reads them with the loss.
     """
 
     loss: torch.Tensor
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
-    n_tokens: int = 0
-    n_predictions: int = 0
+    n_tokens: int | torch.Tensor = 0
+    n_predictions: int | torch.Tensor = 0
 
 
 class BatchSource(Protocol):
