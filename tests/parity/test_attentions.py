@@ -276,11 +276,11 @@ def test_bart_attentions_and_head_masks_match_hf(monkeypatch, gated: bool) -> No
         out = ours(**b, output_attentions=True, output_hidden_states=True, **masks)
     assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention",
                       b["attention_mask"].bool())
-    assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention")
-    assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention")
+    tgt = b["decoder_attention_mask"].bool()  # the padded targets' rows are undefined (the decoder runs packed)
+    assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention", tgt)
+    assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention", tgt)
     assert out.extras["cross_attentions"][0].shape == (3, HEADS, 8, 11)
     assert len(out.attentions) == ours.num_layers == 5  # encoder then decoder self-attention, like hidden_states
-    tgt = b["decoder_attention_mask"].bool()
     for i, (a, c) in enumerate(zip(out.extras["decoder_hidden_states"], theirs.decoder_hidden_states)):
         assert_close(a[tgt], c[tgt], **TOL, msg=lambda m: f"decoder hidden state {i}: {m}")
 
@@ -325,9 +325,9 @@ def test_t5_attentions_and_head_masks_match_hf(monkeypatch, gated: bool) -> None
         out = ours(**b, output_attentions=True, output_hidden_states=True, **masks)
     assert_attentions(out.extras["encoder_attentions"], theirs.encoder_attentions, "encoder attention",
                       b["attention_mask"].bool())
-    assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention")
-    assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention")
-    tgt = b["decoder_attention_mask"].bool()
+    tgt = b["decoder_attention_mask"].bool()  # the padded targets' rows are undefined (the decoder runs packed)
+    assert_attentions(out.extras["decoder_attentions"], theirs.decoder_attentions, "decoder attention", tgt)
+    assert_attentions(out.extras["cross_attentions"], theirs.cross_attentions, "cross-attention", tgt)
     assert_close(ours.logits(out.last_hidden_state)[tgt], theirs.logits[tgt], **TOL)
 
 

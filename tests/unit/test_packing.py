@@ -15,6 +15,7 @@ from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.encoders.encoder_decoder import EncoderDecoder
 from ptmkit.encoders.encoder_decoder_config import EncoderDecoderConfig
 from ptmkit.nn.packing import MIN_PADDING, Packing
+from ptmkit.nn.targets import target_mask
 
 V = 50
 
@@ -134,3 +135,62 @@ def test_encoder_decoder_encoder_and_decoder_see_the_same_source(t5: bool) -> No
     assert_close(enc_t[real], enc_f[real], rtol=1e-5, atol=1e-5)
     assert torch.count_nonzero(enc_t[~real]) == 0
     assert_close(got[True].last_hidden_state, got[False].last_hidden_state, rtol=1e-5, atol=1e-5)  # the decoder
+
+
+def test_target_mask_keeps_every_position_up_to_the_last_target() -> None:
+    labels = torch.tensor([[7, 8, 9, -100, -100], [7, -100, 9, -100, -100], [-100] * 5, [7, 8, 9, 10, 11]])
+    assert target_mask(labels).tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [0] * 5, [1] * 5]
+
+
+def encoder_decoder(t5: bool) -> EncoderDecoder:
+    torch.manual_seed(0)
+    kw = dict(norm="pre", norm_type="rms", bias=False, positions="relative", scale_attention=False) if t5 else {}
+    cfg = EncoderDecoderConfig(vocab_size=V, hidden_size=24, encoder_layers=2, decoder_layers=2, num_heads=4,
+                               intermediate_size=48, max_position=16, dropout=0.0, attention_dropout=0.0, **kw)
+    return EncoderDecoder(cfg)
+
+
+@pytest.mark.parametrize("t5", [False, True])
+def test_padded_targets_run_the_decoder_packed_with_the_padded_runs_values_and_gradients(t5: bool) -> None:
+    """A right-padded target batch (the seq2seq task's and the BART / T5 objectives'): with the
+    decoder mask from the labels the decoder runs on the real positions only; their states, the
+    cross-attention maps' real rows and every gradient equal the padded run; padded states are 0."""
+    model = encoder_decoder(t5)
+    ids, mask = batch()
+    target, target_real = batch(T=7, lengths=(7, 2, 5, 3))
+    labels = target.masked_fill(target_real == 0, -100)
+    decoder_mask = target_mask(labels)
+    real = decoder_mask.bool()
+    runs = {}
+    for packed in (True, False):
+        model.pack_padding = packed
+        model.zero_grad()
+        out = model(ids, mask, decoder_input_ids=model.shift_right(labels), decoder_attention_mask=decoder_mask,
+                    output_attentions=True, output_hidden_states=True)
+        out.last_hidden_state[real].pow(2).sum().backward()
+        runs[packed] = out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    (a, ga), (b, gb) = runs[True], runs[False]
+    assert_close(a.last_hidden_state[real], b.last_hidden_state[real], rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(a.last_hidden_state[~real]) == 0
+    for x, y in zip(a.extras["cross_attentions"], b.extras["cross_attentions"]):
+        assert_close(x.transpose(1, 2)[real], y.transpose(1, 2)[real], rtol=1e-5, atol=1e-6)
+    assert ga.keys() == gb.keys() and any(n.startswith("decoder.layers") for n in ga)
+    for name in ga:
+        assert_close(ga[name], gb[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_seq2seq_loss_is_the_same_with_the_decoder_packed() -> None:
+    """The fine-tuning loss (tasks.seq2seq) over a batch with padded targets, packed or not."""
+    from ptmkit.tasks.seq2seq import Seq2SeqModel
+
+    model = Seq2SeqModel(encoder_decoder(t5=True))
+    ids, mask = batch()
+    target, target_real = batch(T=7, lengths=(7, 2, 5, 3))
+    labels = target.masked_fill(target_real == 0, -100)
+    b = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": model.backbone.shift_right(labels),
+         "labels": labels}
+    losses = []
+    for packed in (True, False):
+        model.backbone.pack_padding = packed
+        losses.append(model(b).loss)
+    assert_close(losses[0], losses[1], rtol=1e-6, atol=1e-6)

@@ -46,7 +46,9 @@ out around :mod:`ptmkit.nn.dropout`'s fast mask); padding masks go through
 :func:`ptmkit.nn.masks.build_attention_mask`, which never leaves a query row with nothing to
 attend to (no NaN from fully padded rows).  On a CPU the encoder runs a source batch whose
 ``attention_mask`` pads at least 5 % of the positions packed (:mod:`ptmkit.nn.packing`: the layers
-skip the padding, whose encoder states are then zeros); ``pack_padding = False`` turns that off.
+skip the padding, whose encoder states are then zeros), and the decoder does the same with its
+``decoder_attention_mask`` (training; the task and the objectives pass it, from the labels:
+:func:`target_mask`); ``pack_padding = False`` turns both off.
 
 :meth:`EncoderDecoder.forward` follows the :class:`~ptmkit.encoders.base.Encoder` contract.  Its
 ``last_hidden_state`` is the *decoder's* output ``[B, T, H]``; ``extras["encoder_last_hidden_state"]``
@@ -360,7 +362,8 @@ class EncoderDecoder(Encoder):
         every cached input precedes the new ones).
 
         decoder_attention_mask ``[B, T]`` hides padded decoder inputs (with right padding and causal
-        attention it changes nothing at the real positions, so training passes none).  With
+        attention it changes nothing at the real positions) and, without a cache, lets the decoder
+        run packed (module docstring; the padded positions' states are then zeros).  With
         ``cache`` (from :meth:`start_cache`, or a previous call's ``extras["cache"]``) the inputs are
         the next ``T`` positions after those cached; the encoder states are then taken from the
         cache, and the extended cache is returned in ``extras["cache"]``.
@@ -397,6 +400,10 @@ class EncoderDecoder(Encoder):
             raise PtmError("decoder_attention_mask is not supported with a cache (decode left-aligned sequences)")
         elif self.decoder.relative_bias is not None:  # positions start .. start + T - 1 over keys 0 .. start + T - 1
             self_mask, _ = self.decoder.position_mask(None, True, T, start + T, y.dtype, q_start=start)
+        # padded targets run packed like padded sources (training; the cache decodes every row)
+        packing = Packing.of(decoder_attention_mask) if self.pack_padding and cache is None else None
+        if packing is not None:
+            y = packing.pack(y)  # [N, H]
         hidden = [y] if output_hidden_states else None
         self_probs: list[torch.Tensor] | None = [] if output_attentions else None
         cross_probs: list[torch.Tensor] | None = [] if output_attentions else None
@@ -405,13 +412,15 @@ class EncoderDecoder(Encoder):
             past = cache.self_kv[i] if cache is not None else None
             y, kv = layer(y, self_mask, is_causal, cross_kv[i], cross_mask, past, cache is not None,
                           None if self_gates is None else self_gates[i], None if cross_gates is None else cross_gates[i],
-                          self_probs, cross_probs)
+                          self_probs, cross_probs, packing)
             new_kv.append(kv)
             if hidden is not None:
                 hidden.append(y)
         y = self.decoder.finish(y)
         if hidden is not None and self.decoder.final_norm is not None:
             hidden[-1] = y
+        if packing is not None:
+            y, hidden = packing.pad_states(y, hidden)
         extras: dict[str, Any] = {}
         if cache is not None:
             extras["cache"] = DecoderCache(new_kv, cross_kv, cross_mask)
@@ -460,8 +469,9 @@ class EncoderDecoder(Encoder):
         derived = decoder_input_ids is None
         if derived:
             decoder_input_ids = self.shift_right(input_ids)
-            # right padding + causal attention: the real positions never see the padded ones
-            decoder_attention_mask = None
+            # the source's right padding, shifted by one, pads the same decoder positions: it changes
+            # nothing at the real ones (causal attention) and lets the decoder run packed
+            decoder_attention_mask = attention_mask
         dec = self.decode(decoder_input_ids, enc.last_hidden_state, attention_mask, decoder_attention_mask,
                           output_hidden_states=output_hidden_states, position_ids=decoder_position_ids,
                           output_attentions=output_attentions, head_mask=decoder_head_mask,

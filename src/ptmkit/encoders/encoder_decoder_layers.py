@@ -112,15 +112,19 @@ class CrossAttention(PrunableHeads, nn.Module):
         return k, v
 
     def forward(self, y: torch.Tensor, kv: KV, mask: torch.Tensor | None, head_gate: torch.Tensor | None = None,
-                probs: list[torch.Tensor] | None = None) -> torch.Tensor:
+                probs: list[torch.Tensor] | None = None, packing: Packing | None = None) -> torch.Tensor:
         """y ``[B, T, H]``; kv from :meth:`project_memory`; mask ``[B, 1, 1, S]`` (bool, True = may
         attend) or ``None`` -> ``[B, T, H]``; head_gate ``[total_heads]`` / probs (receives
-        ``[B, h, T, S]``) as in :meth:`MultiHeadSelfAttention.forward`."""
-        B, T, _ = y.shape
-        q = self.q(y).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        ``[B, h, T, S]``) as in :meth:`MultiHeadSelfAttention.forward`.  packing: ``y`` and the
+        output are the real decoder positions' rows ``[N, H]`` (:mod:`ptmkit.nn.packing`)."""
+        q = self.q(y)
+        if packing is not None:
+            q = packing.pad(q)  # [B, T, h d]: zero queries at the padding, dropped again below
+        B, T, _ = q.shape
+        q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
         dropout = self.attention_dropout if self.training else 0.0
-        out = attend(q, kv[0], kv[1], mask, False, dropout, self.scale, self.gate(head_gate), probs)
-        return self.out(_merge(out))
+        out = _merge(attend(q, kv[0], kv[1], mask, False, dropout, self.scale, self.gate(head_gate), probs))
+        return self.out(out if packing is None else packing.pack(out))
 
 
 def _ffn(ffn: FeedForward, x: torch.Tensor, act_dropout: Dropout) -> torch.Tensor:
@@ -202,6 +206,7 @@ class DecoderLayer(nn.Module):
         cross_gate: torch.Tensor | None = None,
         self_probs: list[torch.Tensor] | None = None,
         cross_probs: list[torch.Tensor] | None = None,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, KV | None]:
         """y ``[B, T, H]``; self_mask / is_causal: the decoder's own attention pattern (ignored when
         caching without relative positions: positions are causal by construction; with them, the
@@ -209,22 +214,26 @@ class DecoderLayer(nn.Module):
         states' keys and values for this layer; cross_mask ``[B, 1, 1, S]`` or ``None``.  Returns
         ``[B, T, H]`` and, with ``use_cache``, this layer's self-attention keys/values so far.
         self_gate / cross_gate ``[heads]`` and self_probs / cross_probs (lists the probabilities are
-        appended to): each attention's head gates and probabilities."""
+        appended to): each attention's head gates and probabilities.  packing (not with
+        ``use_cache``): ``y`` and the output are the real positions' rows ``[N, H]``
+        (:mod:`ptmkit.nn.packing`)."""
         if not self.pre:  # BART: the original expressions, unchanged
             if use_cache:
                 a, kv = self.self_attn.step(y, past, None, self_gate, self_probs)
             else:
-                a, kv = self.self_attn(y, self_mask, is_causal, self_gate, self_probs), None
+                a, kv = self.self_attn(y, self_mask, is_causal, self_gate, self_probs, packing), None
             y = self.self_attn_norm(y + self.dropout(a))
-            y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask, cross_gate, cross_probs)))
+            y = self.cross_attn_norm(y + self.dropout(self.cross_attn(y, memory_kv, cross_mask, cross_gate, cross_probs,
+                                                                      packing)))
             return self.ffn_norm(y + self.dropout(_ffn(self.ffn, y, self.act_dropout))), kv
         h = self.self_attn_norm(y)
         if use_cache:
             a, kv = self.self_attn.step(h, past, self_mask, self_gate, self_probs)
         else:
-            a, kv = self.self_attn(h, self_mask, is_causal, self_gate, self_probs), None
+            a, kv = self.self_attn(h, self_mask, is_causal, self_gate, self_probs, packing), None
         y = y + self.dropout(a)
-        y = y + self.dropout(self.cross_attn(self.cross_attn_norm(y), memory_kv, cross_mask, cross_gate, cross_probs))
+        y = y + self.dropout(self.cross_attn(self.cross_attn_norm(y), memory_kv, cross_mask, cross_gate, cross_probs,
+                                             packing))
         return y + self.dropout(_ffn(self.ffn, self.ffn_norm(y), self.act_dropout)), kv
 
 

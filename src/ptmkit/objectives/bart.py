@@ -47,7 +47,7 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
-from ptmkit.nn.targets import IGNORE_INDEX
+from ptmkit.nn.targets import IGNORE_INDEX, target_mask
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
@@ -295,8 +295,9 @@ class BartDenoising(Objective):
     # -- model ------------------------------------------------------------------------------
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch["attention_mask"]
-        out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"])
         labels = batch["labels"]
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"],
+                       decoder_attention_mask=target_mask(labels))
         real = labels != IGNORE_INDEX
         h = backbone.lm_input(out.last_hidden_state[real])  # [N, H]: only real target positions reach the vocabulary
         loss = linear_cross_entropy(h, backbone.output_embeddings(), backbone.output_bias(), labels[real])

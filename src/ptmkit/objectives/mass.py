@@ -53,7 +53,7 @@ import torch
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
-from ptmkit.nn.targets import IGNORE_INDEX
+from ptmkit.nn.targets import IGNORE_INDEX, target_mask
 from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
 from ptmkit.objectives.masking import corrupt
 from ptmkit.objectives.spans import pack_sentences
@@ -245,9 +245,9 @@ class MASS(Objective):
     # -- model ------------------------------------------------------------------------------
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
         attention_mask = batch["attention_mask"]
-        out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"],
-                       decoder_position_ids=batch["decoder_position_ids"])
         labels = batch["labels"]
+        out = backbone(batch["input_ids"], attention_mask=attention_mask, decoder_input_ids=batch["decoder_input_ids"],
+                       decoder_attention_mask=target_mask(labels), decoder_position_ids=batch["decoder_position_ids"])
         real = labels != IGNORE_INDEX
         h = out.last_hidden_state[real]  # [N, H]: only the fragment's positions reach the vocabulary
         loss = linear_cross_entropy(h, backbone.output_embeddings(), backbone.output_bias(), labels[real])

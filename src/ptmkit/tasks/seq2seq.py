@@ -38,7 +38,7 @@ from ptmkit.errors import PtmError, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
-from ptmkit.nn.targets import IGNORE_INDEX
+from ptmkit.nn.targets import IGNORE_INDEX, target_mask
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
@@ -181,7 +181,8 @@ class Seq2SeqModel(nn.Module):
     def token_losses(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
         """Mean cross-entropy over the batch's real target tokens, and their count."""
         out = self.backbone(batch["input_ids"], attention_mask=batch["attention_mask"],
-                            decoder_input_ids=batch["decoder_input_ids"])
+                            decoder_input_ids=batch["decoder_input_ids"],
+                            decoder_attention_mask=target_mask(batch["labels"]))
         real = batch["labels"] != IGNORE_INDEX
         h = self.backbone.lm_input(out.last_hidden_state[real])  # [N, H]: only real positions reach the vocabulary
         loss = linear_cross_entropy(h, self.backbone.output_embeddings(), self.backbone.output_bias(),
