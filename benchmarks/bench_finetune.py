@@ -19,6 +19,12 @@ tokenizer, ``[CLS] ... [SEP]`` truncated to ``--max-len`` tokens; ``--batches`` 
 
 * ``--pretrain RUN``: a pre-training step (the run's own objective, its collate over random
   examples of its prepared data; backward, fused AdamW) of the run's model, packed against padded.
+* ``--seq2seq``: a T5-small fine-tuning step (the ``t5-small`` preset: 6 + 6 layers, d 512, random
+  weights, MiniLM's WordPiece vocabulary) on shuffled bible-modernise pairs (``ptm data get
+  bible-modernise``), as ``ptm finetune`` builds them (sources and targets each padded to the
+  batch's longest): encoder and decoder packed, the decoder padded (the encoder alone packed, as
+  before the decoder packed), both padded, and HF ``T5ForConditionalGeneration`` with the same
+  weights and ``labels`` (its loss over the full logits).
 * ``--sweep``: where packing starts to pay: encode and training steps of batches of random
   tokens at fixed padding shares (the padding in as few rows as it takes; 128 positions), packed
   against padded; the threshold :data:`ptmkit.nn.packing.MIN_PADDING` comes from it.
@@ -212,6 +218,72 @@ def pretrain_section(run: Path, args) -> dict:
             "packing_speedup": round(ms["padded"] / ms["packed"], 3)}
 
 
+def seq2seq_section(args) -> dict:
+    """T5-small fine-tuning steps on bible-modernise pairs: packed, decoder padded, padded, HF."""
+    from ptmkit.build import build_encoder
+    from ptmkit.interop.hf_common import quiet_transformers
+    from ptmkit.interop.hf_t5 import state_dict_to_hf, to_hf_config
+    from ptmkit.presets import load_preset
+    from ptmkit.tasks.seq2seq import Seq2SeqModel, collate_pairs, encode_pairs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _, tokenizer = models(fetch("minilm"), Path(tmp))
+    section = dict(load_preset("t5-small")["model"], vocab_size=tokenizer.vocab_size)
+    torch.manual_seed(0)
+    backbone = build_encoder(section, tokenizer)
+    split = load_task("bible-modernise").train
+    pairs = encode_pairs(split, tokenizer, args.max_len, args.max_len)
+    rng = np.random.default_rng(0)
+    data = [collate_pairs(pairs, rng.choice(len(pairs), args.batch_size, replace=False), tokenizer.pad_id,
+                          backbone.config.decoder_start_token_id) for _ in range(args.batches)]
+    src = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
+    tgt = sum(int((b["labels"] != -100).sum()) for b in data) / sum(b["labels"].numel() for b in data)
+    sides = {}
+    for name, encoder, decoder in (("packed", True, True), ("decoder_padded", True, False), ("padded", False, False)):
+        model = Seq2SeqModel(copy.deepcopy(backbone))
+        model.backbone.pack_padding = encoder
+        if not decoder:  # the decoder is told nothing of its padding: it runs every position
+            model.backbone.decode = _unmasked(model.backbone.decode)
+        sides[name] = train_call(model, False, loss=lambda m, b: m(b).loss)
+    import transformers
+
+    with quiet_transformers():
+        hf = transformers.T5ForConditionalGeneration(to_hf_config(backbone.config, tokenizer))
+    state = state_dict_to_hf({f"backbone.{k}": v for k, v in backbone.state_dict().items()}, backbone.config)
+    hf.load_state_dict(state, strict=False)
+    hf.tie_weights()
+    with torch.inference_mode():  # the same function on both sides (dropout off)
+        ours = Seq2SeqModel(backbone).eval()(data[0]).loss
+        theirs = hf.eval()(input_ids=data[0]["input_ids"], attention_mask=data[0]["attention_mask"],
+                           decoder_input_ids=data[0]["decoder_input_ids"], labels=data[0]["labels"]).loss
+    sides["hf"] = train_call(hf, False, loss=lambda m, b: m(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                                                             decoder_input_ids=b["decoder_input_ids"], labels=b["labels"]).loss)
+    ms = timed(sides, data, args, grad=True)
+    res = {"model": "t5-small (random init)", "loss_diff_vs_hf": round(float(abs(ours - theirs)), 7),
+           "batch_size": args.batch_size, "source_padding": round(1 - src, 4), "target_padding": round(1 - tgt, 4),
+           "ms": {k: round(v, 2) for k, v in ms.items()},
+           "seq2seq_speedup": round(ms["hf"] / ms["packed"], 3),
+           "decoder_packing_speedup": round(ms["decoder_padded"] / ms["packed"], 3),
+           "packing_speedup": round(ms["padded"] / ms["packed"], 3)}
+    print(f"T5-small fine-tuning on bible-modernise ({args.batch_size} pairs a batch; {100 * (1 - src):.0f} % of the "
+          f"source and {100 * (1 - tgt):.0f} % of the target positions padding): "
+          + ", ".join(f"{k} {v:.0f} ms" for k, v in ms.items())
+          + f"; HF / packed {res['seq2seq_speedup']:.2f}x, decoder padded / packed {res['decoder_packing_speedup']:.2f}x",
+          flush=True)
+    return res
+
+
+def _unmasked(decode):
+    """``decode`` without its ``decoder_attention_mask``: with right padding and causal attention the
+    real positions get the same values, and the decoder runs every position."""
+    def call(*args, **kwargs):
+        if len(args) > 3:
+            args = (*args[:3], None, *args[4:])
+        kwargs.pop("decoder_attention_mask", None)
+        return decode(*args, **kwargs)
+    return call
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=None, help="default: 2, or 1 on a loaded machine")
@@ -224,11 +296,17 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="packed vs padded at fixed padding shares (see above)")
     ap.add_argument("--sweep-only", action="store_true", help="the sweep alone")
     ap.add_argument("--pretrain", type=Path, default=None, help="a pre-training run: its step packed vs padded, alone")
+    ap.add_argument("--seq2seq", action="store_true", help="T5-small fine-tuning on bible-modernise, alone (see above)")
     args = ap.parse_args()
     load_start = os.getloadavg()[0]
     threads = args.threads or (1 if load_start >= LOADED else 2)
     torch.set_num_threads(threads)
     print(f"load average {load_start:.2f} at the start; {threads} thread(s); {cpu_name()}", flush=True)
+    if args.seq2seq:
+        res = {"cpu": cpu_name(), "threads": threads, "seq2seq": seq2seq_section(args),
+               "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2)}
+        print(json.dumps(res))
+        return
     if args.pretrain is not None:
         res = {"cpu": cpu_name(), "threads": threads, "pretrain": pretrain_section(args.pretrain, args),
                "load_start": round(load_start, 2), "load_end": round(os.getloadavg()[0], 2)}
