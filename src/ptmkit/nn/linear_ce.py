@@ -15,7 +15,9 @@ and ``b`` right away (``dlogits = softmax - onehot``; the one-hot part by gather
 instead of a dense matrix).  With one slice (the default) pass 1 is one fused log-softmax and
 pass 2 exponentiates it in place; with several slices pass 2 recomputes each slice's matmul.
 The loss is the last node of the graph, so the gradients are computed in the forward pass and
-only scaled by the incoming gradient in backward.
+only scaled by the incoming gradient in backward.  Ignored targets (-100): on a CPU, in eager mode,
+their rows are dropped before the tiles; on a GPU and inside a compiled graph they stay, weighted
+0 (dropping them needs their count on the host: a sync, a graph break; :mod:`ptmkit.nn.host`).
 
 Which tile is faster depends on the shapes and the threads (CPU time of forward + backward on a
 shared 2-core CPU, best of 5-7):
