@@ -53,6 +53,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -221,8 +222,8 @@ def pretrain_section(run: Path, args) -> dict:
 def seq2seq_section(args) -> dict:
     """T5-small fine-tuning steps on bible-modernise pairs: packed, decoder padded, padded, HF."""
     from ptmkit.build import build_encoder
-    from ptmkit.interop.hf_common import quiet_transformers
-    from ptmkit.interop.hf_t5 import state_dict_to_hf, to_hf_config
+    from ptmkit.interop.hf_t5 import build_hf_t5
+    from ptmkit.nn.targets import IGNORE_INDEX
     from ptmkit.presets import load_preset
     from ptmkit.tasks.seq2seq import Seq2SeqModel, collate_pairs, encode_pairs
 
@@ -237,7 +238,7 @@ def seq2seq_section(args) -> dict:
     data = [collate_pairs(pairs, rng.choice(len(pairs), args.batch_size, replace=False), tokenizer.pad_id,
                           backbone.config.decoder_start_token_id) for _ in range(args.batches)]
     src = sum(int(b["attention_mask"].sum()) for b in data) / sum(b["attention_mask"].numel() for b in data)
-    tgt = sum(int((b["labels"] != -100).sum()) for b in data) / sum(b["labels"].numel() for b in data)
+    tgt = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in data) / sum(b["labels"].numel() for b in data)
     sides = {}
     for name, encoder, decoder in (("packed", True, True), ("decoder_padded", True, False), ("padded", False, False)):
         model = Seq2SeqModel(copy.deepcopy(backbone))
@@ -245,19 +246,13 @@ def seq2seq_section(args) -> dict:
         if not decoder:  # the decoder is told nothing of its padding: it runs every position
             model.backbone.decode = _unmasked(model.backbone.decode)
         sides[name] = train_call(model, False, loss=lambda m, b: m(b).loss)
-    import transformers
+    hf = build_hf_t5(SimpleNamespace(backbone=backbone, tokenizer=tokenizer, objective=None))
+    def hf_loss(m, b):  # HF's own loss over its full logits
+        return m(**{k: b[k] for k in ("input_ids", "attention_mask", "decoder_input_ids", "labels")}).loss
 
-    with quiet_transformers():
-        hf = transformers.T5ForConditionalGeneration(to_hf_config(backbone.config, tokenizer))
-    state = state_dict_to_hf({f"backbone.{k}": v for k, v in backbone.state_dict().items()}, backbone.config)
-    hf.load_state_dict(state, strict=False)
-    hf.tie_weights()
     with torch.inference_mode():  # the same function on both sides (dropout off)
-        ours = Seq2SeqModel(backbone).eval()(data[0]).loss
-        theirs = hf.eval()(input_ids=data[0]["input_ids"], attention_mask=data[0]["attention_mask"],
-                           decoder_input_ids=data[0]["decoder_input_ids"], labels=data[0]["labels"]).loss
-    sides["hf"] = train_call(hf, False, loss=lambda m, b: m(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                                                             decoder_input_ids=b["decoder_input_ids"], labels=b["labels"]).loss)
+        ours, theirs = Seq2SeqModel(backbone).eval()(data[0]).loss, hf_loss(hf.eval(), data[0])
+    sides["hf"] = train_call(hf, False, loss=hf_loss)
     ms = timed(sides, data, args, grad=True)
     res = {"model": "t5-small (random init)", "loss_diff_vs_hf": round(float(abs(ours - theirs)), 7),
            "batch_size": args.batch_size, "source_padding": round(1 - src, 4), "target_padding": round(1 - tgt, 4),

@@ -38,7 +38,7 @@ from ptmkit.fileio import atomic_write_bytes
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.tasks.saved import encoder_of
 from ptmkit.tasks.training import Training
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 PROJECTIONS = ("auto", "off")
 
@@ -169,7 +169,7 @@ class Distiller(nn.Module):
         acc = (logits.detach().argmax(-1)[has_gold] == gold[has_gold]).float().mean() if bool(has_gold.any()) \
             else logits.new_zeros(())
         metrics["accuracy"] = acc
-        return StepOutput(loss=loss, metrics=metrics, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics=metrics, n_tokens=input_tokens(batch),
                           n_predictions=int(labels.shape[0]))
 
     def _inner(self, s_out: Any, t_out: Any, mask: torch.Tensor) -> dict[str, torch.Tensor]:

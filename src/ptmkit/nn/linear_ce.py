@@ -179,14 +179,14 @@ class _Tiles:
                 if gb is not None:  # the probabilities as the products saw them
                     gb[lo:hi] += p.sum(0, dtype=self.acc)
             # ... then the one-hot part, by gather / scatter-add instead of a [n, V] matrix
-            ones = torch.ones(n, dtype=self.acc, device=x.device) if kc is None else kc.to(self.acc)
+            row_weight = torch.ones(n, dtype=self.acc, device=x.device) if kc is None else kc.to(self.acc)
             wt, xt = w[tc].to(self.acc), xc.to(self.acc)
-            if kc is not None:
-                wt, xt = wt * ones[:, None], xt * ones[:, None]
+            if kc is not None:  # a dropped row's target takes no gradient either
+                wt, xt = wt * row_weight[:, None], xt * row_weight[:, None]
             gxc.sub_(wt)
             gw.index_add_(0, tc, xt, alpha=-1.0)
             if gb is not None:
-                gb.index_add_(0, tc, ones, alpha=-1.0)
+                gb.index_add_(0, tc, row_weight, alpha=-1.0)
         return torch.cat(out) if out else x.new_zeros(0, dtype=self.acc)
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from ptmkit.nn.host import host_reads_cheap
+
 MIN_PADDING = 0.05  # below this share of padded positions, gathering costs about what packing saves
 
 
@@ -36,9 +38,9 @@ class Packing:
         run: no mask, less padding than :data:`MIN_PADDING` of the positions (read at each call), a
         non-CPU tensor, or a graph being captured (compile, tracing, ONNX export: their shapes must
         not depend on the data)."""
-        if attention_mask is None or attention_mask.device.type != "cpu" or attention_mask.dim() != 2:
+        if attention_mask is None or attention_mask.dim() != 2 or not host_reads_cheap(attention_mask):
             return None
-        if torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
             return None
         if int(attention_mask.count_nonzero()) > (1.0 - MIN_PADDING) * attention_mask.numel():
             return None  # counted first: a full batch needs no index

@@ -48,7 +48,7 @@ from ptmkit.errors import PtmError
 from ptmkit.generation import GenerationConfig, Seq2SeqStepper, decode
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.targets import IGNORE_INDEX, target_mask
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
 
@@ -304,7 +304,7 @@ class BartDenoising(Objective):
         return StepOutput(
             loss=loss,
             metrics={self.metric: loss.detach()},
-            n_tokens=int(attention_mask.sum()),
+            n_tokens=input_tokens(batch),
             n_predictions=int(h.shape[0]),
         )
 

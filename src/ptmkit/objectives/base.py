@@ -16,10 +16,9 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
-from ptmkit.nn.host import count
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
-__all__ = ["CorpusLike", "Objective", "PretrainModel", "StepOutput", "TokenizerLike"]
+__all__ = ["CorpusLike", "Objective", "PretrainModel", "StepOutput", "TokenizerLike", "input_tokens"]
 
 
 class CorpusLike(Protocol):
@@ -158,16 +157,6 @@ class Objective(nn.Module):
 
     def load_carried_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`carried_state_dict` (a resumed run)."""
-
-
-def input_tokens(batch: dict[str, torch.Tensor]) -> int | torch.Tensor:
-    """How many input tokens ``batch`` holds (its attention mask's ones, else every id), for
-    tokens/s: an int on a CPU; on a GPU or inside a compiled graph a 0-d tensor, which the trainer
-    reads with the loss (:func:`ptmkit.nn.host.count`)."""
-    mask = batch.get("attention_mask")
-    if mask is None:
-        return batch["input_ids"].numel()
-    return count(mask.sum())
 
 
 def token_counts(corpus: CorpusLike, spans: np.ndarray, vocab_size: int) -> np.ndarray:

@@ -54,7 +54,7 @@ from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.nn.linear_ce import linear_cross_entropy
 from ptmkit.nn.targets import IGNORE_INDEX, target_mask
-from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike
+from ptmkit.objectives.base import CorpusLike, Objective, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.masking import corrupt
 from ptmkit.objectives.spans import pack_sentences
 from ptmkit.registry import register
@@ -254,7 +254,7 @@ class MASS(Objective):
         return StepOutput(
             loss=loss,
             metrics={"mass_loss": loss.detach()},
-            n_tokens=int(attention_mask.sum()),
+            n_tokens=input_tokens(batch),
             n_predictions=int(h.shape[0]),
         )
 

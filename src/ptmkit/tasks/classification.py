@@ -42,7 +42,7 @@ from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
 from ptmkit.tasks.inputs import EncodedInputs, truncate_pair
 from ptmkit.tasks.metrics import classification_metrics
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 POOLINGS = ("auto", "cls", "last", "mean", "concat")
 HEADS = ("linear", "mlp", "bilstm")
@@ -202,7 +202,7 @@ class SequenceClassifier(nn.Module):
         return StepOutput(
             loss=loss,
             metrics=metrics,
-            n_tokens=int(batch["attention_mask"].sum()),
+            n_tokens=input_tokens(batch),
             n_predictions=int(labels.shape[0]),
         )
 

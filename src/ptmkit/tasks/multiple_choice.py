@@ -35,7 +35,7 @@ from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.classification import SequenceClassifier, encode_inputs
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class ChoiceScorer(nn.Module):
         labels = batch["labels"]
         loss = F.cross_entropy(s, labels)
         acc = (s.detach().argmax(-1) == labels).float().mean()
-        return StepOutput(loss=loss, metrics={"accuracy": acc}, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics={"accuracy": acc}, n_tokens=input_tokens(batch),
                           n_predictions=int(labels.shape[0]))
 
 

@@ -26,7 +26,7 @@ from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 from ptmkit.tasks.batches import by_length
 from ptmkit.tasks.classification import Classification, SequenceClassifier, collate
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Regressor(nn.Module):
         out = self.model.logits(batch).squeeze(-1).float()
         z = (batch["labels"].float() - self.target_mean) / self.target_sd
         loss = F.mse_loss(out, z)
-        return StepOutput(loss=loss, metrics={"mse_std": loss.detach()}, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics={"mse_std": loss.detach()}, n_tokens=input_tokens(batch),
                           n_predictions=int(z.shape[0]))
 
 

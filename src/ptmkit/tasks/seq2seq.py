@@ -42,7 +42,7 @@ from ptmkit.nn.targets import IGNORE_INDEX, target_mask
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 # ------------------------------------------------------------------------------------------- data
 
@@ -191,7 +191,7 @@ class Seq2SeqModel(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> StepOutput:
         loss, n = self.token_losses(batch)
-        return StepOutput(loss=loss, metrics={"nll": loss.detach()}, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics={"nll": loss.detach()}, n_tokens=input_tokens(batch),
                           n_predictions=n)
 
     @torch.no_grad()

@@ -42,7 +42,7 @@ from ptmkit.nn.layer_mix import build_mix
 from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 # ------------------------------------------------------------------------------------------ data
 
@@ -235,7 +235,7 @@ class SpanExtractor(nn.Module):
         start, end = self.scores(batch)
         loss = 0.5 * (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"]))
         hit = (start.detach().argmax(-1) == batch["start_positions"]) & (end.detach().argmax(-1) == batch["end_positions"])
-        return StepOutput(loss=loss, metrics={"span_acc": hit.float().mean()}, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics={"span_acc": hit.float().mean()}, n_tokens=input_tokens(batch),
                           n_predictions=int(start.shape[0]))
 
 

@@ -40,7 +40,7 @@ from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.crf import CRF
 from ptmkit.tasks.span_f1 import span_scores
-from ptmkit.train.step import StepOutput
+from ptmkit.train.step import StepOutput, input_tokens
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +316,7 @@ class TokenTagger(nn.Module):
         real = batch["labels"] != IGNORE_INDEX
         pred = scores.detach().argmax(-1)
         acc = (pred[real] == batch["labels"][real]).float().mean() if bool(real.any()) else scores.new_zeros(())
-        return StepOutput(loss=loss, metrics={"accuracy": acc.detach()}, n_tokens=int(batch["attention_mask"].sum()),
+        return StepOutput(loss=loss, metrics={"accuracy": acc.detach()}, n_tokens=input_tokens(batch),
                           n_predictions=int(real.sum()))
 
 

@@ -12,6 +12,8 @@ from typing import Iterator, Protocol
 
 import torch
 
+from ptmkit.nn.host import count
+
 
 @dataclass
 class StepOutput:
@@ -29,6 +31,16 @@ class StepOutput:
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
     n_tokens: int | torch.Tensor = 0
     n_predictions: int | torch.Tensor = 0
+
+
+def input_tokens(batch: dict[str, torch.Tensor]) -> int | torch.Tensor:
+    """A :class:`StepOutput`'s ``n_tokens`` for ``batch``: its attention mask's ones, else every
+    input id; an int on a CPU, a 0-d tensor on a GPU or inside a compiled graph
+    (:func:`ptmkit.nn.host.count`)."""
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return batch["input_ids"].numel()
+    return count(mask.sum())
 
 
 class BatchSource(Protocol):
