@@ -7,7 +7,15 @@ step (splitting, counting, id lookup) runs inside C-level iterators (``str.split
 ``Counter.update``, ``map(dict.get, ...)`` consumed by ``np.fromiter``), never as Python
 bytecode per token.  Measured (single thread, Brown corpus, 1.16M words, on a 2-core machine
 shared with other jobs): counting 1.7M words/s, encoding to ids 1.4M words/s.  The result is
-cached as ``.npy`` so a second run on the same files and vocabulary settings skips both.
+cached as ``.npy`` so a second run on the same text and vocabulary settings skips both.
+
+The cache is keyed by content: a BLAKE2b digest of every input file's bytes (streamed, 1 MiB at a
+time) and the vocabulary settings.  No stat (path, size, mtime) decides on its own that a file is
+unchanged, since a file rewritten with the same size and its mtime restored (``cp -p``, a restore,
+``touch -r``) would then be served another text's vocabulary.  Hashing every input on every use
+costs one read of the text, far below counting and encoding it (``benchmarks/bench_content_hash.py``;
+the figures are in docs/first-generation.md).  A cached entry whose arrays disagree with each other
+(a damaged cache) is rebuilt.
 
 The encoded corpus keeps only in-vocabulary words (words below ``min_count`` are dropped
 before windows are formed, as in word2vec.c and gensim) and splits sentences longer than
@@ -36,7 +44,8 @@ from ptmkit.fileio import atomic_dir
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 24  # 16 MiB of text per chunk: bounded memory, few Python round trips
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: keyed by the inputs' content (1: by path, size and mtime)
+HASH_BLOCK = 1 << 20  # bytes read per step when hashing an input
 
 Sentences = Iterable[Sequence[str]]
 TextInput = "str | os.PathLike | Sequence[str | os.PathLike] | Sentences"
@@ -262,13 +271,23 @@ def _split_long(lens: np.ndarray, limit: int | None) -> np.ndarray:
 # ----------------------------------------------------------------------------- cache
 
 
+def content_digest(path: Path) -> str:
+    """BLAKE2b (256-bit) hex digest of ``path``'s bytes, read ``HASH_BLOCK`` bytes at a time into
+    one reused buffer."""
+    h = hashlib.blake2b(digest_size=32)
+    buf = bytearray(HASH_BLOCK)
+    view = memoryview(buf)
+    with open(path, "rb") as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
 def _cache_key(files: Sequence[Path], **params: object) -> str:
-    items = []
-    for p in files:
-        st = p.stat()
-        items.append([str(p.resolve()), st.st_size, st.st_mtime_ns])
-    blob = json.dumps({"v": CACHE_VERSION, "files": items, **params}, sort_keys=True)
-    return hashlib.sha1(blob.encode()).hexdigest()[:20]
+    """Cache key of ``files`` (in order) read with the vocabulary settings ``params``: their
+    content, never their paths or stats (the same text under another name shares the entry)."""
+    blob = json.dumps({"v": CACHE_VERSION, "files": [content_digest(p) for p in files], **params}, sort_keys=True)
+    return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 
 def cache_root() -> Path:
@@ -286,7 +305,7 @@ def load_corpus(
     """Vocabulary + id corpus of ``data`` (files or tokenised sentences).
 
     For files with ``cache=True`` the result is stored under ``$PTMKIT_HOME/cache/static-corpus/KEY``
-    (KEY = hash of the files' paths, sizes, mtimes and the vocabulary settings) and reused.
+    (KEY = hash of the files' contents and the vocabulary settings, see :func:`_cache_key`) and reused.
     """
     files = _as_files(data)
     key_dir = None
@@ -299,8 +318,8 @@ def load_corpus(
                 files, min_count=min_count, max_vocab=max_vocab, lowercase=lowercase, max_len=max_sentence_len
             )
             key_dir = cache_root() / key
-            if (key_dir / "DONE").exists():
-                return _read_cache(key_dir)
+            if (key_dir / "DONE").exists() and (cached := _read_cache(key_dir)) is not None:
+                return cached
     vocab = build_vocab(data, min_count, max_vocab, lowercase)
     corpus = encode(data, vocab, lowercase, max_sentence_len)
     if key_dir is not None:
@@ -321,10 +340,30 @@ def _write_cache(key_dir: Path, vocab: Vocab, corpus: IdCorpus) -> None:
         (tmp / "DONE").write_text("")
 
 
-def _read_cache(key_dir: Path) -> tuple[Vocab, IdCorpus]:
-    words = (key_dir / "words.txt").read_text(encoding="utf-8").split("\n")[:-1]
-    counts = np.load(key_dir / "counts.npy")
-    ids = np.load(key_dir / "ids.npy", mmap_mode="r")
-    sentences = np.load(key_dir / "sentences.npy")
+def _read_cache(key_dir: Path) -> tuple[Vocab, IdCorpus] | None:
+    """The cached vocabulary and corpus, or ``None`` (logged) when the entry cannot be read or its
+    arrays disagree: words [V] and counts int64 [V], ids int32 [N] in ``0..V-1``, sentences int64
+    [S+1] rising from 0 to N."""
+    try:
+        words = (key_dir / "words.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        counts = np.load(key_dir / "counts.npy")
+        ids = np.load(key_dir / "ids.npy", mmap_mode="r")
+        sentences = np.load(key_dir / "sentences.npy")
+    except (OSError, ValueError, EOFError) as exc:
+        log.warning("the cached encoded corpus %s cannot be read (%s); encoding the text again", key_dir, exc)
+        return None
+    ids = np.ascontiguousarray(ids)
+    problem = (
+        "counts.npy is not int64 [words]" if counts.dtype != np.int64 or counts.shape != (len(words),)
+        else "ids.npy is not int32 [N]" if ids.dtype != np.int32 or ids.ndim != 1
+        else "sentences.npy is not int64 offsets from 0 to N" if (
+            sentences.dtype != np.int64 or sentences.ndim != 1 or sentences.size < 1 or sentences[0] != 0
+            or sentences[-1] != ids.shape[0] or bool(np.any(np.diff(sentences) < 0)))
+        else "ids.npy holds ids outside the vocabulary" if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= len(words))
+        else ""
+    )
+    if problem:
+        log.warning("the cached encoded corpus %s is damaged (%s); encoding the text again", key_dir, problem)
+        return None
     log.info("using the cached encoded corpus %s", key_dir)
-    return Vocab(words, counts), IdCorpus(np.ascontiguousarray(ids), sentences)
+    return Vocab(words, counts), IdCorpus(ids, sentences)
