@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ptmkit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only: no progress displays")
+    parser.add_argument("--private", action="store_true",
+                        help="make what the command writes readable by you alone (files 600, directories 700)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     succeeded = False
+    umask = os.umask(0o077) if args.private or os.environ.get("PTMKIT_PRIVATE") == "1" else None
     try:
         rc = args.func(args)
         sys.stdout.flush()  # a reader gone away shows here, not in the interpreter's exit flush
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {message}", file=sys.stderr)
         return 2
     finally:
+        if umask is not None:
+            os.umask(umask)
         set_quiet(False)  # a caller that runs main() in its own process keeps its progress displays
         _end_process_group(succeeded)
     return int(rc or 0)

@@ -15,6 +15,16 @@ Every writer in ptmkit goes through these helpers:
 ``durable=True`` also fsyncs the data and the directory entry, so a power cut after the call
 returns cannot lose the write; caches pass ``durable=False`` to skip that cost.
 
+Every file and directory these helpers create gets the mode an ordinary ``open`` or ``mkdir``
+would give it, ``0o666 & ~umask`` / ``0o777 & ~umask`` (``mkstemp`` and ``mkdtemp`` alone make
+them private): a run can be shared with the group the user's umask allows.  ``ptm --private``
+sets the umask to ``077`` for the whole command.
+
+Each finished write is reported to the recorders registered with :func:`on_write` (the output
+manifest records there, at write time, which files ptm wrote: :mod:`ptmkit.outputs`).  A name
+that comes from data (a model label, a task name) becomes a path part only through
+:func:`path_part`.
+
 Disk-full and permission errors become a :class:`~ptmkit.errors.PtmError` naming the file
 (:func:`write_error`): they are the user's to fix, not a bug.
 """
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import tempfile
@@ -33,6 +44,88 @@ from ptmkit.errors import USER_ERRNOS, PtmError, os_error_message
 
 TMP_PREFIX = ".tmp-"  # temporary files and sibling directories (ignored by readers, removed on retry)
 STAGING_PREFIX = ".ptmkit-staging-"  # scratch directories of staged outputs, inside the output
+NAME_MAX = 255  # bytes of one path component on the usual file systems (ext4, XFS, APFS, NTFS)
+
+_RECORDERS: list[Callable[[Path, bool], None]] = []
+
+
+def on_write(recorder: Callable[[Path, bool], None]) -> Callable[[Path, bool], None]:
+    """Register ``recorder(path, temporary)``, called after every finished write of a file or
+    directory (a directory: once, after it was moved into place whole), and with
+    ``temporary=True`` when a temporary file or directory is made (debris if the process dies)."""
+    _RECORDERS.append(recorder)
+    return recorder
+
+
+def record(path: str | os.PathLike[str], temporary: bool = False) -> Path:
+    """Report a finished write of ``path`` to the recorders.  Writers outside this module (a
+    plot, an appended log line, a third-party writer) call it once their file is complete."""
+    path = Path(path)
+    for recorder in _RECORDERS:
+        recorder(path, temporary)
+    return path
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where the system allows (a change, even
+    undone at once, would race with another thread creating a file)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open(path, "w")`` would give a new file: ``0o666 & ~umask``."""
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    """The mode ``mkdir`` would give a new directory: ``0o777 & ~umask``."""
+    return 0o777 & ~umask()
+
+
+def path_part(name: object, what: str = "name") -> str:
+    """``name`` as one component of an output path, or a :class:`PtmError` saying why it cannot
+    be one.  Every path part that comes from data (a model label, a task name, a contender's
+    label) passes through here, so no such name can climb out of the output (``..``, a
+    separator, an absolute path), hide (``.``, empty), break the file system (NUL, control
+    characters, more than :data:`NAME_MAX` bytes) or be mistaken for ptm's bookkeeping (a
+    leading ``.ptmkit`` or ``.tmp-``).  ``what`` names the thing in the message."""
+    text = str(name)
+    problem = None
+    if text in ("", ".", ".."):
+        problem = "is not a name"
+    elif "/" in text or "\\" in text or os.sep in text or (os.altsep and os.altsep in text):
+        problem = "contains a path separator"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in text):
+        problem = "contains a control character"
+    elif len(text.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        problem = f"is longer than {NAME_MAX} bytes"
+    elif text.startswith((".ptmkit", TMP_PREFIX)):
+        problem = "looks like one of ptm's own bookkeeping files"
+    if problem is not None:
+        raise PtmError(f"the {what} {text!r} cannot name a file or directory: it {problem}; choose another {what}")
+    return text
+
+
+def distinct_parts(names: list[str], what: str = "name") -> list[str]:
+    """``names`` each checked by :func:`path_part`, refused when two differ only by case: on a
+    case-insensitive file system (macOS, Windows) they would be one directory."""
+    seen: dict[str, str] = {}
+    for n in names:
+        path_part(n, what)
+        other = seen.setdefault(n.casefold(), n)
+        if other != n:
+            raise PtmError(f"the {what}s {other!r} and {n!r} differ only by case and would name the same directory "
+                           f"on a case-insensitive file system; rename one of them")
+    return names
 
 
 
@@ -120,10 +213,8 @@ def make_tmp_dir(parent: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Pa
         tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     except OSError as exc:
         raise (write_error(exc, parent) or exc) from exc
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)
-    return tmp
+    os.chmod(tmp, dir_mode())
+    return record(tmp, temporary=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> Path:
@@ -134,7 +225,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
         fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
     except OSError as exc:
         raise (write_error(exc, path) or exc) from exc
+    record(tmp, temporary=True)
     try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0o600 would make the output private
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -149,7 +242,47 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
         raise
     if durable:
         fsync_path(path.parent)
-    return path
+    return record(path)
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Append UTF-8 ``text`` to ``path`` (a log that grows line by line; a line cut by a kill is
+    the reader's to skip) and record the write."""
+    path = Path(path)
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise (write_error(exc, path) or exc) from exc
+    return record(path)
+
+
+def read_record(path: str | os.PathLike[str], fix: str, missing_ok: bool = False) -> dict | None:
+    """The JSON object in ``path``, a record ptm wrote (a run's config, a finished run's results,
+    a corpus's meta), or a :class:`PtmError` naming ``path`` and the ``fix`` when it cannot be
+    read: a damaged record is never taken as an empty one, nor as "no constraint".  ``missing_ok``:
+    ``None`` for a missing file (the caller knows what its absence means)."""
+    path = Path(path)
+    if missing_ok and not os.path.lexists(path):
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PtmError(f"{path} is missing; {fix}") from None
+    except (OSError, ValueError) as exc:
+        raise PtmError(f"{path} is unreadable ({getattr(exc, 'strerror', None) or exc}); {fix}") from exc
+    if not isinstance(data, dict):
+        raise PtmError(f"{path} is damaged (not a JSON object); {fix}")
+    return data
+
+
+def save_figure(fig: object, path: str | os.PathLike[str], dpi: int = 120) -> Path:
+    """Save a Matplotlib figure to ``path`` atomically (its format from the suffix)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi)  # type: ignore[attr-defined]
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, durable: bool = True) -> Path:
@@ -177,6 +310,7 @@ def replace_dir(new: str | os.PathLike[str], final: str | os.PathLike[str], dura
         fsync_path(final.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    record(final)
 
 
 @contextlib.contextmanager
@@ -238,6 +372,7 @@ def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]]
             before_publish(names)
         for name in names:
             os.replace(tmp / name, out / name)
+            record(out / name)
         tmp.rmdir()
         fsync_path(out)
     except BaseException as exc:
@@ -249,18 +384,29 @@ def staged_dir(out: str | os.PathLike[str], before_publish: Callable[[list[str]]
 
 
 __all__ = [
+    "NAME_MAX",
     "STAGING_PREFIX",
     "TMP_PREFIX",
     "WriteError",
+    "append_text",
     "atomic_dir",
     "atomic_write_bytes",
     "atomic_write_text",
+    "dir_mode",
+    "distinct_parts",
+    "file_mode",
     "first_missing",
     "fsync_path",
     "make_dirs",
     "make_tmp_dir",
+    "on_write",
     "os_error_message",
+    "path_part",
+    "read_record",
+    "record",
     "replace_dir",
+    "save_figure",
     "staged_dir",
+    "umask",
     "write_error",
 ]

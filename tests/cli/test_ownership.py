@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, W2V, checksums, look_alikes, run_cli, write_corpus
 
-from ptmkit import outputs
+from ptmkit import fileio, outputs
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
 
@@ -124,8 +124,8 @@ def test_overwrite_of_a_finetune_output_keeps_look_alike_names(tmp_path, capsys,
     out = tmp_path / "ft"
     with outputs.writing(out, "finetune", names=["summary.json"]):
         with outputs.writing(out / "pretrained-seed1", "finetune"):
-            (out / "pretrained-seed1" / "results.json").write_text("{}")
-        (out / "summary.json").write_text("{}")
+            fileio.atomic_write_text(out / "pretrained-seed1" / "results.json", "{}")
+        fileio.atomic_write_text(out / "summary.json", "{}")
     (out / "random-seed-list.txt").write_text("1 2 3\n")
     (out / "lr-sweep-plan.md").write_text("plan\n")
     (out / "my-seed-analysis").mkdir()
@@ -140,7 +140,7 @@ def test_overwrite_of_a_finetune_output_keeps_look_alike_names(tmp_path, capsys,
 
 LOCK_HOLDER = """
 import sys, time
-from ptmkit import outputs
+from ptmkit import fileio, outputs
 with outputs.writing(sys.argv[1], sys.argv[2]):
     print("ready", flush=True)
     time.sleep(60)

@@ -15,6 +15,11 @@ from ptmkit import fileio, outputs
 from ptmkit.errors import PtmError
 
 
+def put(path, data="{}"):
+    """A file written as ptm writes one (atomically, recorded in the output that holds it)."""
+    return fileio.atomic_write_bytes(path, data.encode() if isinstance(data, str) else data)
+
+
 def tree(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
@@ -33,7 +38,7 @@ def test_new_empty_and_own_directories_are_accepted(tmp_path):
     run = tmp_path / "run"
     with outputs.writing(run, "run") as session:
         assert session.state == "new"
-        (run / "metrics.jsonl").write_text("{}\n")
+        put(run / "metrics.jsonl", "{}\n")
     assert outputs.owner(run) == "run"
     assert manifest(run)["files"] == {"metrics.jsonl": [3, (run / "metrics.jsonl").stat().st_mtime_ns]}
     assert outputs.check(run, "run", reuse=True) == "own"
@@ -52,7 +57,7 @@ def test_foreign_and_other_kind_directories_are_refused_even_with_overwrite(tmp_
     assert "--overwrite" not in str(info.value)  # nothing invites deleting a user's files
     run = tmp_path / "run"
     with outputs.writing(run, "run"):
-        (run / "config.json").write_text("{}")
+        put(run / "config.json")
     with pytest.raises(PtmError, match="holds a pre-training run .* not a prepared corpus"):
         outputs.check(run, "corpus", overwrite=True)
     (tmp_path / "file").write_text("x")
@@ -86,9 +91,8 @@ def test_nothing_is_recognised_by_its_contents(tmp_path):
 def test_clean_removes_only_what_ptm_wrote(tmp_path):
     run = tmp_path / "run"
     with outputs.writing(run, "run"):
-        (run / "checkpoints" / "step-0000001").mkdir(parents=True)
-        (run / "checkpoints" / "step-0000001" / "model.safetensors").write_bytes(b"w")
-        (run / "metrics.jsonl").write_text("{}\n")
+        put(run / "checkpoints" / "step-0000001" / "model.safetensors", b"w")
+        put(run / "metrics.jsonl", "{}\n")
         with outputs.staged(run / "data", "corpus") as stage:
             (stage / "tokens.bin").write_bytes(b"\0\0")
     assert manifest(run)["entries"] == ["checkpoints", "data", "metrics.jsonl"]
@@ -97,8 +101,10 @@ def test_clean_removes_only_what_ptm_wrote(tmp_path):
     (run / "checkpoints" / "my-plot.png").write_bytes(b"mine too")
     with outputs.writing(run, "run", overwrite=True):
         assert sorted(outputs.clean(run)) == ["checkpoints", "data", "metrics.jsonl"]
-    assert tree(run) == [".ptmkit-output.json", "checkpoints", "checkpoints/my-plot.png", "data", "data/readme.txt",
-                         "notes.txt"]
+    # the prepared corpus keeps its marker (listing the user's file) so that it stays ptm's to write again
+    assert tree(run) == [".ptmkit-output.json", "checkpoints", "checkpoints/my-plot.png", "data",
+                         "data/.ptmkit-output.json", "data/readme.txt", "notes.txt"]
+    assert manifest(run / "data")["files"] == {} and manifest(run / "data")["entries"] == []
 
 
 def test_overwrite_stops_before_removing_anything_when_a_ptm_file_changed(tmp_path):
@@ -151,10 +157,10 @@ def test_failure_removes_only_what_this_command_created(tmp_path):
     directory it created."""
     exp = tmp_path / "exp"
     with outputs.writing(exp / "a", "run"):
-        (exp / "a" / "config.json").write_text("{}")
+        put(exp / "a" / "config.json")
     with pytest.raises(ValueError):
         with outputs.writing(exp / "b", "run"):
-            (exp / "b" / "config.json").write_text("{}")
+            put(exp / "b" / "config.json")
             raise ValueError
     assert tree(exp) == ["a", "a/.ptmkit-output.json", "a/config.json"]
     with pytest.raises(KeyboardInterrupt):
@@ -197,12 +203,13 @@ def test_an_entry_in_the_way_is_refused(tmp_path):
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from ptmkit import outputs
+from ptmkit import fileio, outputs
 out = Path(sys.argv[1])
 with outputs.writing(out, "run"):
-    (out / "checkpoints" / "step-0000001").mkdir(parents=True)
-    (out / "checkpoints" / "step-0000001" / "model.safetensors").write_bytes(b"w" * 10)
-    (out / "metrics.jsonl").write_text("{}")
+    with fileio.atomic_dir(out / "checkpoints" / "step-0000001") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"w" * 10)
+    fileio.append_text(out / "metrics.jsonl", "{}")
+    fileio.make_tmp_dir(out / "checkpoints")  # a checkpoint half-written when the kill comes
     print("ready", flush=True)
     time.sleep(60)
 """
@@ -227,12 +234,15 @@ def test_a_second_writer_is_refused_and_a_killed_one_releases_the_lock(tmp_path)
     finally:
         proc.kill()
         proc.wait()
-    # killed mid-write: the next command adopts what it wrote, and --overwrite removes exactly that
+    # killed mid-write: the next command adopts what its journal records (and removes its
+    # temporaries), and --overwrite removes exactly that; files the user saved there stay
     (out / "notes.txt").write_text("mine")  # the user's, beside ptm's entries
+    (out / "checkpoints" / "my-plot.png").write_text("mine too")  # inside one of ptm's directories
     with outputs.writing(out, "run", overwrite=True):
         removed = outputs.clean(out)
     assert sorted(removed) == ["checkpoints", "metrics.jsonl"]
-    assert tree(out) == [".ptmkit-output.json", "notes.txt"]
+    assert tree(out) == [".ptmkit-output.json", "checkpoints", "checkpoints/my-plot.png", "notes.txt"]
+    assert list(manifest(out)["foreign"]) == ["checkpoints/my-plot.png"]
 
 
 def test_a_marker_of_an_earlier_ptmkit_is_read_by_exact_names(tmp_path):

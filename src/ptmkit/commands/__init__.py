@@ -68,12 +68,14 @@ class RegistryHelpParser(HelpFromRegistry, IntermixedParser):
 VERBOSITY = (
     (("-q", "--quiet"), "quiet", "warnings and errors only: no progress displays, no info logging"),
     (("-v", "--verbose"), "verbose", "debug logging"),
+    (("--private",), "private", "make what this command writes readable by you alone (files 600, directories 700; "
+                                "PTMKIT_PRIVATE=1 does the same); by default your umask decides, as for any tool"),
 )
 
 
 def verbosity_options(subparsers: argparse._SubParsersAction) -> None:
-    """``--quiet`` and ``--verbose`` after any sub-command as before it (``ptm CMD --quiet`` is
-    ``ptm --quiet CMD``): added to every sub-command's parser, nested ones included, without a
+    """``--quiet``, ``--verbose`` and ``--private`` after any sub-command as before it (``ptm CMD
+    --quiet`` is ``ptm --quiet CMD``): added to every sub-command's parser, nested ones included, without a
     default of their own, so that a sub-command never resets what was given before it.  A
     sub-command's own option of the same name (``ptm finetune --quiet``) becomes the shared one."""
     for parser in _parsers(subparsers):

@@ -69,6 +69,7 @@ import torch
 
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
+from ptmkit.fileio import atomic_write_text
 from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.masking import Masker
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
@@ -337,7 +338,7 @@ def write_pairs(tsv: str | os.PathLike, out: str | os.PathLike) -> Path:
         if not tab or not source.strip() or not target.strip():
             raise PtmError(f"{tsv}:{n}: expected 'source<TAB>target' with both sides non-empty")
         lines.append(f"{' '.join(source.split())}\n{' '.join(target.split())}\n")
-    out.write_text("\n".join(lines), encoding="utf-8")
+    atomic_write_text(out, "\n".join(lines))
     return out
 
 

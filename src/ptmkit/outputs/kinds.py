@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 MARKER = ".ptmkit-output.json"
 LOCK = ".ptmkit-lock"
+JOURNAL = ".ptmkit-journal"  # what the command writing now has written so far, a line per write
 VERSION = 2
 PathLike = str | os.PathLike[str]
 Stat = tuple[int, int]  # (size, mtime_ns) of a file ptm wrote
@@ -52,7 +53,7 @@ KINDS: dict[str, Kind] = {
                  ("text", "demo.png", "results.json", "summary.md"), overwrite=False),
 }
 
-BOOKKEEPING = (MARKER, LOCK)
+BOOKKEEPING = (MARKER, LOCK, JOURNAL)
 
 
-__all__ = ["BOOKKEEPING", "KINDS", "LOCK", "MARKER", "VERSION", "Kind", "PathLike", "Stat"]
+__all__ = ["BOOKKEEPING", "JOURNAL", "KINDS", "LOCK", "MARKER", "VERSION", "Kind", "PathLike", "Stat"]

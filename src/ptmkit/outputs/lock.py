@@ -29,7 +29,7 @@ class Lock:
         self.path = d / LOCK if path is None else path
         for _ in range(100):
             try:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides, as for every file
             except OSError as exc:
                 raise (fileio.write_error(exc, self.path) or exc) from exc
             try:

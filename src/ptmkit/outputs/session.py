@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -12,15 +13,21 @@ from pathlib import Path
 from ptmkit import fileio
 from ptmkit.errors import PtmError
 from ptmkit.outputs.checks import _content, _sample, check
-from ptmkit.outputs.kinds import BOOKKEEPING, KINDS, LOCK, MARKER, PathLike
+from ptmkit.outputs.kinds import BOOKKEEPING, JOURNAL, KINDS, LOCK, MARKER, PathLike, Stat
 from ptmkit.outputs.lock import Lock, check_not_locked_above, command_line
-from ptmkit.outputs.manifest import Manifest, _walk, owner
+from ptmkit.outputs.manifest import Manifest, _stat, _walk, contained, owner
 
 _ACTIVE: dict[Path, Session] = {}  # output directories this process is writing, by resolved path
 
 
 class Session:
-    """One command writing one output directory (see :func:`writing`)."""
+    """One command writing one output directory (see :func:`writing`).
+
+    What the command writes is recorded when it is written: every finished write of
+    :mod:`ptmkit.fileio` (and every writer that calls :func:`ptmkit.fileio.record`) inside this
+    output lands in ``written`` and as a line in the journal (``.ptmkit-journal``), so that the
+    next command knows what a killed one wrote.  At the end (:meth:`seal`) the manifest lists
+    exactly the recorded files; anything else found under ptm's entries stays the user's."""
 
     def __init__(self, out: Path, kind: str, created: list[Path]) -> None:
         self.out, self.kind, self.created = out, kind, created
@@ -28,32 +35,64 @@ class Session:
         self.state = "new"
         self.lock = Lock(out, "the output directory")
         self.added: list[str] = []  # entries this session created (removed again if it fails)
+        self.written: dict[str, Stat] = {}  # files this command wrote: relative path -> stat when written
+        self.temporaries: set[str] = set()  # temporary files and directories it made
         self.depth = 1
+        self.before: tuple | None = None  # the manifest as found (content, bytes), restored if unchanged
+        self.journal = None
 
     def start(self, state: str) -> None:
-        """Read (or start) the manifest, adopt what a killed command left, and mark it open."""
+        """Read (or start) the manifest, adopt what a killed command's journal records, open a
+        new journal and mark the manifest open."""
         self.state = state
         m = Manifest.read(self.out) if state == "own" else None
+        if m is not None and m.open is None:
+            self.before = (m.content(), (self.out / MARKER).read_bytes())
         if m is None:
             m = Manifest(self.kind, [], {}, {})
-        m.entries = [n for n in m.entries if os.path.lexists(self.out / n)]
+        if m.open is not None:  # its writer died: what its journal records is ptm's, its temporaries are debris
+            for rel in m.adopt(self.out):
+                if contained(self.out, rel):
+                    _remove_tree(self.out / rel)
+        # An entry stays ptm's name until ptm removes it: a record the user deleted and restored
+        # (as an error message asked) is still ptm's to read and write again.
         files, _ = _walk(self.out, m.entries)
-        if m.open is not None:  # its writer died: what appeared or changed since is that writer's
-            m.files = {**{f: s for f, s in m.files.items() if f in files},
-                       **{f: s for f, s in files.items() if m.foreign.get(f) != s}}
         # A recorded file that differs from its record keeps the record: --overwrite will refuse it.
         m.files = {f: s for f, s in m.files.items() if f in files}
         m.foreign = {f: s for f, s in files.items() if f not in m.files}
         m.open = {"pid": os.getpid(), "command": command_line()}
         self.manifest = m
-        self.snapshot = files
+        try:
+            self.journal = open(self.out / JOURNAL, "w", encoding="utf-8")  # noqa: SIM115 - open for the session
+        except OSError as exc:
+            raise (fileio.write_error(exc, self.out / JOURNAL) or exc) from exc
         m.write(self.out)
+
+    def note(self, path: Path, temporary: bool) -> None:
+        """Record a finished write of ``path`` (inside this output), or a temporary made there."""
+        rel = path.relative_to(self.key).as_posix()
+        if rel.split("/")[-1] in BOOKKEEPING:
+            return
+        lines = []
+        if temporary:
+            self.temporaries.add(rel)
+            lines.append({"t": rel})
+        elif path.is_dir() and not path.is_symlink():
+            files, _ = _walk(self.key, [rel])
+            self.written.update(files)
+            lines += [{"f": f, "s": list(st)} for f, st in files.items()]
+        elif os.path.lexists(path):
+            self.written[rel] = st = _stat(path)
+            lines.append({"f": rel, "s": list(st)})
+        if lines and self.journal is not None:
+            self.journal.write("".join(json.dumps(line) + "\n" for line in lines))
+            self.journal.flush()  # in the kernel's hands: a kill -9 cannot lose it
 
     def declare(self, *names: str) -> None:
         """Record ``names`` as entries ptm writes here, before writing them.  A name that exists
         and is not ptm's is refused: ptm never writes over a user's file."""
         m = self.manifest
-        new = [n for n in names if n not in m.entries]
+        new = [fileio.path_part(n, "entry") for n in names if n not in m.entries]
         for n in new:
             if os.path.lexists(self.out / n) and owner(self.out / n) is None:  # a ptm output of its own may join
                 raise PtmError(
@@ -66,28 +105,58 @@ class Session:
             m.write(self.out)
 
     def seal(self) -> None:
-        """Record every file ptm wrote under its entries and close the manifest."""
+        """Record every file ptm wrote under its entries and close the manifest.  A file is ptm's
+        only if it was recorded when written (now or by an earlier command); a recorded file
+        changed since keeps its record (so --overwrite refuses it); the rest is foreign."""
         m = self.manifest
-        m.entries = [n for n in m.entries if os.path.lexists(self.out / n)]
+        # names declared by this command but never written are not kept; earlier ones stay ptm's
+        m.entries = [n for n in m.entries if n not in self.added or os.path.lexists(self.out / n)]
         files, _ = _walk(self.out, m.entries)
-        # ptm's: recorded and unchanged, or written during this command; a recorded file changed
-        # by someone else keeps its record (so --overwrite refuses it); the rest is foreign
         record = {}
-        for f, st in files.items():
-            if m.files.get(f) == st or self.snapshot.get(f) != st:
-                record[f] = st
+        for f in files:
+            if f in self.written:
+                record[f] = self.written[f]
             elif f in m.files:
                 record[f] = m.files[f]
         m.files = record
         m.foreign = {f: s for f, s in files.items() if f not in m.files}
         m.open = None
-        m.write(self.out)
+        if self.before is not None and m.content() == self.before[0]:
+            fileio.atomic_write_bytes(self.out / MARKER, self.before[1], durable=False)  # as it was found
+        else:
+            m.write(self.out)
+        self._close_journal(remove=True)
+
+    def _close_journal(self, remove: bool) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+            if remove:
+                with contextlib.suppress(OSError):
+                    (self.out / JOURNAL).unlink()
 
     def undo(self) -> None:
-        """Remove the entries this command created (it failed and keeps nothing)."""
+        """Remove what this command wrote under the entries it created (it failed and keeps
+        nothing); a file it did not write (a user's, saved there meanwhile) stays, and so does
+        its directory."""
+        removals: list[Path] = []
         for name in self.added:
-            _remove_tree(self.out / name)
-        self.manifest.entries = [n for n in self.manifest.entries if n not in self.added]
+            own = {f for f in {*self.written, *self.manifest.files} if f.split("/")[0] == name}
+            files, nested = _walk(self.out, [name])
+            removals += [self.out / f for f in files if f in own and contained(self.out, f)]
+            for sub in nested:
+                _plan_clean(sub, set(), removals, [])
+                removals += [sub / n for n in BOOKKEEPING]
+        for rel in self.temporaries:
+            if contained(self.out, rel):
+                _remove_tree(self.out / rel)
+        for p in removals:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                p.unlink()
+        for name in self.added:
+            _prune_empty(self.out / name)
+        self.manifest.entries = [n for n in self.manifest.entries
+                                 if n not in self.added or os.path.lexists(self.out / n)]
 
     def close(self, failed: bool, keep: bool) -> None:
         try:
@@ -98,6 +167,7 @@ class Session:
             if failed and not keep:
                 self._remove_created()
         finally:
+            self._close_journal(remove=False)
             self.lock.release()
 
     def _remove_created(self) -> None:
@@ -130,6 +200,59 @@ def _remove_tree(p: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
+
+
+def _session_of(path: Path) -> Session | None:
+    """The innermost output this process is writing that holds ``path``."""
+    best = None
+    for key, s in _ACTIVE.items():
+        if key in path.parents and (best is None or best.key in key.parents):
+            best = s
+    return best
+
+
+def discard(path: PathLike) -> None:
+    """Remove ``path``, a file or directory ptm wrote inside an output this process writes (an
+    old checkpoint, a finished run's resume state, a temporary): only the files recorded as
+    ptm's go, so a file a user saved in there stays, and so do the directories holding one.
+    Outside every output this process writes there is no record to consult: ``path`` goes whole."""
+    p = Path(path)
+    try:
+        where = Path(os.path.realpath(p.parent)) / p.name
+    except OSError:
+        return
+    session = _session_of(where)
+    if session is None:
+        _remove_tree(p)
+        return
+    rel = where.relative_to(session.key).as_posix()
+    if any(rel == t or rel.startswith(t + "/") for t in session.temporaries):
+        _remove_tree(p)
+        session.temporaries.discard(rel)
+        return
+    own = {**session.manifest.files, **session.written}
+    files, nested = _walk(session.key, [rel])
+    for f in files:
+        if f in own and own[f] == files[f] and contained(session.key, f):
+            with contextlib.suppress(FileNotFoundError):
+                (session.key / f).unlink()
+            session.written.pop(f, None)
+            session.manifest.files.pop(f, None)
+    _prune_empty(p)
+
+
+@fileio.on_write
+def _record_write(path: Path, temporary: bool = False) -> None:
+    """Every finished write of :mod:`ptmkit.fileio`: recorded in the output that holds it."""
+    if not _ACTIVE:
+        return
+    try:
+        where = Path(os.path.realpath(path.parent)) / path.name
+    except OSError:
+        return
+    session = _session_of(where)
+    if session is not None:
+        session.note(where, temporary)
 
 
 def _enclosing(out: Path) -> Session | None:
@@ -212,33 +335,43 @@ def _safe(fn: Callable[[], bool]) -> bool:
         return True
 
 
-def _plan_clean(d: Path, keep: set[str], removals: list[Path], changed: list[str]) -> None:
+def _plan_clean(d: Path, keep: set[str], removals: list[Path], changed: list[str],
+                nested_outputs: list[Path] | None = None) -> None:
+    """What ``--overwrite`` removes in ``d``: the files recorded as ptm's and unchanged (into
+    ``removals``), with those of the outputs nested in it (into ``nested_outputs``, outermost
+    first); a recorded file that changed, or is reached through a link, goes to ``changed``."""
     m = Manifest.read(d)
     if m is None:
         return
-    if d.resolve() in _ACTIVE:  # this command's own output: a killed writer's files were adopted at its start
-        m.open = None
+    session = _ACTIVE.get(d.resolve())
+    own = dict(m.files)
+    if session is not None:  # this command's own output: a killed writer's files were adopted at its start
+        own = {**session.manifest.files, **session.written}
+    elif m.open is not None:  # a nested output whose writer was killed: its journal says what it wrote
+        removals += [d / t for t in m.adopt(d) if contained(d, t)]
+        own = dict(m.files)
     entries = [n for n in m.entries if n not in keep and os.path.lexists(d / n)]
     files, nested = _walk(d, entries)
     for rel, st in files.items():
-        if rel in m.files:
-            if m.files[rel] == st or m.open is not None and m.foreign.get(rel) != st:
-                removals.append(d / rel)
-            else:
-                changed.append(str(d / rel))
-        elif m.open is not None and m.foreign.get(rel) != st:
-            removals.append(d / rel)  # written by a command that was killed before recording it
+        if rel not in own:
+            continue  # not written by ptm: stays
+        if own[rel] == st and contained(d, rel):
+            removals.append(d / rel)
+        else:
+            changed.append(str(d / rel))
     for sub in nested:
         if Manifest.read(sub) is not None:
-            _plan_clean(sub, set(), removals, changed)
-            removals.append(sub / MARKER)
+            if nested_outputs is not None:
+                nested_outputs.append(sub)
+            _plan_clean(sub, set(), removals, changed, nested_outputs)
 
 
 def clean(out: PathLike, keep: Iterable[str] = ()) -> list[str]:
     """``--overwrite``: remove the files ptm wrote in ``out`` (its manifest's entries, except the
-    names in ``keep``), then the directories that are left empty.  Every other file stays.  A
-    file ptm wrote that has changed since stops the overwrite before anything is removed.
-    Returns the entries removed or emptied."""
+    names in ``keep``), then the directories that are left empty.  Every other file stays, and
+    a nested output that still holds one keeps its marker (listing it as foreign), so it stays
+    ptm's to write into again.  A file ptm wrote that has changed since stops the overwrite
+    before anything is removed.  Returns the entries removed or emptied."""
     out = Path(out)
     keep = set(keep)
     m = Manifest.read(out)
@@ -246,7 +379,8 @@ def clean(out: PathLike, keep: Iterable[str] = ()) -> list[str]:
         return []
     removals: list[Path] = []
     changed: list[str] = []
-    _plan_clean(out, keep, removals, changed)
+    nested: list[Path] = []
+    _plan_clean(out, keep, removals, changed, nested)
     if changed:
         raise PtmError(
             f"cannot overwrite {out}: {_sample(changed)} changed since ptm wrote "
@@ -256,15 +390,43 @@ def clean(out: PathLike, keep: Iterable[str] = ()) -> list[str]:
         )
     removed = [n for n in m.entries if n not in keep and os.path.lexists(out / n)]
     for p in removals:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)  # a killed writer's temporary directory
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    for sub in reversed(nested):  # innermost first
+        _retire(sub)
     for name in removed:
         _prune_empty(out / name)
     session = _ACTIVE.get(out.resolve())
     if session is not None:  # forget the removed files; the entries stay declared for the new output
         session.manifest.files = {f: s for f, s in session.manifest.files.items() if (out / f).exists()}
-        session.snapshot = {f: s for f, s in session.snapshot.items() if (out / f).exists()}
+        session.written = {f: s for f, s in session.written.items() if (out / f).exists()}
     return removed
+
+
+def _retire(sub: Path) -> None:
+    """A nested output whose files ``--overwrite`` removed: gone when nothing else is in it, else
+    its marker stays and lists what is left as the user's."""
+    m = Manifest.read(sub)
+    if m is None:
+        return
+    for name in m.entries:
+        _prune_empty(sub / name)
+    try:
+        left = _content(sub)
+    except PtmError:
+        return
+    if not left:
+        for name in BOOKKEEPING:
+            with contextlib.suppress(OSError):
+                (sub / name).unlink()
+        return
+    m.entries = [n for n in m.entries if os.path.lexists(sub / n)]
+    files, _ = _walk(sub, m.entries)
+    m.files, m.foreign, m.open = {}, files, None
+    m.write(sub)
 
 
 def _prune_empty(p: Path) -> None:
@@ -275,8 +437,9 @@ def _prune_empty(p: Path) -> None:
     for sub in list(p.iterdir()):
         _prune_empty(sub)
     if not (p / MARKER).exists():
-        with contextlib.suppress(OSError):
-            (p / LOCK).unlink()
+        for name in (LOCK, JOURNAL):
+            with contextlib.suppress(OSError):
+                (p / name).unlink()
     with contextlib.suppress(OSError):
         p.rmdir()
 
@@ -310,4 +473,4 @@ def staged(out: PathLike, kind: str, inputs: Iterable[PathLike | None] = (), ove
             yield tmp
 
 
-__all__ = ["Session", "clean", "staged", "writing"]
+__all__ = ["Session", "clean", "discard", "staged", "writing"]

@@ -21,6 +21,7 @@ from ptmkit.runcard.files import (
     read_json,
     safetensors_shapes,
     tokenizer_summary,
+    unreadable_records,
     vectors_header,
     weights_file,
 )
@@ -67,6 +68,10 @@ def describe(path: Path | str, data: list[Path] | tuple = (), derives_from: list
     kind = kind or classify(d)
     card = Card(d, kind, name or d.name)
     READERS[kind](d, card)
+    bad = unreadable_records(d)
+    if bad:
+        card.rows["unreadable records"] = (", ".join(bad) + " cannot be read: the facts they hold are missing "
+                                           "from this card; restore them from a backup or a checkpoint's copy")
     card.data.extend(fingerprint(p) for p in data)
     card.derives_from.extend(str(p) for p in derives_from if str(p) not in card.derives_from)
     return card

@@ -24,6 +24,20 @@ def read_json(path: Path) -> Any:
         return None
 
 
+RECORDS = (MARKER, "config.json", "inputs.json", "results.json", "task_model.json", "settings.json", "summary.json")
+
+
+def unreadable_records(d: Path) -> list[str]:
+    """The records in ``d`` (JSON files ptm wrote) that exist but cannot be read: a card says so
+    rather than leaving their facts out as if the run had none."""
+    bad = []
+    for name in RECORDS:
+        p = Path(d) / name
+        if p.exists() and not isinstance(read_json(p), dict):
+            bad.append(name)
+    return bad
+
+
 def marker_kind(d: Path) -> str | None:
     """The output kind in ptm's marker (``run``, ``finetune``, ``vectors``, ...), or ``None``."""
     marker = read_json(d / MARKER)

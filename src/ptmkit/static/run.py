@@ -21,7 +21,7 @@ from typing import Any
 from ptmkit import outputs, registry
 from ptmkit.config import from_dict, parse_value
 from ptmkit.errors import PtmError
-from ptmkit.fileio import atomic_write_text
+from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.runcard import write_run_card
 from ptmkit.static.presets import list_static_presets, resolve_static, static_models
 
@@ -152,7 +152,7 @@ def run_static(
 def _record_origin(config_file: Path, model: str, name: Any) -> None:
     """Add ``"static": MODEL`` (and ``"preset"``) to the model's config.json: word2vec's and fastText's
     own ``model`` key names the architecture (skipgram/cbow), not the model family."""
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    config = read_record(config_file, "the model was just written: write it again", missing_ok=True) or {}
     origin = {"static": model}
     if not isinstance(name, dict) and str(name) != model:
         origin["preset"] = str(name)

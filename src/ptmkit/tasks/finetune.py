@@ -31,7 +31,6 @@ import copy
 import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import replace as dc_replace
 from pathlib import Path
@@ -46,7 +45,7 @@ from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData
 from ptmkit.encoders.static_vectors import load_vectors
 from ptmkit.errors import PtmError
-from ptmkit.fileio import atomic_write_text
+from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.identity import content_sha256, differences
 from ptmkit.nn.adapters import add_adapters, freeze_for_adapters
 from ptmkit.pretrained import load_pretrained
@@ -244,7 +243,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         identity["training"] = training.describe()
     asked = json.loads(json.dumps(identity))
     if resume and out is not None and (out / RESULTS_FILE).is_file():
-        done = json.loads((out / RESULTS_FILE).read_text(encoding="utf-8"))
+        done = read_record(out / RESULTS_FILE, "move it away (or restore it) and resume again: the run "
+                           "is then trained again from its last checkpoint, if any")
         _check_resumed(out, done, asked, finished=True)
         return done
     if resume and out is not None and ckpt.latest_checkpoint(out) is not None:
@@ -333,7 +333,7 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
                         compression=training.compression(), weights=selection.best_state())
         task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
-        shutil.rmtree(out / ckpt.CHECKPOINTS, ignore_errors=True)  # the run is complete: its resume state has served
+        outputs.discard(out / ckpt.CHECKPOINTS)  # the run is complete: its resume state has served
         origins = [getattr(model, "path", model), (training.derived_from().get("teacher") or {}).get("run")]
         write_run_card(out, derives_from=[o for o in origins if o is not None])
     return result

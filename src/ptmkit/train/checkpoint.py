@@ -16,7 +16,6 @@ Tied weights (the MLM/LM decoder shares the word embeddings) are stored once:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
-from ptmkit import fileio
+from ptmkit import fileio, outputs
 from ptmkit.errors import PtmError
 
 # The trainer writes metrics.jsonl through ``ckpt.atomic_write_text``; checkpoints use both.
@@ -124,11 +123,7 @@ def clean_stale(run_dir: Path) -> None:
         return
     for p in ckdir.iterdir():
         if p.name.startswith(TMP_PREFIX):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    p.unlink()
+            outputs.discard(p)  # only what ptm recorded making: a user's file of that name stays
 
 
 def prune(run_dir: Path, keep: int) -> None:
@@ -137,7 +132,7 @@ def prune(run_dir: Path, keep: int) -> None:
     steps = checkpoint_steps(run_dir)
     for _, path in steps[: max(0, len(steps) - keep)]:
         if current is None or path.resolve() != current.resolve():
-            shutil.rmtree(path, ignore_errors=True)
+            outputs.discard(path)  # ptm's files of it; a file a user saved in there stays
 
 
 def save_checkpoint(

@@ -13,7 +13,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from ptmkit.fileio import atomic_write_text
+from ptmkit.fileio import append_text, atomic_write_text, make_dirs, save_figure
 from ptmkit.train.tensorboard import reporter
 
 METRICS_FILE = "metrics.jsonl"
@@ -23,9 +23,8 @@ LOSS_PLOT = "loss.png"
 def append_metrics(path: Path, record: dict[str, Any]) -> None:
     """Append one record (a line) to ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    make_dirs(path.parent)
+    append_text(path, json.dumps(record) + "\n")
 
 
 class MetricsLog:
@@ -88,5 +87,4 @@ def plot_losses(metrics: Path, out: Path) -> Path | None:
         ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    return Path(out)
+    return save_figure(fig, out, dpi=100)

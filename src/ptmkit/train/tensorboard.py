@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ptmkit import fileio
 from ptmkit.errors import PtmError
 
 TENSORBOARD_DIR = "tensorboard"
@@ -51,17 +52,27 @@ class TensorBoardLog:
         if not values:
             return
         if self.writer is None:
+            self.before = set(self.log_dir.glob("*")) if self.log_dir.is_dir() else set()
             purge = None if self.opened else step
             self.writer = self.summary_writer(log_dir=str(self.log_dir), purge_step=purge)
             self.opened = True
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
+        self._record()
+
+    def _record(self) -> None:
+        """Report the event file the writer made (one that was not there when it opened) as
+        written by ptm: a third-party writer does not go through :mod:`ptmkit.fileio`."""
+        for f in self.log_dir.glob("events.out.tfevents.*"):
+            if f.is_file() and f not in self.before:
+                fileio.record(f)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+            self._record()
 
 
 class NoReport:

@@ -46,6 +46,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
+from ptmkit import outputs
 from ptmkit.config import check_finite, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.flops import counter as flop_counter
@@ -408,7 +409,7 @@ class Trainer:
             if resume:  # a fresh start here would silently discard what the caller meant to continue
                 raise PtmError(f"nothing to resume: no checkpoint in {self.run_dir}; drop --resume to start a new run")
             elif self.is_main and self.run_dir is not None and (self.run_dir / METRICS_FILE).exists():
-                (self.run_dir / METRICS_FILE).unlink()
+                outputs.discard(self.run_dir / METRICS_FILE)
             seed_everything(cfg.seed + self.dist.rank)
         for cb in self.stateful_callbacks:
             cb.on_fit_start(self)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ptmkit import outputs
+from ptmkit import fileio, outputs
 from ptmkit.build import build_model, resolve_config
 from ptmkit.config import apply_overrides, from_dict
 from ptmkit.data.batches import PretrainBatches
@@ -46,6 +46,7 @@ from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.flops import format_flops, step_flops
 from ptmkit.identity import fingerprint
 from ptmkit.tokenization import Tokenizer
@@ -88,8 +89,10 @@ def parse_contender(spec: str) -> Contender:
     label, preset = label.strip(), preset.strip()
     if not preset or not label:
         raise PtmError(f"cannot read the contender {spec!r}: use PRESET, LABEL=PRESET or LABEL=PRESET:key=value,key=value")
-    if not re.fullmatch(r"[\w.+-]+", label):
-        raise PtmError(f"contender label {label!r} must be letters, digits and . + - _ (it names a directory)")
+    if not re.fullmatch(r"[\w.+-]+", label) or label.strip(".") == "":
+        raise PtmError(f"contender label {label!r} must be letters, digits and . + - _, not only dots (it names a "
+                       f"directory)")
+    fileio.path_part(label, "contender label")
     # split on the commas that start a new key=value, so list values like [0.9,0.98] survive
     overrides = tuple(o.strip() for o in re.split(r",(?=\s*[\w.]+=)", tail) if o.strip()) if sep else ()
     for o in overrides:
@@ -230,7 +233,7 @@ def _pretrain(c: Contender, corpus_dir: Path, run_dir: Path, overrides: list[str
         pretrain(c.preset, corpus_dir, run_dir, overrides, resume=bool(done), overwrite=not done and run_dir.exists(),
                  verbose=progress)
         done = ckpt.checkpoint_steps(run_dir)
-        marker.write_text(json.dumps({"steps": done[-1][0] if done else 0}) + "\n")
+        atomic_write_text(marker, json.dumps({"steps": done[-1][0] if done else 0}) + "\n")
     return done
 
 
@@ -266,6 +269,7 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
     labels = [c.label for c in contenders]
     if len(set(labels)) != len(labels):
         raise PtmError(f"contender labels must differ, got {labels}; name them LABEL=PRESET")
+    fileio.distinct_parts(labels, "contender label")
     if points < 1:
         raise PtmError(f"points must be >= 1, got {points}")
     out = Path(out_dir)
@@ -321,8 +325,8 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
         result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
                   "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
                   "scores": scores}
-        (out / "results.json").write_text(json.dumps(result, indent=2, default=list) + "\n")
-        (out / "table.md").write_text(markdown(result) + "\n")
+        atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=list) + "\n")
+        atomic_write_text(out / "table.md", markdown(result) + "\n")
         plot(result, out / "compare.png")
         return result
 

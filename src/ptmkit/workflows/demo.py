@@ -30,6 +30,7 @@ from ptmkit import outputs
 from ptmkit.config import to_dict
 from ptmkit.data.sources.base import fetch
 from ptmkit.data.tasks import load_task
+from ptmkit.fileio import atomic_write_text
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig
 from ptmkit.workflows.finetune import run_seeds
@@ -178,7 +179,7 @@ def head_copies(files: list[Path], n: int, out: Path) -> list[Path]:
         dst = out / "-".join(f.parts[-3:])
         if not dst.exists():
             with open(f, encoding="utf-8") as src:
-                dst.write_text("".join(line for _, line in zip(range(n), src)), encoding="utf-8")
+                atomic_write_text(dst, "".join(line for _, line in zip(range(n), src)))
         copies.append(dst)
     return copies
 
@@ -221,8 +222,8 @@ def pretrain_record(run_dir: Path, pre: Any, stages: Stages) -> dict[str, Any]:
 
 
 def write_results(out: Path, result: dict[str, Any], summary_md: str) -> None:
-    (out / "results.json").write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(summary_md, encoding="utf-8")
+    atomic_write_text(out / "results.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / "summary.md", summary_md)
     print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}",
           flush=True)
 

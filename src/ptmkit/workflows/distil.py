@@ -32,6 +32,7 @@ from ptmkit.compress.theseus import Theseus
 from ptmkit.config import parse_value  # noqa: F401  (for the command, which imports only this module)
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
@@ -131,8 +132,8 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
             runs.append(r)
         key = runs[0]["select"]
         t_params = non_embedding_parameters(teacher.model)
-        s_params = [json.loads((out / f"student-seed{s}" / "results.json").read_text()).get("num_parameters")
-                    for s in seeds]
+        s_params = [read_record(out / f"student-seed{s}" / "results.json", "resume to train that student again")
+                    .get("num_parameters") for s in seeds]
         student_ne = non_embedding_parameters(load_task_model(out / f"student-seed{seeds[0]}", data).model)
         summary = {
             "teacher": {"run": str(teacher_run), "dev": t_dev, "test": t_test, "non_embedding_parameters": t_params},
@@ -147,7 +148,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
                           for split, t in (("dev", t_dev), ("test", t_test)) if t.get(key)},
             "runs": runs,
         }
-        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     print(format_table(summary["summary"]))
     print(f"teacher test {key} {t_test[key]:.4f}; student keeps {summary['retention'].get('test', float('nan')):.1%} "
           f"with {summary['parameter_ratio']:.0%} of its non-embedding parameters")

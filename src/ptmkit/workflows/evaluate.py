@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit import fileio
 from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError, suggest
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.finetune import FinetuneConfig, load_model
 from ptmkit.workflows.finetune import run_seeds
 from ptmkit.workflows.report import bars_per_task, markdown_table, mean_sd, summarize
@@ -92,6 +94,7 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
         if mode not in MODES:
             raise PtmError(f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
     out = Path(out_dir)
+    fileio.distinct_parts(list(models), "model label")  # each names a directory: checked before any work
     rows: list[dict[str, Any]] = []
     loaded = {label: load_model(m) for label, m in models.items()}
     for task_name in tasks:
@@ -101,7 +104,8 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
                 cfg = protocol_config(data, mode, protocol)
                 inits = ["pretrained", "random"] if (protocol.baseline and i == 0 and mode == "finetune") else ["pretrained"]
                 lrs = protocol.features_lrs if (mode == "features" and protocol.features_lrs) else protocol.lrs
-                runs = run_seeds(pre, data, out / label / task_name / mode, cfg, inits, list(protocol.seeds),
+                where = out / fileio.path_part(label, "model label") / fileio.path_part(task_name, "task name") / mode
+                runs = run_seeds(pre, data, where, cfg, inits, list(protocol.seeds),
                                  progress=progress, lrs=list(lrs), overwrite=not resume, resume=resume)
                 for r in runs:
                     row_model = label if r["init"] == "pretrained" else f"from scratch ({label})"
@@ -110,9 +114,9 @@ def evaluate(models: dict[str, Any], suite: str | tuple[str, ...], out_dir: str 
                                  "dev": r["dev"][r["select"]], "lr": r["config"]["lr"]})
                 log.info("%s / %s / %s done", label, task_name, mode)
     table = summarize(rows)
-    (out / "results.json").write_text(json.dumps({"suite": list(tasks), "protocol": protocol.__dict__, "runs": rows,
+    atomic_write_text(out / "results.json", json.dumps({"suite": list(tasks), "protocol": protocol.__dict__, "runs": rows,
                                                   "table": table}, indent=2, default=list) + "\n")
-    (out / "table.md").write_text(markdown(table, list(tasks)) + "\n")
+    atomic_write_text(out / "table.md", markdown(table, list(tasks)) + "\n")
     bars_per_task(table, list(tasks), out / "table.png")
     return {"runs": rows, "table": table}
 

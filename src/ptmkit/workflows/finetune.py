@@ -21,6 +21,7 @@ from ptmkit import outputs
 from ptmkit.config import apply_overrides, from_dict, to_dict
 from ptmkit.data.tasks import TaskData, load_task
 from ptmkit.errors import PtmError, suggest
+from ptmkit.fileio import atomic_write_text
 from ptmkit.tasks.base import option_keys, read_task_files
 from ptmkit.tasks.finetune import _resumable, after_intermediate_task, finetune, load_model
 from ptmkit.tasks.finetune_config import FinetuneConfig, recipe_config
@@ -110,7 +111,7 @@ def finetune_runs(model: str | os.PathLike, load_data: Any, out_dir: str | os.Pa
             r["model"] = str(model)
         summary = summarize_inits(results)
         written = {"model": str(Path(model)), "task": data.name, "summary": summary, "runs": results}
-        (out / SUMMARY_FILE).write_text(json.dumps(written, indent=2) + "\n")
+        atomic_write_text(out / SUMMARY_FILE, json.dumps(written, indent=2) + "\n")
         print(format_table(summary))
     print(f"results: {out / SUMMARY_FILE}")
     return written
@@ -134,7 +135,7 @@ def eval_only(run: str | os.PathLike, load_data: Any, out_dir: str | os.PathLike
                   "test": tm.task.score("test", test_pred), "compression": tm.info.get("compression") or {},
                   "derived_from": tm.info.get("derived_from") or {}}
         tm.task.write_predictions(out / "predictions.jsonl", "test", test_pred)
-        (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_text(out / "results.json", json.dumps(result, indent=2) + "\n")
     key = result["select"]
     print(f"{run}: dev {key} {result['dev'][key]:.4f}, test {key} {result['test'][key]:.4f}")
     print(f"results: {out / 'results.json'}")

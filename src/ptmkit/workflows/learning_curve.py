@@ -26,6 +26,7 @@ from typing import Any
 
 from ptmkit.data.tasks import load_task
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_write_text
 from ptmkit.workflows import report
 from ptmkit.workflows.evaluate import Protocol, evaluate, suite_tasks
 
@@ -88,10 +89,10 @@ def learning_curve(models: dict[str, Any], suite: str | tuple[str, ...], out_dir
         rows += [{**r, "train_size": size_label(size) if size is None or size < n_full[r["task"]] else ALL}
                  for r in result["runs"]]
     table = summarize(rows)
-    (out / "learning_curve.json").write_text(json.dumps(
+    atomic_write_text(out / "learning_curve.json", json.dumps(
         {"suite": list(tasks), "train_sizes": [size_label(s) for s in sizes], "protocol": protocol.__dict__,
          "runs": rows, "table": table}, indent=2, default=list) + "\n")
-    (out / "learning_curve.md").write_text(markdown(table, list(tasks)) + "\n")
+    atomic_write_text(out / "learning_curve.md", markdown(table, list(tasks)) + "\n")
     plot(table, list(tasks), out / "learning_curve.png")
     return {"runs": rows, "table": table}
 

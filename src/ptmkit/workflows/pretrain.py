@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from ptmkit.data.blend import join_corpora, member_spans, parse_weights, trainin
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
 from ptmkit.errors import PtmError
+from ptmkit.fileio import read_record
 from ptmkit.presets import load_preset
 from ptmkit.pretrained import Pretrained
 from ptmkit.runcard import write_run_card
@@ -345,7 +345,8 @@ def initial_model(run_dir: str | Path) -> Pretrained:
     (A run whose ``--eval-data`` was a prepared corpus directory left no trace of it in RUN_DIR: its
     start is rebuilt as if ``eval_fraction`` had been held out.)"""
     run_dir = Path(run_dir)
-    config = json.loads((run_dir / RUN_CONFIG).read_text())
+    config = read_record(run_dir / RUN_CONFIG, f"restore it from the latest checkpoint's copy "
+                         f"({run_dir}/checkpoints/step-*/config.json)")
     if not is_corpus(run_dir / DATA_DIR):
         raise PtmError(f"{run_dir} has no prepared corpus in {DATA_DIR}/ (it was trained on a corpus directory)")
     corpus = Corpus.open(run_dir / DATA_DIR)

@@ -21,6 +21,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from ptmkit import fileio
 from ptmkit.train.metrics_log import read_metrics
 
 
@@ -128,8 +129,7 @@ def figure(width: float, height: float) -> Figure:
 
 def save(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    return Path(path)
+    return fileio.save_figure(fig, path, dpi=dpi)
 
 
 def colours(n: int) -> tuple:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from ptmkit import outputs
 from ptmkit.data.sources.base import sha256
 from ptmkit.errors import PtmError
-from ptmkit.fileio import atomic_write_text
+from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.identity import differences, fingerprint
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
@@ -151,11 +151,13 @@ class RunDir:
                 f"cannot resume on text: the run has no prepared copy of its text in {prepared} (it was trained on a "
                 f"prepared corpus directory); resume with --data set to that corpus"
             )
+        meta = read_record(prepared / "meta.json", "it records which text the run was trained on: restore it, or "
+                           "start a new run directory")
         try:
-            sources = json.loads((prepared / "meta.json").read_text(encoding="utf-8")).get("sources") or []
-            recorded = [(Path(s["path"]).name, int(s["bytes"])) for s in sources]
-        except (OSError, ValueError, KeyError, TypeError):
-            return  # an old corpus without a readable record: nothing to compare
+            recorded = [(Path(s["path"]).name, int(s["bytes"])) for s in meta.get("sources") or []]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PtmError(f"{prepared / 'meta.json'} is damaged (its sources: {exc}); it records which text the "
+                           f"run was trained on: restore it, or start a new run directory") from exc
         given = [(p.name, p.stat().st_size) for p in paths]
         if recorded and recorded != given:
             was = ", ".join(f"{n} ({b:,} bytes)" for n, b in recorded)
@@ -185,8 +187,10 @@ class RunDir:
         """On resume, the data must be the data the run started on (by content, not by name)."""
         path = self.path / INPUTS_FILE
         if not path.is_file():
-            log.info("%s records no input fingerprints (an earlier ptmkit wrote it); the data are not compared", self.path)
-            return
+            raise PtmError(
+                f"cannot resume: {path} is missing, so ptm cannot check that --data is what the run was trained on; "
+                f"restore it, or start a new run directory"
+            )
         try:
             recorded = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

@@ -4,11 +4,11 @@ presets) through ``ptm pretrain`` / :func:`ptmkit.pretrain`: one pass over text 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
 from ptmkit.errors import PtmError
+from ptmkit.fileio import read_record
 from ptmkit.static.presets import resolve_static
 from ptmkit.static.run import run_static, vectors_header
 from ptmkit.workflows.rundir import RUN_CONFIG
@@ -44,7 +44,7 @@ def train_static(preset_or_config: str | Path | dict[str, Any], data: Sequence[P
 def _print_summary(model: str, run_dir: Path) -> None:
     n, dim = vectors_header(run_dir)
     config = run_dir / RUN_CONFIG
-    stats = json.loads(config.read_text()).get("stats", {}) if config.is_file() else {}
+    stats = (read_record(config, "write the vectors again", missing_ok=True) or {}).get("stats", {})
     speed = stats.get("words_per_second") or stats.get("train_words_per_s")
     timing = f" in {stats['seconds']:.1f} s" if "seconds" in stats else ""
     timing += f" ({speed:,.0f} words/s)" if speed else ""
