@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ptmkit.artefacts import check_vocab
 from ptmkit.build import build_encoder, build_model, is_causal, serving_config
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
@@ -104,6 +105,7 @@ def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads:
     if not tok_file.is_file():
         raise PtmError(f"checkpoint {ck} has no {ckpt.TOKENIZER_FILE}")
     tokenizer = Tokenizer.load(tok_file)
+    check_vocab(tok_file, tokenizer.vocab_size, config.get("model") or {}, ck / ckpt.CONFIG_FILE)
     encoder_name = (config.get("model") or {}).get("encoder", "transformer")
     try:
         if heads:

@@ -250,14 +250,19 @@ def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path |
         return teacher_logits(teacher, collate, n)
     file = path / CACHE_FILE
     if file.is_file():
-        stored = load_file(str(file))
-        lengths = stored["lengths"].tolist()
-        if len(lengths) == n:
-            rows = list(stored["logits"].split(lengths))
-            first = teacher_logits(teacher, collate, min(n, 64))
-            if all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(first, rows)):
-                return rows
-        log.info("%s was written for another teacher or training set: computing the teacher's logits again", file)
+        try:
+            stored = load_file(str(file))
+            lengths = stored["lengths"].tolist()
+            rows = list(stored["logits"].split(lengths)) if len(lengths) == n else None
+        except Exception as exc:  # a damaged cache (truncated, other tensors): safetensors raises many kinds
+            log.warning("%s cannot be read (%s): computing the teacher's logits again", file, " ".join(str(exc).split())[:200])
+            rows = None
+        else:
+            if rows is not None:
+                first = teacher_logits(teacher, collate, min(n, 64))
+                if all(a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(first, rows)):
+                    return rows
+            log.info("%s was written for another teacher or training set: computing the teacher's logits again", file)
     rows = teacher_logits(teacher, collate, n)
     path.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(file, save({"logits": torch.cat(rows).contiguous(),

@@ -38,6 +38,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from ptmkit import registry
+from ptmkit.artefacts import check_vocab, load_state
 from ptmkit.build import build_encoder, is_causal
 from ptmkit.config import from_dict
 from ptmkit.encoders.transformer import TransformerConfig
@@ -51,6 +52,7 @@ from ptmkit.tasks.saved import TASK_MODEL_FILE, TOKENIZER_FILE, TaskModel, is_ta
 from ptmkit.tasks.span_qa import SpanExtractor
 from ptmkit.tasks.tagging import Tagging, TokenTagger
 from ptmkit.tokenization import Tokenizer
+from ptmkit.train.checkpoint import check_safetensors
 
 EXPORTABLE = ("classification and regression with pooling=cls over the encoder's pooler and head=linear; tagging "
               "with head=linear and crf=false; span QA; all with mix=last, no adapters, not quantized, no pruned heads, "
@@ -130,13 +132,11 @@ def read_task_model(path: str | Path) -> TaskModel:
     _refuse(run, _early_refusals(info, cfg))
     tokenizer = Tokenizer.load(run / TOKENIZER_FILE)
     config = info["config"]
+    check_vocab(run / TOKENIZER_FILE, tokenizer.vocab_size, config["model"], run / TASK_MODEL_FILE)
     backbone = build_encoder(config["model"], tokenizer)
     model = _BUILD[info["task_type"]](backbone, info, cfg, bool(info.get("causal", is_causal(config))))
-    try:
-        model.load_state_dict(load_file(str(run / BEST_FILE)), strict=True)
-    except RuntimeError as exc:
-        raise PtmError(f"{run / BEST_FILE} does not fit the model {TASK_MODEL_FILE} describes "
-                       f"({str(exc).splitlines()[0]})") from None
+    check_safetensors(run / BEST_FILE, "fine-tune again")
+    load_state(model, load_file(str(run / BEST_FILE)), run / BEST_FILE, what=f"the model {TASK_MODEL_FILE} describes")
     return TaskModel(model.eval(), None, config, tokenizer, cfg, info, None, run)
 
 

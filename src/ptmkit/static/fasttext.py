@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptmkit.artefacts import load_npy, need, read_json
 from ptmkit.config import to_dict
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
@@ -173,12 +174,27 @@ class FastTextModel:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "FastTextModel":
+        """Read a model written by :meth:`save`, checked against ``fasttext.json``: words.txt [V]
+        distinct words, counts.npy int64 [V], input.npy float32 [V + bucket, dim]."""
         d = Path(directory)
         if not (d / "input.npy").exists() or not (d / "fasttext.json").exists():
             raise PtmError(f"{d} is not a fastText model directory (input.npy and fasttext.json missing)")
-        meta = json.loads((d / "fasttext.json").read_text())
-        words = (d / "words.txt").read_text(encoding="utf-8").split("\n")[:-1]
-        return cls(words, np.load(d / "counts.npy"), np.load(d / "input.npy"), meta["min_n"], meta["max_n"], meta["bucket"])
+        record = d / "fasttext.json"
+        meta = read_json(record, "fastText model record")
+        min_n, max_n, bucket = (need(meta, k, int, record) for k in ("min_n", "max_n", "bucket"))
+        dim = meta.get("dim")  # absent in the records of older ptmkit versions
+        if dim is not None:
+            need(meta, "dim", int, record)
+        try:
+            words = (d / "words.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        except (OSError, ValueError) as exc:
+            raise PtmError(f"{d / 'words.txt'} cannot be read ({exc}); the model directory is damaged") from None
+        if len(set(words)) != len(words):
+            raise PtmError(f"{d / 'words.txt'} repeats words; it is damaged")
+        counts = load_npy(d / "counts.npy", (len(words),), np.int64, "the counts array", f"{len(words)} words in words.txt")
+        emb = load_npy(d / "input.npy", (len(words) + bucket, dim), np.float32, "the input matrix",
+                       f"{len(words)} words in words.txt + {bucket} buckets in fasttext.json, dim {dim or 'any'}")
+        return cls(words, counts, emb, min_n, max_n, bucket)
 
 
 def train_fasttext(

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ptmkit.artefacts import check_shape, load_npy, need, read_json
 from ptmkit.config import check_finite, from_dict, to_dict
 from ptmkit.errors import PtmError
 from ptmkit.static.classify_data import LabelledLines, read_label_file
@@ -220,14 +221,35 @@ class FastTextClassifier:
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "FastTextClassifier":
+        """Read a classifier written by :meth:`save`, every part checked against ``classifier.json``:
+        words [V] and labels [L] (distinct strings), label_counts [L], input.npy float32
+        [V + bucket, dim], output.npy float32 [L, dim] (softmax) or [L-1, dim] (hs)."""
         d = Path(directory)
         if not (d / "classifier.json").exists():
             raise PtmError(f"{d} is not a fastText classifier directory (classifier.json missing); "
                            f"train one with 'ptm fasttext-classify train'")  # fmt: skip
-        meta = json.loads((d / "classifier.json").read_text(encoding="utf-8"))
-        cfg = from_dict(ClassifierConfig, meta["config"])
-        return cls(meta["words"], meta["labels"], meta["label_counts"], np.load(d / "input.npy"),
-                   np.load(d / "output.npy"), cfg, meta["bucket"])  # fmt: skip
+        record = d / "classifier.json"
+        meta = read_json(record, "fastText classifier record")
+        try:
+            cfg = from_dict(ClassifierConfig, need(meta, "config", dict, record))
+        except (PtmError, ValueError, TypeError) as exc:
+            raise PtmError(f"{record}: its config cannot be read ({exc}); the file is damaged") from None
+        words, labels = need(meta, "words", list, record), need(meta, "labels", list, record)
+        label_counts, bucket = need(meta, "label_counts", list, record), need(meta, "bucket", int, record)
+        for name, items in (("words", words), ("labels", labels)):
+            if not all(isinstance(w, str) for w in items) or len(set(items)) != len(items):
+                raise PtmError(f"{record}: {name!r} is not a list of distinct strings; the file is damaged")
+        if len(labels) < 2:
+            raise PtmError(f"{record}: {len(labels)} label(s), a classifier has at least 2; the file is damaged")
+        check_shape(record, "label_counts", (len(label_counts),), (len(labels),), "one count per label")
+        if bucket < 0 or bucket not in (0, cfg.bucket):
+            raise PtmError(f"{record}: bucket is {bucket}, expected 0 or the config's {cfg.bucket}; the file is damaged")
+        emb = load_npy(d / "input.npy", (len(words) + bucket, cfg.dim), np.float32, "the input matrix",
+                       f"{len(words)} words + {bucket} buckets and dim {cfg.dim} in classifier.json")
+        n_out = len(labels) - 1 if cfg.loss == "hs" else len(labels)
+        wo = load_npy(d / "output.npy", (n_out, cfg.dim), np.float32, "the output matrix",
+                      f"{n_out} rows for {len(labels)} labels ({cfg.loss}) and dim {cfg.dim} in classifier.json")
+        return cls(words, labels, label_counts, emb, wo, cfg, bucket)
 
 
 def build_dictionary(data: LabelledLines, min_count: int) -> tuple[list[str], list[str], np.ndarray]:

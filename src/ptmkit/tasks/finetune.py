@@ -40,6 +40,7 @@ import torch
 from safetensors.torch import load_file
 
 from ptmkit import outputs
+from ptmkit.artefacts import load_state
 from ptmkit.build import build_encoder, objective_class
 from ptmkit.config import to_dict
 from ptmkit.data.tasks import TaskData
@@ -93,13 +94,10 @@ def after_intermediate_task(pretrained: Any, run_dir: str | os.PathLike) -> Any:
     if not path.is_file():
         raise PtmError(f"{run_dir} holds no {BEST_FILE}: give the directory of a finished fine-tuning run "
                        f"(OUT/pretrained-seed0, say), not its parent")
+    ckpt.check_safetensors(path, "fine-tune the intermediate task again")
     state = {k[len("backbone."):]: v for k, v in load_file(str(path)).items() if k.startswith("backbone.")}
     backbone = copy.deepcopy(pretrained.backbone)
-    try:
-        backbone.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise PtmError(f"the encoder fine-tuned in {run_dir} does not fit this model's encoder "
-                       f"(another architecture or size?): {str(exc).splitlines()[0]}") from None
+    load_state(backbone, state, path, what="this model's encoder (another architecture or size?)")
     return dc_replace(pretrained, backbone=backbone, objective=None, path=Path(run_dir))
 
 

@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save
 from torch import nn
 
+from ptmkit.artefacts import check_state, check_vocab, load_state, need
 from ptmkit.build import build_encoder, is_causal
 from ptmkit.compress.quantize import restore
 from ptmkit.config import from_dict, to_dict
@@ -42,6 +43,7 @@ from ptmkit.tasks.base import TaskType, task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tokenization import Tokenizer
+from ptmkit.train.checkpoint import check_safetensors
 
 TASK_MODEL_FILE = "task_model.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -181,6 +183,8 @@ def read_task_info(run: Path) -> dict[str, Any]:
         info = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PtmError(f"{file} cannot be read: {exc}") from None
+    if not isinstance(info, dict):
+        raise PtmError(f"{file} is not a JSON object; it is damaged")
     if info.get("format", 0) > FORMAT:
         raise PtmError(f"{file} was written by a newer ptmkit (format {info['format']}); upgrade ptmkit")
     return info
@@ -202,25 +206,25 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
         raise PtmError(f"{run} is not a fine-tuned model (no {TASK_MODEL_FILE}){hint}")
     info = read_task_info(run)
     tokenizer = Tokenizer.load(run / TOKENIZER_FILE)
-    cfg = from_dict(FinetuneConfig, info["finetune"], "finetune")
+    cfg = from_dict(FinetuneConfig, need(info, "finetune", dict, file), "finetune")
     task_data = _task_data_for(info, task_data, run)
-    config = info["config"]
+    config = need(info, "config", dict, file)
+    check_vocab(run / TOKENIZER_FILE, tokenizer.vocab_size, need(config, "model", dict, file), file)
     backbone = build_encoder(config["model"], tokenizer)
     task = task_type_of(task_data, cfg, tokenizer, bool(info.get("causal", is_causal(config))),
                         uses_token_types(backbone, task_data))
     model = task.build(backbone)
     if cfg.adapter_size:
         model.adapters = add_adapters(encoder_of(model), cfg.adapter_size)
-    state = load_file(str(run / BEST_FILE))
+    header = check_safetensors(run / BEST_FILE, "fine-tune again")
     spec = (info.get("compression") or {}).get("quantization")
     if spec:
-        model = restore(model, spec, state)
+        model = restore(model, spec, load_file(str(run / BEST_FILE)))
     else:
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise PtmError(f"{run / BEST_FILE} does not fit the model {TASK_MODEL_FILE} describes "
-                           f"({str(exc).splitlines()[0]})") from None
+        # the header's shapes first: one line naming the first mismatching tensor, nothing read yet
+        check_state(model, {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, run / BEST_FILE,
+                    what=f"the model {TASK_MODEL_FILE} describes")
+        load_state(model, load_file(str(run / BEST_FILE)), run / BEST_FILE, what=f"the model {TASK_MODEL_FILE} describes")
     model.to(device).eval()
     return TaskModel(model, task, config, tokenizer, cfg, info, task_data, run)
 

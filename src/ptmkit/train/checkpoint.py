@@ -30,6 +30,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from ptmkit import fileio, outputs
+from ptmkit.artefacts import check_state, load_state
 from ptmkit.errors import PtmError
 
 # The trainer writes metrics.jsonl through ``ckpt.atomic_write_text``; checkpoints use both.
@@ -310,11 +311,16 @@ def load_model_weights(model: nn.Module, ck: Path, strict: bool = True) -> None:
     if not f.exists() and sharded.is_sharded(ck):
         sharded.load_shards(Path(ck), unwrap(model))
         return
-    check_safetensors(f)
+    header = check_safetensors(f)
+    # the header's shapes against the model's, before any tensor is read: one line naming the first
+    # mismatching tensor rather than PyTorch's multi-line list
+    check_state(unwrap(model), {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, f,
+                strict=False)
     try:
         missing, _ = load_model(unwrap(model), str(f), strict=strict)
     except (RuntimeError, KeyError, ValueError) as exc:
-        raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
+        first = " ".join(str(exc).split())[:300]
+        raise PtmError(f"the weights in {f} do not fit the model built from its config: {first}") from exc
     if missing:
         raise PtmError(f"the weights in {f} do not fit the model built from its config: missing {sorted(missing)[:5]}")
 
@@ -332,10 +338,7 @@ def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:
         state = {k[len(prefix):]: handle.get_tensor(k) for k in handle.keys() if k.startswith(prefix)}
     if not state:
         raise PtmError(f"{f} holds no weights under {prefix!r}; it is not a checkpoint of this kind of model")
-    try:
-        result = module.load_state_dict(state, strict=False)
-    except RuntimeError as exc:
-        raise PtmError(f"the weights in {f} do not fit the model built from its config: {exc}") from exc
+    result = load_state(module, state, f, strict=False)
     own = module.state_dict(keep_vars=True)
     loaded = {id(own[k]) for k in state if k in own}
     missing = [k for k in result.missing_keys if id(own[k]) not in loaded]
