@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ptmkit.artefacts import load_state
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError, suggest
 
@@ -358,11 +359,12 @@ def _key(p: str, leaf: str) -> str:
     return f"{p}.{leaf}" if p else leaf
 
 
-def restore(model: nn.Module, spec: dict[str, Any], state: dict[str, torch.Tensor]) -> nn.Module:
+def restore(model: nn.Module, spec: dict[str, Any], state: dict[str, torch.Tensor], source: Any = "the quantized weights") -> nn.Module:
     """The quantized model from its float32 skeleton ``model`` (built from the saved config),
     ``spec`` and ``state`` (what :func:`quantized_state` gave): the float32 tensors are loaded, the
     model quantized, and the stored integers and scales written over the result, so its outputs
-    are bit-identical to those of the model that was saved."""
+    are bit-identical to those of the model that was saved.  ``source``: the file ``state`` came
+    from, named when the tensors do not fit."""
     backend, embeddings, bits = _read_spec(spec)
     names = _int8_modules(state)
     modules = dict(model.named_modules(remove_duplicate=False))
@@ -376,11 +378,7 @@ def restore(model: nn.Module, spec: dict[str, Any], state: dict[str, torch.Tenso
             raise PtmError(f"the weights hold an int8 table {p}, but the quantization spec says embeddings=false")
     fp32 = {k: v for k, v in state.items() if not (k.rpartition(".")[2] in INT8_KEYS and k.rpartition(".")[0] in names)}
     fp32.update({_key(p, "weight"): _dequantized(state, p) for p in names})
-    try:
-        model.load_state_dict(fp32, strict=True)
-    except RuntimeError as exc:
-        raise PtmError(f"the quantized weights do not fit the model the config describes "
-                       f"({str(exc).splitlines()[0]})") from None
+    load_state(model, fp32, source, what="the model the config describes")
     q = _quantize_in_place(model.eval(), backend, embeddings, bits)
     modules = dict(q.named_modules(remove_duplicate=False))
     made = sorted(n for n, m in modules.items() if is_int8_linear(m) or isinstance(m, Int8Embedding))

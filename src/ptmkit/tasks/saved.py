@@ -219,7 +219,7 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
     header = check_safetensors(run / BEST_FILE, "fine-tune again")
     spec = (info.get("compression") or {}).get("quantization")
     if spec:
-        model = restore(model, spec, load_file(str(run / BEST_FILE)))
+        model = restore(model, spec, load_file(str(run / BEST_FILE)), run / BEST_FILE)
     else:
         # the header's shapes first: one line naming the first mismatching tensor, nothing read yet
         check_state(model, {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, run / BEST_FILE,
