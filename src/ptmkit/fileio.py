@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import shutil
@@ -278,8 +279,6 @@ def read_record(path: str | os.PathLike[str], fix: str, missing_ok: bool = False
 
 def save_figure(fig: object, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     """Save a Matplotlib figure to ``path`` atomically (its format from the suffix)."""
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=dpi)  # type: ignore[attr-defined]
     return atomic_write_bytes(path, buf.getvalue())

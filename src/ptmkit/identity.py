@@ -86,6 +86,8 @@ def _feed(h: Any, obj: Any) -> None:
     elif isinstance(obj, np.ndarray):
         h.update(b"A" + str(obj.dtype).encode() + str(obj.shape).encode())
         h.update(np.ascontiguousarray(obj).tobytes())
+    elif hasattr(obj, "detach") and hasattr(obj, "numpy"):  # a torch tensor (not imported here)
+        _feed(h, obj.detach().cpu().numpy())
     elif isinstance(obj, (list, tuple)):
         h.update(b"L%d" % len(obj))
         for x in obj:

@@ -149,12 +149,23 @@ def test_the_teachers_logits_are_computed_once_and_kept_on_disk(teacher, tmp_pat
     cache = tmp_path / "d" / kd.CACHE_FILE
     from safetensors.torch import load_file, save_file
 
+    from safetensors import safe_open
+
+    with safe_open(str(cache), "pt") as f:
+        key = f.metadata()["key"]  # the teacher's weights and the encoded examples, by content
     stored = load_file(str(cache))
-    save_file({"logits": stored["logits"] + 1.0, "lengths": stored["lengths"]}, str(cache))
+    save_file({"logits": stored["logits"] + 1.0, "lengths": stored["lengths"]}, str(cache), metadata={"key": key})
     calls.clear()
-    rows = kd.cached_teacher_logits(load_task_model(teacher[0] / "teacher", _task(teacher)).model,
-                                    _collate(teacher), 160, tmp_path / "d")
+    model = load_task_model(teacher[0] / "teacher", _task(teacher)).model
+    rows = kd.cached_teacher_logits(model, _collate(teacher), 160, tmp_path / "d", key)
     assert calls == [64, 160] and torch.allclose(torch.cat(rows), stored["logits"], atol=1e-5)
+    # other examples (the same count, the first batch alike) have another key: recomputed whole
+    calls.clear()
+    kd.cached_teacher_logits(model, _collate(teacher), 160, tmp_path / "d", "another key")
+    assert calls == [160]
+    tm = load_task_model(teacher[0] / "teacher", _task(teacher))
+    train = tm.task.encode("train")
+    assert kd.logits_key(model, train) == key  # the key the distillation stored is recomputed exactly
 
 
 def _collate(teacher):

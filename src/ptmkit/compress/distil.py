@@ -20,6 +20,7 @@ fine-tuning (dev selection of the student, checkpoints, exact resume) and saves 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save
 from torch import nn
 from torch.nn import functional as F
@@ -35,6 +37,7 @@ from ptmkit.compress.losses import attention_mse, hidden_mse, layer_map, soft_cr
 from ptmkit.compress.students import copy_head
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_bytes
+from ptmkit.identity import content_sha256
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.tasks.saved import encoder_of
 from ptmkit.tasks.training import Training
@@ -241,19 +244,35 @@ CACHE_FILE = "teacher_logits.safetensors"
 log = logging.getLogger(__name__)
 
 
-def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path | None) -> list[torch.Tensor]:
+def logits_key(teacher: nn.Module, examples: Any) -> str:
+    """BLAKE2b of the teacher's weights (every tensor's bytes, by name) and of the encoded training
+    examples: what the cached logits were computed from."""
+    h = hashlib.blake2b(digest_size=32)
+    for name, t in sorted(teacher.state_dict().items()):
+        h.update(name.encode() + str(tuple(t.shape)).encode() + str(t.dtype).encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    h.update(content_sha256(examples).encode())
+    return h.hexdigest()
+
+
+def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path | None,
+                          key: str = "") -> list[torch.Tensor]:
     """:func:`teacher_logits`, kept on disk in ``path`` (the distillation's output directory): every
     seed and every resumed run reads them back instead of running the teacher over the training
-    split again.  A file is used only for the same number of examples and when the teacher's logits
-    of the first batch, computed again, equal the stored ones (the same teacher on the same data)."""
+    split again.  The file is keyed by content (``key``: :func:`logits_key` of the teacher's weights
+    and the encoded training examples, stored in its metadata); it is used only under the same
+    key, for the same number of examples, and when the teacher's logits of the first batch,
+    computed again, equal the stored ones."""
     if path is None:
         return teacher_logits(teacher, collate, n)
     file = path / CACHE_FILE
     if file.is_file():
         try:
-            stored = load_file(str(file))
-            lengths = stored["lengths"].tolist()
-            rows = list(stored["logits"].split(lengths)) if len(lengths) == n else None
+            with safe_open(str(file), "pt") as f:
+                same = (f.metadata() or {}).get("key") == key
+            stored = load_file(str(file)) if same else {}
+            lengths = stored["lengths"].tolist() if same else []
+            rows = list(stored["logits"].split(lengths)) if same and len(lengths) == n else None
         except Exception as exc:  # a damaged cache (truncated, other tensors): safetensors raises many kinds
             log.warning("%s cannot be read (%s): computing the teacher's logits again", file, " ".join(str(exc).split())[:200])
             rows = None
@@ -266,7 +285,8 @@ def cached_teacher_logits(teacher: nn.Module, collate: Any, n: int, path: Path |
     rows = teacher_logits(teacher, collate, n)
     path.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(file, save({"logits": torch.cat(rows).contiguous(),
-                                   "lengths": torch.tensor([len(r) for r in rows], dtype=torch.long)}))
+                                   "lengths": torch.tensor([len(r) for r in rows], dtype=torch.long)},
+                                  metadata={"key": key}))
     return rows
 
 
@@ -291,7 +311,8 @@ class Distillation(Training):
         n = task.train_size(encoded["train"])
         cache = None
         if self.use_cache and not self.settings.intermediate:
-            cache = cached_teacher_logits(self.teacher, batches.collate, n, self.cache_dir)
+            key = logits_key(self.teacher, encoded["train"]) if self.cache_dir is not None else ""
+            cache = cached_teacher_logits(self.teacher, batches.collate, n, self.cache_dir, key)
         labelled = n if self.labelled is None else self.labelled
         return Distiller(model, self.teacher, self.settings, cache, labelled), indexed
 
@@ -314,4 +335,4 @@ class Distillation(Training):
 
 
 __all__ = ["CACHE_FILE", "DistilSettings", "Distillation", "Distiller", "IndexedBatches", "cached_teacher_logits",
-           "capture", "teacher_logits"]
+           "capture", "logits_key", "teacher_logits"]

@@ -306,11 +306,13 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
         for task in tasks:
             data_t = protocol_data(load_task(task), protocol)
             cfg = protocol_config(data_t, "finetune", protocol)
-            jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task)
+            task_dir = fileio.path_part(task, "task name")
+            jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task_dir)
                     for label, r in runs.items() for step, path in r["checkpoints"]]
             if protocol.baseline:
                 first = runs[labels[0]]
-                jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random", out / "finetune" / "from-scratch" / task))
+                jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random",
+                                out / "finetune" / "from-scratch" / task_dir))
             for label, step, ck, init, where in jobs:
                 results = run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
                                     progress=progress, lrs=list(protocol.lrs), resume=resume)
