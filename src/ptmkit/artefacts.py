@@ -12,7 +12,6 @@ plausible numbers from the wrong rows), and PyTorch's own complaint is a multi-l
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit import fileio
 from ptmkit.errors import PtmError
 
 Shape = Sequence["int | None"]  # None: any size along that axis
@@ -41,18 +41,9 @@ def check_shape(path: str | os.PathLike[str], name: str, found: Shape, expected:
 
 
 def read_json(path: str | os.PathLike[str], what: str = "record") -> dict[str, Any]:
-    """The JSON object in ``path``; a :class:`PtmError` naming it when it is missing, unreadable or
-    not an object."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PtmError(f"{what} {path} is missing") from None
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise PtmError(f"{what} {path} cannot be read ({exc}); it is damaged or truncated") from None
-    if not isinstance(data, dict):
-        raise PtmError(f"{what} {path} is not a JSON object; it is damaged or not a ptm file")
-    return data
+    """The JSON object in ``path`` (:func:`ptmkit.fileio.read_record`): a :class:`PtmError` naming it
+    when it is missing, unreadable or not an object."""
+    return fileio.read_record(path, f"the {what} is damaged or truncated: write it again (or restore it)")
 
 
 def need(record: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: str | os.PathLike[str]) -> Any:

@@ -271,7 +271,7 @@ def read_record(path: str | os.PathLike[str], fix: str, missing_ok: bool = False
     except FileNotFoundError:
         raise PtmError(f"{path} is missing; {fix}") from None
     except (OSError, ValueError) as exc:
-        raise PtmError(f"{path} is unreadable ({getattr(exc, 'strerror', None) or exc}); {fix}") from exc
+        raise PtmError(f"{path} cannot be read ({getattr(exc, 'strerror', None) or exc}); {fix}") from exc
     if not isinstance(data, dict):
         raise PtmError(f"{path} is damaged (not a JSON object); {fix}")
     return data

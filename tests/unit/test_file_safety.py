@@ -253,7 +253,7 @@ def test_resume_refuses_a_run_whose_input_record_is_missing_or_damaged(tmp_path,
     assert rc == 0, err
     more = [a if not a.startswith("train.max_steps") else "train.max_steps=4" for a in TINY]
     for damage, fragment in ((lambda: (run / "inputs.json").unlink(), "inputs.json is missing"),
-                             (lambda: (run / "data" / "meta.json").write_text("{"), "meta.json is unreadable")):
+                             (lambda: (run / "data" / "meta.json").write_text("{"), "meta.json cannot be read")):
         saved = {p: p.read_bytes() for p in (run / "inputs.json", run / "data" / "meta.json")}
         damage()
         rc, err = run_cli(["pretrain", "bert-tiny", "--data", corpus, "-o", run, "--resume", *more], capsys)
