@@ -147,9 +147,8 @@ def test_the_teachers_logits_are_computed_once_and_kept_on_disk(teacher, tmp_pat
     assert calls == [160, 64] and (tmp_path / "d" / kd.CACHE_FILE).is_file()
     # logits of another teacher are not taken for this one's: the first batch differs, all are recomputed
     cache = tmp_path / "d" / kd.CACHE_FILE
-    from safetensors.torch import load_file, save_file
-
     from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
 
     with safe_open(str(cache), "pt") as f:
         key = f.metadata()["key"]  # the teacher's weights and the encoded examples, by content
