@@ -62,9 +62,29 @@ def record(path: str | os.PathLike[str], temporary: bool = False) -> Path:
     """Report a finished write of ``path`` to the recorders.  Writers outside this module (a
     plot, an appended log line, a third-party writer) call it once their file is complete."""
     path = Path(path)
+    if not temporary:
+        normalize_modes(path)
     for recorder in _RECORDERS:
         recorder(path, temporary)
     return path
+
+
+def normalize_modes(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` (and everything under it, for a directory) the modes the umask gives a new
+    file or directory: writers outside this module choose their own (safetensors makes its files
+    600), and a finished output should be as shareable as the user's umask says."""
+    path = Path(path)
+    if path.is_symlink() or not path.exists():
+        return
+    fmode, dmode = file_mode(), dir_mode()
+    items = [path] if not path.is_dir() else [path, *path.rglob("*")]
+    for p in items:
+        if p.is_symlink():
+            continue
+        want = dmode if p.is_dir() else fmode
+        with contextlib.suppress(OSError):
+            if (os.stat(p).st_mode & 0o7777) != want:
+                os.chmod(p, want)
 
 
 def umask() -> int:
@@ -398,6 +418,7 @@ __all__ = [
     "fsync_path",
     "make_dirs",
     "make_tmp_dir",
+    "normalize_modes",
     "on_write",
     "os_error_message",
     "path_part",
