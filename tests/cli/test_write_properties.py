@@ -49,8 +49,8 @@ class FakeToy(sources_base.Source):
     name = "fake-toy"
     description = "a tiny classification task written by the test"
     origin = "test"
-    tasks = {"toy-task": {"type": "classification", "files": ("train.tsv", "dev.tsv", "test.tsv"),
-                          "text": "text", "label": "label"}}
+    tasks = {name: {"type": "classification", "files": ("train.tsv", "dev.tsv", "test.tsv"), "text": "text",
+                    "label": "label"} for name in ("toy-task", "../escape")}  # a task name that would climb out
 
     def build(self, files, work, out):
         for split, n in (("train", 40), ("dev", 16), ("test", 16)):
@@ -173,6 +173,7 @@ class Row:
     build: Callable[[Ctx], list]
     writes: bool = True  # False: the command must write nothing anywhere (WRITES_NOTHING says why)
     marks: tuple = ()
+    refuses: str = ""  # the command must refuse (exit 2, this in its message), with nothing outside out/ and home/
     needs: Callable[[], str | None] = field(default=lambda: None)  # a reason to skip, or None
 
 
@@ -224,6 +225,11 @@ def _evaluate(c: Ctx) -> list:
             "--seeds", "1", "--lrs", "1e-3", "--epochs", "1", "--modes", "finetune", "--no-baseline"]
 
 
+def _evaluate_task_name(c: Ctx) -> list:
+    argv = _evaluate(c)
+    return [*argv[:3], "--suite", "../escape", *argv[5:]]  # a task name from a data recipe that would climb out
+
+
 COMPARE_SET = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
                "model.max_position=32", "tokenizer.vocab_size=120", "tokenizer.min_frequency=1", "train.seq_len=16",
                "train.batch_size=4", "train.log_every=1", "train.eval_batches=1", "train.eval_fraction=0.1",
@@ -235,6 +241,11 @@ def _compare(c: Ctx) -> list:
     return ["compare", "a.b+c=bert-tiny", "--data", corpus, "--budget", "20M", "-o", c.out, "--tasks", "toy-task",
             "--set", *COMPARE_SET, "--train-size", "16", "--eval-size", "8", "--seeds", "1", "--lrs", "1e-3",
             "--epochs", "1", "--no-baseline"]
+
+
+def _compare_label(c: Ctx) -> list:
+    argv = _compare(c)
+    return [argv[0], "..=bert-tiny", *argv[2:]]  # a contender label of dots names a directory of runs/
 
 
 def _teacher(c: Ctx) -> tuple[Path, list[str]]:
@@ -387,7 +398,9 @@ ROWS = [
     Row("finetune", ("finetune",), _finetune),
     Row("finetune-eval-only", ("finetune",), _finetune_eval_only),
     Row("evaluate", ("evaluate",), _evaluate),
+    Row("evaluate-task-name", ("evaluate",), _evaluate_task_name, refuses="cannot name a file or directory"),
     Row("compare", ("compare",), _compare),
+    Row("compare-label", ("compare",), _compare_label, refuses="not only dots"),
     Row("distil", ("distil",), _distil),
     Row("distil-general", ("distil",), _distil_general),
     Row("prune", ("prune",), _prune),
@@ -499,19 +512,23 @@ def test_writes_stay_in_the_output_with_the_umasks_modes_and_keep_the_users_file
     finally:
         os.umask(old)
     err = capsys.readouterr().err
-    assert rc == 0, f"ptm {' '.join(argv)} (in {ctx.cwd or os.getcwd()}) failed with {rc}:\n{err[-3000:]}"
+    if row.refuses:
+        assert rc == 2 and row.refuses in err and "Traceback" not in err, f"ptm {' '.join(argv)}: {rc}\n{err[-3000:]}"
+    else:
+        assert rc == 0, f"ptm {' '.join(argv)} (in {ctx.cwd or os.getcwd()}) failed with {rc}:\n{err[-3000:]}"
 
     after = _listing(root)
     created = sorted(rel for rel, st in after.items()  # new, or replaced (another inode)
                      if rel not in before or (before[rel].st_ino, before[rel].st_dev) != (st.st_ino, st.st_dev))
-    if row.writes:
+    if row.writes and not row.refuses:
         assert any(_under(rel, "out") or _under(rel, "home") for rel in created), f"ptm {' '.join(argv)} wrote no output"
     problems = []
-    allowed = ("out", "home") if row.writes else ()
+    allowed = ("out", "home") if row.writes else ()  # a refusal, too, may leave only what it keeps for --resume
     outside = [rel for rel in created if not any(_under(rel, top) for top in allowed)]
     if outside:
-        problems.append(f"(a) {'written outside out/ and home/' if row.writes else 'written by a command that writes nothing'}: "
-                        f"{outside}")
+        what = ("written by a refusal" if row.refuses else "written outside out/ and home/" if row.writes
+                else "written by a command that writes nothing")
+        problems.append(f"(a) {what}: {outside}")
     fmode, dmode = 0o666 & ~umask, 0o777 & ~umask
     wrong = []
     for rel in created:
