@@ -136,6 +136,15 @@ def path_part(name: object, what: str = "name") -> str:
     return text
 
 
+def path_label(path: str | os.PathLike[str]) -> str:
+    """How a model given by ``path`` is named in tables and output paths: its file or directory
+    name, the resolved one for ``.`` or ``..`` (``ptm evaluate ..`` from inside a run is labelled
+    by that run, never ``..``)."""
+    p = Path(path)
+    name = p.name if p.name not in ("", ".", "..") else p.resolve().name
+    return name or "model"
+
+
 def distinct_parts(names: list[str], what: str = "name") -> list[str]:
     """``names`` each checked by :func:`path_part`, refused when two differ only by case: on a
     case-insensitive file system (macOS, Windows) they would be one directory."""
@@ -421,6 +430,7 @@ __all__ = [
     "normalize_modes",
     "on_write",
     "os_error_message",
+    "path_label",
     "path_part",
     "read_record",
     "record",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import stat
@@ -31,7 +32,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY, W2V, checksums, tiny_checkpoint, write_corpus
 
-from ptmkit import paths, registry
+from ptmkit import outputs, paths, registry
 from ptmkit.cli import COMMANDS, build_parser, main
 from ptmkit.data.sources import base as sources_base
 
@@ -523,7 +524,7 @@ def test_writes_stay_in_the_output_with_the_umasks_modes_and_keep_the_users_file
     if row.writes and not row.refuses:
         assert any(_under(rel, "out") or _under(rel, "home") for rel in created), f"ptm {' '.join(argv)} wrote no output"
     problems = []
-    allowed = ("out", "home") if row.writes else ()  # a refusal, too, may leave only what it keeps for --resume
+    allowed = ("out", "home") if row.writes and not row.refuses else ()  # a refusal writes nothing at all
     outside = [rel for rel in created if not any(_under(rel, top) for top in allowed)]
     if outside:
         what = ("written by a refusal" if row.refuses else "written outside out/ and home/" if row.writes
@@ -551,6 +552,18 @@ def test_writes_stay_in_the_output_with_the_umasks_modes_and_keep_the_users_file
         changed_home = sorted(k for k in set(before) ^ set(after) if _under(k, "home"))
         if changed_home:
             problems.append(f"(a) the cache changed: {changed_home}")
+    if row.writes and not row.refuses:  # (d) every file under ptm's entries was recorded when written
+        for rel in after:
+            if Path(rel).name in (outputs.JOURNAL, outputs.LOCK):
+                problems.append(f"(d) bookkeeping left behind: {rel}")
+            if Path(rel).name != outputs.MARKER:
+                continue
+            m = json.loads((root / rel).read_text())
+            top = Path(rel).parent
+            unrecorded = [f for f in m["foreign"] if (top / f).as_posix() not in before]
+            if "open" in m or unrecorded:
+                problems.append(f"(d) {rel}: {'left open; ' if 'open' in m else ''}written but not recorded: "
+                                f"{unrecorded[:5]}")
     print(f"ptm {' '.join(argv)} created:", *created, sep="\n  ")
     assert not problems, f"ptm {' '.join(argv)}:\n" + "\n".join(problems)
 

@@ -25,7 +25,6 @@ import pytest
 from conftest import TINY, checksums, run_cli, write_corpus
 
 from ptmkit import fileio, outputs
-from ptmkit.commands.evaluate import model_label
 from ptmkit.errors import PtmError
 
 
@@ -69,8 +68,8 @@ def test_ordinary_names_pass_and_case_twins_are_refused():
 def test_a_model_label_is_the_resolved_name_of_dot_and_dot_dot(tmp_path, monkeypatch):
     (tmp_path / "run" / "work").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "run" / "work")
-    assert model_label("..") == "run" and model_label(".") == "work" and model_label("../") == "run"
-    assert model_label("/") == "model"
+    label = fileio.path_label
+    assert label("..") == "run" and label(".") == "work" and label("../") == "run" and label("/") == "model"
 
 
 # ---------------------------------------------------------------------------------- modes

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ptmkit import fileio
 from ptmkit.build import build_encoder, build_model
 from ptmkit.errors import PtmError
 from ptmkit.interop import load_hf
@@ -51,7 +52,7 @@ def load_subject(path: str | Path, label: str | None = None) -> Subject:
     path = Path(path)
     if not path.exists():
         raise PtmError(f"{path} does not exist: give a pre-training run, a checkpoint or an HF model directory")
-    label = label or path.name
+    label = label or fileio.path_label(path)
     if _is_hf_dir(path):
         pre = load_hf(path)
         return Subject(label, pre.backbone, pre.tokenizer, bool(pre.causal), pre.config, pre.model if pre.objective is not None else None,

@@ -51,24 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def model_label(model: str) -> str:
-    """How a model is named in the table and in ``OUT/LABEL/``: its file or directory name, the
-    resolved one for ``.`` or ``..`` (a label is a path part, never a step out of the output)."""
-    p = Path(model)
-    name = p.name if p.name not in ("", ".", "..") else p.resolve().name
-    return name or "model"
-
-
 def run(args: argparse.Namespace) -> int:
     from ptmkit.workflows import evaluate, learning_curve  # the one heavy import, when the command runs
 
     suite = args.suite if args.suite in evaluate.SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
     labels = {}
     for m in args.models:
-        label = model_label(m)
+        label = fileio.path_label(m)
         while label.casefold() in {k.casefold() for k in labels}:  # one directory each, on any file system
             label += "'"
         labels[fileio.path_part(label, "model label")] = m
+    for task in ([] if isinstance(suite, str) else suite):  # each names a directory: refused before OUT is claimed
+        fileio.path_part(task, "task name")
     protocol = evaluate.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs,
                         modes=tuple(args.modes), baseline=not args.no_baseline)
