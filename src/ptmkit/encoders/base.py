@@ -114,6 +114,12 @@ class Encoder(nn.Module):
         if output_attentions or head_mask is not None:
             raise no_heads_error(self.name)
 
+    def visible_matrix_refusal(self) -> str | None:
+        """``None`` when ``forward`` honours per-example ``position_ids [B, T]`` and an explicit
+        ``attn_mask [B, 1, T, T]`` (what K-BERT's soft positions and visible matrix are made of),
+        else why it cannot (said to the user before anything is trained)."""
+        return f"the {self.name} encoder cannot take soft positions and a visible matrix"
+
     def bind_tokenizer(self, tokenizer: Any) -> None:
         """Derive vocabulary-dependent buffers from ``tokenizer`` (default: nothing to do)."""
 

@@ -311,6 +311,12 @@ class TransformerEncoder(Encoder):
         """The embedding layer's output ``[B, T, H]`` (ELECTRA's generator shares it)."""
         return self.embeddings(input_ids, token_type_ids, position_ids)
 
+    def visible_matrix_refusal(self) -> str | None:
+        if self.config.positions != "absolute":
+            return (f"soft positions need absolute position embeddings; this model's positions are "
+                    f"{self.config.positions!r}")
+        return None
+
     def _check_inputs(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None, start: int = 0) -> None:
         check_token_ids(input_ids, self.config.vocab_size)
         T = start + input_ids.shape[1]

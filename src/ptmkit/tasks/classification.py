@@ -40,7 +40,7 @@ from ptmkit.registry import register
 from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
-from ptmkit.tasks.inputs import EncodedInputs, truncate_pair
+from ptmkit.tasks.inputs import EncodedInputs, encoder_inputs, pad_positions, pad_visible, truncate_pair
 from ptmkit.tasks.metrics import classification_metrics
 from ptmkit.train.step import StepOutput, input_tokens
 
@@ -128,8 +128,7 @@ class SequenceClassifier(nn.Module):
 
     def _states(self, batch: dict[str, torch.Tensor]):
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
-            out = self.backbone(batch["input_ids"], attention_mask=batch["attention_mask"],
-                                token_type_ids=batch.get("token_type_ids"), causal=self.causal,
+            out = self.backbone(batch["input_ids"], **encoder_inputs(batch), causal=self.causal,
                                 output_hidden_states=self.mix is not None)
         hidden = self.mix(out.hidden_states) if self.mix is not None else out.last_hidden_state  # [B, T, H]
         return out, hidden
@@ -143,9 +142,7 @@ class SequenceClassifier(nn.Module):
         the representation is the sum of both orders' (:mod:`ptmkit.tasks.gpt_inputs`)."""
         if "swap_input_ids" not in batch:
             return pooled
-        other = {"input_ids": batch["swap_input_ids"], "attention_mask": batch["swap_attention_mask"]}
-        if "swap_token_type_ids" in batch:
-            other["token_type_ids"] = batch["swap_token_type_ids"]
+        other = {"input_ids": batch["swap_input_ids"], **encoder_inputs(batch, prefix="swap_")}
         return pooled + self._pool(other, *self._states(other))
 
     def _pool(self, batch: dict[str, torch.Tensor], out, hidden: torch.Tensor) -> torch.Tensor:
@@ -286,6 +283,10 @@ def collate(
     batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask.astype(np.int64))}
     if with_token_types:
         batch["token_type_ids"] = torch.from_numpy(types)
+    if inputs.positions is not None:
+        batch["position_ids"] = pad_positions(inputs.positions, index, T)
+    if inputs.visible is not None:
+        batch["attn_mask"] = pad_visible(inputs.visible, index, T)
     if inputs.swapped is not None:  # both orders of each pair, scored together
         other = collate(inputs.swapped, index, pad_id, None, with_token_types)
         batch.update({f"swap_{k}": v for k, v in other.items()})
