@@ -22,6 +22,7 @@ output layer is its word embeddings.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from ptmkit.tasks.base import TaskType
 from ptmkit.tasks.batches import ShuffledBatches, by_length
 from ptmkit.tasks.gpt_inputs import GptTokens, encode_gpt, encode_symmetric
 from ptmkit.tasks.inputs import EncodedInputs, encoder_inputs, pad_positions, pad_visible, truncate_pair
+from ptmkit.tasks.kbert import MODES, Injector, Knowledge
 from ptmkit.tasks.metrics import classification_metrics
 from ptmkit.train.step import StepOutput, input_tokens
 
@@ -361,12 +363,34 @@ def write_predictions(path: Path, split: TaskSplit, label_names: list[Any], prob
     atomic_write_text(path, "\n".join(lines) + "\n")
 
 
+@dataclass(frozen=True)
+class ClassificationOptions:
+    """Knowledge injected at fine-tuning time (K-BERT, :mod:`ptmkit.tasks.kbert`), off by default.
+
+    knowledge: a triples file (``head<TAB>relation<TAB>tail``); ``""``: none.
+    knowledge_mode: ``kbert`` (soft positions and the visible matrix) or ``plain`` (the triples'
+        tokens inserted as text, ordinary positions and attention: the paper's ablation).
+    knowledge_branches: the triples injected per mention, at most.
+    """
+
+    knowledge: str = ""
+    knowledge_mode: str = "kbert"
+    knowledge_branches: int = 2
+
+    def __post_init__(self) -> None:
+        if self.knowledge_mode not in MODES:
+            raise PtmError(f"knowledge_mode must be one of {', '.join(MODES)}, got {self.knowledge_mode!r}")
+        if not isinstance(self.knowledge_branches, int) or self.knowledge_branches < 1:
+            raise PtmError(f"knowledge_branches must be an integer >= 1, got {self.knowledge_branches!r}")
+
+
 @register("task_type", "classification")
 class Classification(TaskType):
     """Sentence and sentence-pair classification: a :class:`SequenceClassifier` over the labels of
-    a :class:`~ptmkit.data.tasks.TaskData`."""
+    a :class:`~ptmkit.data.tasks.TaskData`; with ``knowledge=...``, K-BERT's injected triples."""
 
     name = "classification"
+    options_class = ClassificationOptions
     metrics = ("accuracy", "f1", "macro_f1", "loss")
     columns = {"text": "text", "text_pair": None, "label": "label"}
 
@@ -376,10 +400,28 @@ class Classification(TaskType):
         return load_files(train, dev, test, text_column=text, text_pair_column=text_pair, label_column=label, name=name)
 
     def encode(self, split: str) -> EncodedInputs:
+        o = self.options
+        if o.knowledge:
+            if self.cfg.gpt_transform or self.causal:
+                raise PtmError("knowledge injection (K-BERT) frames the input for a bidirectional encoder with "
+                               "[CLS]; a left-to-right model cannot take it: drop knowledge=")
+            data = self.data.split(split)
+            injector = Injector(self._knowledge(), self.tokenizer, o.knowledge_mode, o.knowledge_branches)
+            return injector.encode(data.texts, data.text_pairs, self.cfg.max_seq_len)
         return encode_split(self.data.split(split), self.tokenizer, self.cfg.max_seq_len, self.causal,
                             self.cfg.gpt_transform, self.cfg.symmetric_pairs)
 
+    def _knowledge(self) -> Knowledge:
+        if getattr(self, "_kg", None) is None:
+            self._kg = Knowledge.read(self.options.knowledge)
+        return self._kg
+
     def build(self, backbone: nn.Module) -> nn.Module:
+        if self.options.knowledge and self.options.knowledge_mode == "kbert":
+            refusal = backbone.visible_matrix_refusal()
+            if refusal is not None:
+                raise PtmError(f"knowledge_mode=kbert: {refusal}; use knowledge_mode=plain (the triples as text) "
+                               f"or a Transformer encoder with absolute positions")
         return classifier_on(backbone, self.data.num_labels, self.cfg, self.causal)
 
     def batches(self, encoded_train: EncodedInputs, seed: int) -> ShuffledBatches:
