@@ -399,8 +399,14 @@ class Classification(TaskType):
                    text_pair: str | None = None, label: str = "label") -> TaskData:
         return load_files(train, dev, test, text_column=text, text_pair_column=text_pair, label_column=label, name=name)
 
-    def encode(self, split: str) -> EncodedInputs:
+    @property
+    def knowledge(self) -> ClassificationOptions:
+        """The knowledge options (a subclass with options of its own injects none)."""
         o = self.options
+        return o if isinstance(o, ClassificationOptions) else ClassificationOptions()
+
+    def encode(self, split: str) -> EncodedInputs:
+        o = self.knowledge
         if o.knowledge:
             if self.cfg.gpt_transform or self.causal:
                 raise PtmError("knowledge injection (K-BERT) frames the input for a bidirectional encoder with "
@@ -413,11 +419,11 @@ class Classification(TaskType):
 
     def _knowledge(self) -> Knowledge:
         if getattr(self, "_kg", None) is None:
-            self._kg = Knowledge.read(self.options.knowledge)
+            self._kg = Knowledge.read(self.knowledge.knowledge)
         return self._kg
 
     def build(self, backbone: nn.Module) -> nn.Module:
-        if self.options.knowledge and self.options.knowledge_mode == "kbert":
+        if self.knowledge.knowledge and self.knowledge.knowledge_mode == "kbert":
             refusal = backbone.visible_matrix_refusal()
             if refusal is not None:
                 raise PtmError(f"knowledge_mode=kbert: {refusal}; use knowledge_mode=plain (the triples as text) "
