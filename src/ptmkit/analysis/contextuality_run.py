@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from ptmkit import fileio
 from ptmkit.analysis.contextuality_stream import MIN_COUNT, ContextualityStream, select_words
 from ptmkit.analysis.corpus_text import count_words, sentences
 from ptmkit.analysis.extract import word_states
@@ -63,8 +64,10 @@ def contextuality(subject: Subject, corpus: str | Path, out_dir: Path, static_la
 
 
 def slug(label: str) -> str:
-    """A file-name form of a model label."""
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "model"
+    """A file-name form of a model label (letters, digits, ``-_.``; at most 100 characters),
+    checked as a path part (:func:`ptmkit.fileio.path_part`)."""
+    text = "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-.")[:100] or "model"
+    return fileio.path_part(text, "model label")
 
 
 __all__ = ["check_layers", "contextuality", "num_hidden_states", "slug"]
