@@ -36,6 +36,7 @@ DERIVED_NAMES = {
     "hf_format": ("ptmkit.interop", "formats"),  # every export format some HF family writes
     "hf_model_type": ("ptmkit.interop", "importable"),  # every HF model_type some family imports
     "task": ("ptmkit.data.tasks", "builtin_tasks"),  # the tasks the data recipes declare
+    "static_preset": ("ptmkit.static.presets", "list_static_presets"),  # the bundled static presets
 }
 
 

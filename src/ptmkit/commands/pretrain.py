@@ -68,7 +68,9 @@ Static word vectors (first generation): PRESET may also be a static model ({name
   glove      weighted least squares on log co-occurrences (Pennington et al. 2014)
   svd-ppmi   truncated SVD of the PPMI matrix (Levy, Goldberg & Dagan 2015)
   nnlm       neural probabilistic LM, vectors = its feature matrix C (Bengio et al. 2003)
-or a static preset: word2vec-sg-ns, word2vec-sg-hs, word2vec-cbow-ns, word2vec-cbow-hs (or a YAML
+  transe     knowledge-graph entity embeddings, h + r = t (Bordes et al. 2013)
+  distmult   knowledge-graph entity embeddings, trilinear score (Yang et al. 2015)
+or a static preset: {names:static_preset} (or a YAML
 file with the sections `static: MODEL` and `config:`).  DATA is then text file(s), one sentence per
 line, whitespace-separated words; overrides are the model's config keys without a section (dim=100
 window=5 min_count=5 epochs=5 lowercase=true; word2vec, fasttext: model=skipgram|cbow workers=2
@@ -77,6 +79,11 @@ too; an unknown key is an error that lists the valid ones).  RUN_DIR receives ve
 `ptm vectors` and gensim), vocab.txt and config.json (the config and training statistics).  RUN_DIR
 must be new, empty or hold static vectors from ptm; with --overwrite ptm's earlier vectors there are
 replaced only once the new training succeeded (other files in RUN_DIR are kept).
+
+Knowledge-graph embeddings (transe, distmult, their presets) read triple files instead of text:
+DATA is TRAIN [VALID] TEST, head<TAB>relation<TAB>tail per line (WordNet's: `ptm data get
+wordnet-kg`); the entity vectors go to vectors.bin, the relation vectors to relations.bin, and
+results.json holds the filtered MRR and Hits@1/3/10 on VALID and TEST (docs/knowledge.md).
 """
 
 EPILOG = """\
@@ -97,6 +104,7 @@ examples:
   ptm pretrain word2vec-sg-ns --data corpus.txt -o vec/sgns epochs=10
   ptm pretrain glove --data corpus.txt -o vec/glove window=10 epochs=25
   ptm pretrain fasttext --data corpus.txt -o vec/ft min_n=3 max_n=6 --overwrite
+  ptm pretrain transe-wn18rr --data wn18rr/train.tsv wn18rr/valid.tsv wn18rr/test.tsv -o kge/transe
 """
 
 

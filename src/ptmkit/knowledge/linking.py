@@ -1,0 +1,297 @@
+"""Entity linking: word spans of a text -> candidate entities of a :class:`KnowledgeGraph`.
+
+The linker of knowledge-enhanced PTMs in its simplest, deterministic form (KnowBert's and
+ERNIE-THU's candidate generators are dictionary matches too): at each word, the longest surface
+form that starts there wins ("hot dog" before "hot"), spans are taken left to right without
+overlap (maximal munch), and a span's candidates come in prior order, so the first is the most
+frequent sense.  The last word of a span may be inflected: ``hot dogs``, ``mice``, ``running``
+match ``hot dog``, ``mouse``, ``run`` through the graph's exception lists (WordNet's ``noun.exc``
+...) and then WordNet's ``morphy`` detachment rules (:data:`RULES`, plus the undoubling of a final
+consonant, ``dogged`` -> ``dog``, which morphy leaves to the exception lists); the words before it must
+match exactly (lower-cased), as multi-word lemmas inflect at their head.
+
+It is vectorised for corpora of millions of words: per chunk, the distinct word types are looked
+up once (a Python loop over *types*, cached across chunks), tokens become graph-word ids with one
+``np.unique``, each n-gram length's keys are computed for every position at once (a polynomial
+hash of the word ids, exact up to three words, 64-bit beyond) and found with ``np.searchsorted``
+in that length's sorted surface keys; only the left-to-right choice among overlapping matches is
+sequential, a numba loop.  :func:`link_corpus` streams a text file or a prepared corpus chunk by
+chunk, so memory is bounded by the chunk and the output (four bytes a word).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from ptmkit.data.corpus import Corpus
+from ptmkit.errors import PtmError
+from ptmkit.knowledge.graph import KnowledgeGraph
+from ptmkit.tokenization import Tokenizer
+
+log = logging.getLogger(__name__)
+
+# WordNet's morphy detachment rules (morph.c), noun, verb and adjective suffixes in that order.
+RULES = (
+    ("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"), ("ies", "y"),
+    ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"), ("ing", ""),
+    ("er", ""), ("est", ""), ("er", "e"), ("est", "e"),
+)
+PRIME = np.uint64(1_000_003)  # > any graph vocabulary here, so keys of up to 3 words are exact
+CHUNK_WORDS = 1 << 20
+
+
+def base_forms(word: str, exceptions: dict[str, list[str]]) -> list[str]:
+    """Candidate lemmas of an inflected ``word`` (lower-cased): its exceptions, then each rule's."""
+    out = list(exceptions.get(word, ()))
+    for suffix, ending in RULES:
+        if word.endswith(suffix) and len(word) > len(suffix) + 1:
+            stem = word[: -len(suffix)]
+            bases = [stem + ending]
+            if not ending and len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "aeiouy":
+                bases.append(stem[:-1])  # a doubled final consonant: dogged, running, bigger
+            out.extend(b for b in bases if b not in out)
+    return out
+
+
+@dataclass
+class Links:
+    """Linked spans of one word sequence: ``starts``/``ends`` int64 ``[M]`` (word offsets, end
+    exclusive), ``surfaces`` int64 ``[M]`` (surface ids of the graph)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    surfaces: np.ndarray
+    graph: KnowledgeGraph
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def candidates(self, k: int) -> np.ndarray:
+        """Entity ids of span ``k`` (int32, most frequent sense first)."""
+        return self.graph.candidates(int(self.surfaces[k]))
+
+    def entity_per_word(self, n_words: int) -> np.ndarray:
+        """int32 ``[n_words]``: the first candidate of the span covering each word, ``-1`` elsewhere."""
+        out = np.full(n_words, -1, dtype=np.int32)
+        first = self.graph.first_candidate(self.surfaces)
+        lengths = self.ends - self.starts
+        where = np.repeat(self.starts - np.cumsum(np.concatenate([[0], lengths[:-1]])), lengths) + np.arange(lengths.sum())
+        out[where] = np.repeat(first, lengths)
+        return out
+
+
+@numba.njit(cache=True)
+def _maximal_munch(longest: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """``longest`` int32 [T] (0 = no match at t) -> bool [T]: spans chosen left to right, no overlap."""
+    chosen = np.zeros(longest.shape[0], dtype=np.bool_)
+    t = 0
+    while t < longest.shape[0]:
+        if longest[t] > 0:
+            chosen[t] = True
+            t += longest[t]
+        else:
+            t += 1
+    return chosen
+
+
+class Linker:
+    """A graph's surface forms prepared for matching: its word vocabulary and, per span length
+    ``n``, the sorted keys of its ``n``-word surfaces with their surface ids."""
+
+    def __init__(self, graph: KnowledgeGraph) -> None:
+        self.graph = graph
+        split = [s.split(" ") for s in graph.surfaces]
+        self.vocab: dict[str, int] = {}
+        for words in split:
+            for w in words:
+                self.vocab.setdefault(w, len(self.vocab))
+        if len(self.vocab) >= int(PRIME):
+            raise PtmError(f"the graph's surfaces use {len(self.vocab)} distinct words; linking keys hold at most {int(PRIME) - 1}")
+        self.max_len = max((len(w) for w in split), default=0)
+        self.tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        lengths = np.array([len(w) for w in split], dtype=np.int64)
+        for n in range(1, self.max_len + 1):
+            ids = np.nonzero(lengths == n)[0]
+            if not len(ids):
+                continue
+            words = np.array([[self.vocab[w] for w in split[i]] for i in ids], dtype=np.int64).reshape(-1, n)
+            keys = self._keys(words)
+            order = np.argsort(keys, kind="stable")
+            if len(np.unique(keys)) != len(keys):
+                raise PtmError(f"two {n}-word surface forms of the graph share a linking key; report this graph")
+            self.tables[n] = (keys[order], ids[order])
+        self._types: dict[str, tuple[int, int]] = {}  # word type -> (graph word id, base-form id), -1 = none
+        self.single = set(s for s in graph.surfaces if " " not in s)
+
+    @staticmethod
+    def _keys(words: np.ndarray) -> np.ndarray:
+        """int64 ``[K, n]`` graph-word ids -> uint64 ``[K]`` keys (polynomial in ``PRIME``, wrapping)."""
+        key = np.zeros(len(words), dtype=np.uint64)
+        for j in range(words.shape[1]):
+            key = key * PRIME + (words[:, j].astype(np.uint64) + np.uint64(1))
+        return key
+
+    def _type_ids(self, word: str) -> tuple[int, int]:
+        hit = self._types.get(word)
+        if hit is None:
+            exact = self.vocab.get(word, -1)
+            base = -1
+            if word not in self.single:
+                found = [b for b in base_forms(word, self.graph.exceptions) if b in self.vocab]
+                preferred = [b for b in found if b in self.single]  # a base that is itself a surface
+                base = self.vocab[(preferred or found)[0]] if found else -1
+            hit = self._types[word] = (exact, base)
+        return hit
+
+    def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower-cased words (str array ``[T]``) -> ``(exact, base)`` int64 ``[T]`` graph-word ids."""
+        types, inverse = np.unique(words, return_inverse=True)
+        table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 2)
+        return table[inverse, 0], table[inverse, 1]
+
+    def link_ids(self, exact: np.ndarray, base: np.ndarray, segment: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Spans over graph-word ids ``[T]`` (``segment [T]``: spans never cross a change of it,
+        e.g. a line) -> ``(starts [M], lengths [M], surfaces [M])`` as int64 arrays."""
+        t_len = len(exact)
+        longest = np.zeros(t_len, dtype=np.int32)
+        surface = np.full(t_len, -1, dtype=np.int64)
+        prefix = np.zeros(t_len, dtype=np.uint64)  # key of the exact words t .. t+n-2
+        prefix_ok = np.ones(t_len, dtype=bool)
+        for n in range(1, self.max_len + 1):
+            m = t_len - n + 1
+            if m <= 0:
+                break
+            last = np.arange(n - 1, t_len)
+            ok = prefix_ok[:m]
+            if segment is not None and n > 1:
+                ok = ok & (segment[:m] == segment[n - 1 :])
+            if n in self.tables:
+                keys, ids = self.tables[n]
+                for last_ids in (base[last], exact[last]):  # exact written last, so it wins a tie
+                    valid = ok & (last_ids >= 0)
+                    key = prefix[:m] * PRIME + (last_ids.astype(np.uint64) + np.uint64(1))
+                    pos = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+                    hit = np.nonzero(valid & (keys[pos] == key))[0]
+                    longest[hit] = n  # longer n comes later and overwrites
+                    surface[hit] = ids[pos[hit]]
+            # extend the exact prefix by the word at t+n-1 for the next length
+            prefix = prefix[:m] * PRIME + (np.maximum(exact[last], 0).astype(np.uint64) + np.uint64(1))
+            prefix_ok = prefix_ok[:m] & (exact[last] >= 0)
+            if segment is not None and n > 1:
+                prefix_ok &= segment[:m] == segment[n - 1 :]
+        starts = np.nonzero(_maximal_munch(longest))[0]
+        return starts, longest[starts].astype(np.int64), surface[starts]
+
+    def link(self, words: Iterable[str], segment: np.ndarray | None = None) -> Links:
+        """Link a word sequence (any case); see the module docstring."""
+        arr = np.array([w.lower() for w in words], dtype=str)
+        if not len(arr):
+            empty = np.zeros(0, dtype=np.int64)
+            return Links(empty, empty, empty, self.graph)
+        exact, base = self.word_ids(arr)
+        starts, lengths, surfaces = self.link_ids(exact, base, segment)
+        return Links(starts, starts + lengths, surfaces, self.graph)
+
+
+def link(words: Iterable[str], graph: KnowledgeGraph | Linker) -> Links:
+    """Candidate entities per word span of ``words`` (longest surface first, most frequent sense
+    first); build a :class:`Linker` once and pass it for repeated calls."""
+    linker = graph if isinstance(graph, Linker) else Linker(graph)
+    return linker.link(words)
+
+
+@dataclass
+class CorpusLinks:
+    """``entities``: int32 ``[n_words]``, the most frequent sense of the span covering each word
+    (``-1``: none); ``spans``: spans linked; ``linked_words``: words inside a span; ``warnings``:
+    how many chunks linked nothing (a graph whose surface forms do not fit the text)."""
+
+    entities: np.ndarray
+    spans: int
+    linked_words: int
+    warnings: int
+
+
+def _text_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list[int]]]:
+    """``(words, line lengths)`` of a text file, about ``chunk_words`` words at a time."""
+    words: list[str] = []
+    lengths: list[int] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            parts = line.lower().split()
+            words.extend(parts)
+            lengths.append(len(parts))
+            if len(words) >= chunk_words:
+                yield words, lengths
+                words, lengths = [], []
+    if words:
+        yield words, lengths
+
+
+def _corpus_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list[int]]]:
+    """``(words, sentence lengths in words)`` of a prepared corpus: each word's tokens decoded
+    once per distinct token sequence (a word's ids hashed with ``np.add.reduceat``)."""
+    corpus = Corpus.open(path)
+    if corpus.word_starts is None:
+        raise PtmError(f"{path} was prepared before word starts were recorded; prepare it again with `ptm prepare`")
+    tokenizer = Tokenizer.load(Path(path) / "tokenizer.json")
+    sentences = np.asarray(corpus.sentences)
+    s = 0
+    while s < len(sentences) - 1:
+        e = int(np.searchsorted(sentences, sentences[s] + 4 * chunk_words, side="right")) - 1
+        e = max(e, s + 1)
+        lo, hi = int(sentences[s]), int(sentences[e])
+        ids = np.asarray(corpus.tokens[lo:hi], dtype=np.int64)
+        starts_mask = np.asarray(corpus.word_starts[lo:hi], dtype=bool)
+        bounds = sentences[s : e + 1] - lo
+        starts_mask[bounds[:-1][bounds[:-1] < len(ids)]] = True  # a sentence starts a word
+        word_start = np.nonzero(starts_mask)[0]
+        pos = np.arange(len(ids)) - np.repeat(word_start, np.diff(np.append(word_start, len(ids))))
+        term = (ids.astype(np.uint64) + np.uint64(1)) * (PRIME ** pos.astype(np.uint64))
+        keys = np.add.reduceat(term, word_start) if len(word_start) else np.zeros(0, dtype=np.uint64)
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        ends = np.append(word_start[1:], len(ids))
+        texts = [tokenizer.decode(ids[word_start[i] : ends[i]].tolist()).strip().lower() for i in first]
+        words = [texts[i] for i in inverse]
+        per_sentence = np.diff(np.searchsorted(word_start, bounds)).tolist()
+        yield words, per_sentence
+        s = e
+
+
+def link_corpus(source: str | os.PathLike | Iterable[str], graph: KnowledgeGraph | Linker,
+                chunk_words: int = CHUNK_WORDS) -> CorpusLinks:
+    """Link every word of a text file (whitespace words, spans within a line), a prepared corpus
+    directory (its words decoded; spans within a sentence) or an iterable of lines; returns
+    per-word entity ids aligned with the words.  Memory: one chunk plus four bytes a word."""
+    linker = graph if isinstance(graph, Linker) else Linker(graph)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            chunks = _corpus_chunks(path, chunk_words)
+        elif path.is_file():
+            chunks = _text_chunks(path, chunk_words)
+        else:
+            raise PtmError(f"{path} not found: give a text file or a corpus prepared by `ptm prepare`")
+    else:
+        lines = [str(line).lower().split() for line in source]
+        chunks = iter([([w for ws in lines for w in ws], [len(ws) for ws in lines])])
+    parts, spans, linked, empty = [], 0, 0, 0
+    for words, lengths in chunks:
+        segment = np.repeat(np.arange(len(lengths)), lengths)
+        result = linker.link(words, segment)
+        parts.append(result.entity_per_word(len(words)))
+        spans += len(result)
+        linked += int((result.ends - result.starts).sum())
+        empty += len(result) == 0 and len(words) > 0
+    if empty:
+        log.warning("the knowledge graph's surface forms matched nothing in %d chunk(s) of the text: "
+                    "check that the graph and the text are in the same language and tokenised alike", empty)
+    entities = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+    return CorpusLinks(entities, spans, linked, empty)
