@@ -7,7 +7,8 @@ write (or ``ptm data get wordnet-kg`` writes from WordNet):
   should recognise (synonyms, a hyponym and its hypernym).
 
 Words are matched lowercased; multi-word entries (``hot dog``) are kept as written.  A malformed
-line is an error naming the file and line number.
+line is an error naming the file and line number.  The name ``wordnet`` instead of a file reads
+the ones derived from WordNet 3.0 (:func:`ptmkit.knowledge.lexicons.named_lexicons`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.errors import PtmError
+from ptmkit.knowledge.lexicons import GRAPHS, PAIRS_FILE, SUPERSENSE_FILE, named_lexicons
 
 
-def _lines(path: str | Path, what: str, setting: str) -> list[tuple[int, list[str]]]:
-    path = Path(path)
+def _lines(path: str | Path, what: str, setting: str, derived: str) -> list[tuple[int, list[str]]]:
+    path = named_lexicons(str(path))[derived] if str(path) in GRAPHS else Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -43,7 +45,8 @@ def _lines(path: str | Path, what: str, setting: str) -> list[tuple[int, list[st
 def read_supersenses(path: str | Path) -> tuple[dict[str, set[str]], list[str]]:
     """``(word -> its allowed supersenses, the supersense names sorted)`` from a lexicon file."""
     senses: dict[str, set[str]] = {}
-    for _, (word, sense) in _lines(path, "supersense lexicon (word<TAB>supersense)", "objective.lexicon"):
+    for _, (word, sense) in _lines(path, "supersense lexicon (word<TAB>supersense)", "objective.lexicon",
+                                 SUPERSENSE_FILE):
         senses.setdefault(word.lower(), set()).add(sense)
     return senses, sorted({s for v in senses.values() for s in v})
 
@@ -51,7 +54,7 @@ def read_supersenses(path: str | Path) -> tuple[dict[str, set[str]], list[str]]:
 def read_pairs(path: str | Path) -> tuple[list[str], np.ndarray]:
     """``(words, pairs int64 [P, 2])``: the distinct words (lowercased, sorted) and each related
     pair as indices into them (duplicates dropped)."""
-    rows = [(a.lower(), b.lower()) for _, (a, b) in _lines(path, "word pairs (word<TAB>word)", "objective.pairs")]
+    rows = [(a.lower(), b.lower()) for _, (a, b) in _lines(path, "word pairs (word<TAB>word)", "objective.pairs", PAIRS_FILE)]
     words = sorted({w for pair in rows for w in pair})
     index = {w: i for i, w in enumerate(words)}
     pairs = np.unique(np.array([(index[a], index[b]) for a, b in rows if a != b], dtype=np.int64).reshape(-1, 2),

@@ -23,7 +23,8 @@ simply appended as text.
 
 The knowledge is a mapping ``surface form -> [(relation, tail), ...]`` (:class:`Knowledge`):
 read from a triples file (``head<TAB>relation<TAB>tail``, K-BERT's own format for CN-DBpedia
-and HowNet), or built from WordNet.  Mentions are found word by word, longest match first
+and HowNet), or ``wordnet``: WordNet 3.0's most frequent senses with their hypernyms
+(:func:`ptmkit.knowledge.lexicons.kbert_triples`).  Mentions are found word by word, longest match first
 (multi-word surface forms up to :data:`MAX_NGRAM` words), case-insensitively, with punctuation
 around a word ignored.
 """
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.errors import PtmError
+from ptmkit.knowledge.lexicons import GRAPHS, KBERT_FILE, named_lexicons
 from ptmkit.tasks.inputs import EncodedInputs, truncate_pair
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,7 @@ class Knowledge:
     def read(cls, path: str | Path) -> Knowledge:
         """A triples file: ``head<TAB>relation<TAB>tail`` per line (``#`` comments and blank lines
         skipped); a malformed line is an error naming its line number."""
-        path = Path(path)
+        path = named_lexicons(str(path))[KBERT_FILE] if str(path) in GRAPHS else Path(path)
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
