@@ -34,7 +34,7 @@ RELATION_WORDS = {
     "_substance_holonym": "made of",
 }
 KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE = "kbert.tsv", "supersenses.tsv", "pairs.tsv"
-GRAPHS = {"wordnet": "wordnet-kg"}  # names a knowledge option may give -> the data set holding the graph
+GRAPHS = {"wordnet": ("wordnet-kg", "graph")}  # a knowledge option's names -> (data set, its graph directory)
 
 
 def surface_rows(graph: KnowledgeGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +120,8 @@ def named_lexicons(name: str) -> dict[str, Path]:
     derived on first use into a cache keyed by the BLAKE2b of the graph's files."""
     if name not in GRAPHS:
         raise PtmError(f"no knowledge graph is called {name!r}; give a file, or one of {', '.join(GRAPHS)}")
-    graph_dir = fetch(GRAPHS[name])
+    source, sub = GRAPHS[name]
+    graph_dir = fetch(source) / sub
     h = hashlib.blake2b(digest_size=16)
     for f in (ARRAYS, STRINGS):
         with open(graph_dir / f, "rb") as fh:

@@ -116,7 +116,11 @@ def read_wordnet(deb: Path, work: Path) -> tuple[dict[str, tuple], dict[tuple[st
     root = work / "root"
     root.mkdir(exist_ok=True)
     _run(["dpkg-deb", "-x", str(deb), str(root)], "Debian package wordnet-base (unpacking)")
-    wn = root / "usr/share/wordnet"
+    return read_wordnet_dir(root / "usr/share/wordnet")
+
+
+def read_wordnet_dir(wn: Path) -> tuple[dict[str, tuple], dict[tuple[str, str], list[str]]]:
+    """:func:`read_wordnet` of an unpacked database directory (``data.noun``, ``index.noun`` ...)."""
     synsets: dict[str, tuple] = {}
     senses: dict[tuple[str, str], list[str]] = {}
     for name in POS_FILES.values():
