@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph
 from ptmkit.knowledge.kge import DistMult, TransE, corrupt, train_kge
@@ -18,6 +19,7 @@ from ptmkit.knowledge.ranking import evaluate
 from ptmkit.knowledge.splits import INVERSES, WN18RR_RELATIONS, split_by_pair, wn18rr_split
 from ptmkit.knowledge.triples import KGSplit
 from ptmkit.knowledge.wordnet import POINTERS
+from ptmkit.static.vectors import WordVectors
 
 H = np.array([[0.5, -1.0, 2.0], [0.0, 0.25, -0.5]])
 R = np.array([[1.0, 0.5, -1.5]])
@@ -144,9 +146,6 @@ def test_transe_learns_a_small_graph():
 
 
 def test_pretrain_transe_end_to_end(tmp_path):
-    from ptmkit.cli import main
-    from ptmkit.static.vectors import WordVectors
-
     n = 12
     lines = "".join(f"e{i}\tnext\te{i + 1}\n" for i in range(n - 1))
     (tmp_path / "train.tsv").write_text(lines)

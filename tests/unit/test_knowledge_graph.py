@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph, surface_table
 from ptmkit.knowledge.linking import Linker, base_forms, link, link_corpus
@@ -159,3 +160,15 @@ def test_surface_table_orders_by_count_then_first_seen():
     surfaces, offsets, entities, counts = surface_table([("b", 1, 0.0), ("a", 2, 1.0), ("b", 3, 5.0), ("b", 4, 0.0), ("b", 1, 9.0)])
     assert surfaces == ["a", "b"] and offsets.tolist() == [0, 1, 4]
     assert entities.tolist() == [2, 3, 1, 4] and counts.tolist() == [1.0, 5.0, 0.0, 0.0]
+
+
+def test_link_corpus_reads_a_prepared_corpus_like_its_text(mini_wordnet, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("he ate two hot dogs in new york\nthe mice ran to a dog\nhot\ndog sausage\n" * 20)
+    assert main(["tokenizer", "train", str(text), "--vocab-size", "80", "--min-frequency", "1", "-o", str(tmp_path / "tok.json")]) == 0
+    assert main(["prepare", str(text), "-t", str(tmp_path / "tok.json"), "-o", str(tmp_path / "corpus")]) == 0
+    kg = read_graph(mini_wordnet)
+    from_corpus = link_corpus(tmp_path / "corpus", kg, chunk_words=10)  # words decoded from word pieces, in chunks
+    from_text = link_corpus(text, kg)
+    np.testing.assert_array_equal(from_corpus.entities, from_text.entities)
+    assert from_corpus.spans == from_text.spans == 20 * 7  # hot dogs, new york, mice, dog, hot, dog, sausage
