@@ -89,6 +89,7 @@ def test_filtered_ranking_by_hand():
     got = evaluate(lambda h, r: tails, lambda r, t: heads, np.array([[0, 0, 3]]), known, 1)
     assert got["tail/mean_rank"] == 2 and got["head/mean_rank"] == 1
     assert (got["mrr"], got["hits@1"], got["hits@3"], got["hits@10"]) == (0.75, 0.5, 1.0, 1.0)
+    assert got["per_relation"] == {0: {"mrr": 0.75, "hits@10": 1.0, "queries": 2}}
     # a tie with an unfiltered entity counts half: entity 4 scores like the target
     tied = torch.tensor([[0.1, 0.9, 0.8, 0.5, 0.5]])
     assert evaluate(lambda h, r: tied, lambda r, t: heads, np.array([[0, 0, 3]]), known, 1)["tail/mean_rank"] == 1.5

@@ -108,6 +108,8 @@ def test_linking_multiword_inflected_most_frequent_first(mini_wordnet):
     assert ids.dtype == np.int32 and ids.tolist()[:6] == [-1, kg.entity_id("00004000-n"), kg.entity_id("00004000-n"), -1,
                                                           kg.entity_id("00007000-n"), kg.entity_id("00007000-n")]
     assert link(["hot"], kg).candidates(0).tolist() == [kg.entity_id("00010000-a")]
+    long = link(["dog" * 40, "dog", "sausage" + "s" * 60], kg)  # tokens longer than any graph word are cut, never matched
+    assert long.starts.tolist() == [1] and Linker(kg).width == len("familiaris") + 6
 
 
 def test_base_forms_follow_morphy():

@@ -149,8 +149,10 @@ def corrupt(pos: torch.Tensor, n_entities: int, k: int, g: torch.Generator) -> t
 def rank(model: nn.Module, split: KGSplit, part: str, batch_size: int = 256) -> dict[str, float]:
     """Filtered ranking metrics of ``split``'s ``part`` (``valid`` or ``test``)."""
     model.eval()
-    return evaluate(model.score_tails, model.score_heads, getattr(split, part), split.all_triples,
-                    len(split.relations), batch_size)
+    metrics = evaluate(model.score_tails, model.score_heads, getattr(split, part), split.all_triples,
+                       len(split.relations), batch_size)
+    metrics["per_relation"] = {split.relations[r]: v for r, v in metrics["per_relation"].items()}
+    return metrics
 
 
 def train_kge(split: KGSplit, cfg: KGEConfig | None = None, progress: bool = True, **overrides: Any) -> tuple[nn.Module, dict]:

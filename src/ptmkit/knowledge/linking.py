@@ -16,7 +16,9 @@ up once (a Python loop over *types*, cached across chunks), tokens become graph-
 hash of the word ids, exact up to three words, 64-bit beyond) and found with ``np.searchsorted``
 in that length's sorted surface keys; only the left-to-right choice among overlapping matches is
 sequential, a numba loop.  :func:`link_corpus` streams a text file or a prepared corpus chunk by
-chunk, so memory is bounded by the chunk and the output (four bytes a word).
+chunk, so memory is bounded by the chunk and the output (four bytes a word).  Measured on 2.05M
+words of the Penn Treebank and Brown text: see ``benchmarks/bench_entity_linking.py`` and
+``docs/knowledge.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ RULES = (
     ("er", ""), ("est", ""), ("er", "e"), ("est", "e"),
 )
 PRIME = np.uint64(1_000_003)  # > any graph vocabulary here, so keys of up to 3 words are exact
-CHUNK_WORDS = 1 << 20
+CHUNK_WORDS = 1 << 18  # words per chunk: about 40 MB of fixed-width words with WordNet's width
 
 
 def base_forms(word: str, exceptions: dict[str, list[str]]) -> list[str]:
@@ -129,6 +131,11 @@ class Linker:
             self.tables[n] = (keys[order], ids[order])
         self._types: dict[str, tuple[int, int]] = {}  # word type -> (graph word id, base-form id), -1 = none
         self.single = set(s for s in graph.surfaces if " " not in s)
+        # Words are held in fixed-width arrays of this width: a longer word is cut to it and can
+        # match nothing (a rule strips at most 4 characters and adds at most 2, so no base form of
+        # a word this long is as short as the longest graph word), and one long token cannot
+        # widen the whole chunk's array.
+        self.width = max([len(w) for w in self.vocab] + [len(w) for w in graph.exceptions] + [0]) + 6
 
     @staticmethod
     def _keys(words: np.ndarray) -> np.ndarray:
@@ -140,6 +147,8 @@ class Linker:
 
     def _type_ids(self, word: str) -> tuple[int, int]:
         hit = self._types.get(word)
+        if hit is None and len(word) >= self.width:
+            return -1, -1  # cut to the width: longer than any word a graph word can come from
         if hit is None:
             exact = self.vocab.get(word, -1)
             base = -1
@@ -191,7 +200,7 @@ class Linker:
 
     def link(self, words: Iterable[str], segment: np.ndarray | None = None) -> Links:
         """Link a word sequence (any case); see the module docstring."""
-        arr = np.array([w.lower() for w in words], dtype=str)
+        arr = np.array([w.lower() for w in words], dtype=f"<U{self.width}")
         if not len(arr):
             empty = np.zeros(0, dtype=np.int64)
             return Links(empty, empty, empty, self.graph)

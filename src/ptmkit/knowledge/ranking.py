@@ -6,7 +6,8 @@ train, valid or test) before ranking ``t``; head prediction does the same for ``
 rank is ``1 + #{e: s(e) > s(t)} + #{e != t: s(e) = s(t)} / 2`` (ties count half, so a model
 scoring everything alike ranks a triple in the middle, not first).  Metrics average over head and
 tail predictions of every test triple: ``mrr`` (mean reciprocal rank), ``hits@1/3/10``,
-``mean_rank``, and the same per side (``tail/...``, ``head/...``).
+``mean_rank``, and the same per side (``tail/...``, ``head/...``); ``per_relation`` gives each
+relation's MRR and Hits@10.
 
 Vectorised: a batch of test triples scores all entities at once (``[B, E]``), and the known true
 answers of the batch are found in sorted keys of the known triples (``np.searchsorted`` ranges,
@@ -83,4 +84,15 @@ def evaluate(score_tails: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     tail_r = np.concatenate(tail_ranks) if tail_ranks else np.zeros(0)
     head_r = np.concatenate(head_ranks) if head_ranks else np.zeros(0)
     return {**summarise(np.concatenate([tail_r, head_r])), **summarise(tail_r, "tail/"), **summarise(head_r, "head/"),
-            "triples": int(len(test))}
+            "triples": int(len(test)), "per_relation": per_relation(np.concatenate([tail_r, head_r]),
+                                                                    np.concatenate([test[:, 1], test[:, 1]]), n_relations)}
+
+
+def per_relation(ranks: np.ndarray, relations: np.ndarray, n_relations: int) -> dict[int, dict[str, float]]:
+    """``{relation id: {"mrr", "hits@10", "queries"}}`` over the head and tail queries of each
+    relation present (ranks float ``[Q]``, relations int64 ``[Q]``)."""
+    n = np.bincount(relations, minlength=n_relations)
+    rr = np.bincount(relations, weights=1.0 / ranks, minlength=n_relations)
+    hits = np.bincount(relations, weights=(ranks <= 10).astype(np.float64), minlength=n_relations)
+    return {int(r): {"mrr": float(rr[r] / n[r]), "hits@10": float(hits[r] / n[r]), "queries": int(n[r])}
+            for r in np.nonzero(n)[0]}
