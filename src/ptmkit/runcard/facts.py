@@ -218,7 +218,10 @@ def _vectors(d: Path, card: Card) -> None:
         card.rows["tokenizer"] = f"words (vocab.txt: {vocab:,} words, min_count={config.get('min_count', '?')})"
     stats = config.get("stats") or {}
     for k, v in stats.items():
-        card.budget[k.replace("_", " ")] = number(v)
+        if k.startswith(("valid_", "test_")):  # a knowledge-graph model's link-prediction figures
+            card.metrics[k.replace("_", " ")] = v
+        else:
+            card.budget[k.replace("_", " ")] = number(v)
     for k in ("words_per_second", "train_words_per_s", "seconds"):
         if k in stats:
             card.metrics[k.replace("_", " ")] = stats[k]

@@ -68,7 +68,8 @@ def _flat(results: dict) -> dict:
     """``{"test_mrr": ..., "test_hits@10": ...}``: the headline figures for config.json's stats."""
     out = {f"{part}_{k}": round(v, 4) for part in ("valid", "test") for k, v in (results.get(part) or {}).items()
            if k in ("mrr", "hits@1", "hits@3", "hits@10", "mean_rank")}
-    return {**out, "seconds": results["seconds"], "best_epoch": results.get("best_epoch")}
+    best = {"best_epoch": results["best_epoch"]} if results.get("best_epoch") is not None else {}
+    return {**out, "seconds": results["seconds"], **best}
 
 
 def train_kge_files(model: str, data: list[str], cfg, out=None, progress: bool = True):
