@@ -162,6 +162,11 @@ class Linker:
     def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower-cased words (str array ``[T]``) -> ``(exact, base)`` int64 ``[T]`` graph-word ids."""
         types, inverse = np.unique(words, return_inverse=True)
+        return self.type_ids(types, inverse)
+
+    def type_ids(self, types: Iterable[str], inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct lower-cased words ``[U]`` and each word's index among them ``[T]`` -> ``(exact,
+        base)`` int64 ``[T]`` graph-word ids (the lookups are per distinct word)."""
         table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 2)
         return table[inverse, 0], table[inverse, 1]
 
@@ -201,10 +206,14 @@ class Linker:
     def link(self, words: Iterable[str], segment: np.ndarray | None = None) -> Links:
         """Link a word sequence (any case); see the module docstring."""
         arr = np.array([w.lower() for w in words], dtype=f"<U{self.width}")
-        if not len(arr):
+        return self.link_typed(*np.unique(arr, return_inverse=True), segment)
+
+    def link_typed(self, types: Iterable[str], inverse: np.ndarray, segment: np.ndarray | None = None) -> Links:
+        """Link words given as distinct lower-cased words and each word's index among them."""
+        if not len(inverse):
             empty = np.zeros(0, dtype=np.int64)
             return Links(empty, empty, empty, self.graph)
-        exact, base = self.word_ids(arr)
+        exact, base = self.type_ids(types, inverse)
         starts, lengths, surfaces = self.link_ids(exact, base, segment)
         return Links(starts, starts + lengths, surfaces, self.graph)
 
@@ -229,7 +238,7 @@ class CorpusLinks:
 
 
 def _text_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list[int]]]:
-    """``(words, line lengths)`` of a text file, about ``chunk_words`` words at a time."""
+    """``(words, line lengths)`` of a text file (lower-cased), about ``chunk_words`` words at a time."""
     words: list[str] = []
     lengths: list[int] = []
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -244,9 +253,10 @@ def _text_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list
         yield words, lengths
 
 
-def _corpus_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list[int]]]:
-    """``(words, sentence lengths in words)`` of a prepared corpus: each word's tokens decoded
-    once per distinct token sequence (a word's ids hashed with ``np.add.reduceat``)."""
+def _corpus_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], np.ndarray, np.ndarray]]:
+    """``(distinct words, each word's index among them, sentence lengths in words)`` of a prepared
+    corpus: each distinct token sequence decoded once (a word's ids hashed with ``np.add.reduceat``),
+    no string made per word."""
     corpus = Corpus.open(path)
     if corpus.word_starts is None:
         raise PtmError(f"{path} was prepared before word starts were recorded; prepare it again with `ptm prepare`")
@@ -268,9 +278,7 @@ def _corpus_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], li
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         ends = np.append(word_start[1:], len(ids))
         texts = [tokenizer.decode(ids[word_start[i] : ends[i]].tolist()).strip().lower() for i in first]
-        words = [texts[i] for i in inverse]
-        per_sentence = np.diff(np.searchsorted(word_start, bounds)).tolist()
-        yield words, per_sentence
+        yield texts, inverse, np.diff(np.searchsorted(word_start, bounds))
         s = e
 
 
@@ -280,25 +288,26 @@ def link_corpus(source: str | os.PathLike | Iterable[str], graph: KnowledgeGraph
     directory (its words decoded; spans within a sentence) or an iterable of lines; returns
     per-word entity ids aligned with the words.  Memory: one chunk plus four bytes a word."""
     linker = graph if isinstance(graph, Linker) else Linker(graph)
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_dir():
-            chunks = _corpus_chunks(path, chunk_words)
-        elif path.is_file():
-            chunks = _text_chunks(path, chunk_words)
-        else:
-            raise PtmError(f"{path} not found: give a text file or a corpus prepared by `ptm prepare`")
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        chunks = _corpus_chunks(Path(source), chunk_words)
     else:
-        lines = [str(line).lower().split() for line in source]
-        chunks = iter([([w for ws in lines for w in ws], [len(ws) for ws in lines])])
+        if isinstance(source, (str, os.PathLike)):
+            if not Path(source).is_file():
+                raise PtmError(f"{source} not found: give a text file or a corpus prepared by `ptm prepare`")
+            texts = _text_chunks(Path(source), chunk_words)
+        else:
+            lines = [str(line).lower().split() for line in source]
+            texts = iter([([w for ws in lines for w in ws], [len(ws) for ws in lines])])
+        chunks = (np.unique(np.array(words, dtype=f"<U{linker.width}"), return_inverse=True) + (np.asarray(lengths),)
+                  for words, lengths in texts)
     parts, spans, linked, empty = [], 0, 0, 0
-    for words, lengths in chunks:
+    for types, inverse, lengths in chunks:
         segment = np.repeat(np.arange(len(lengths)), lengths)
-        result = linker.link(words, segment)
-        parts.append(result.entity_per_word(len(words)))
+        result = linker.link_typed(types, inverse, segment)
+        parts.append(result.entity_per_word(len(inverse)))
         spans += len(result)
         linked += int((result.ends - result.starts).sum())
-        empty += len(result) == 0 and len(words) > 0
+        empty += len(result) == 0 and len(inverse) > 0
     if empty:
         log.warning("the knowledge graph's surface forms matched nothing in %d chunk(s) of the text: "
                     "check that the graph and the text are in the same language and tokenised alike", empty)

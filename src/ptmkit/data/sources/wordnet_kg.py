@@ -16,6 +16,8 @@ Outputs (``$PTMKIT_HOME/data/wordnet-kg/``):
   label (``dog.n.01``) and supersense of each entity of the split;
 - ``wn18rr-triple/``: the same, split triple by triple as WN18RR was (a symmetric relation's
   reverse may be in training), for comparison with the published figures;
+- ``wn18/``: WN18's 18 relations, inverses included, split triple by triple as WN18 was (the
+  leaky benchmark TransE's paper reported on);
 - ``stats.json``: sizes of the graph and of the split, per relation.
 """
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from ptmkit.data.sources.base import Package, Source, _run, fetch
 from ptmkit.knowledge.graph import KnowledgeGraph
-from ptmkit.knowledge.splits import MIN_TRIPLES, SEED, wn18rr_split
+from ptmkit.knowledge.splits import MIN_TRIPLES, SEED, WN18_RELATIONS, WN18RR_RELATIONS, wn18rr_split
 from ptmkit.knowledge.triples import KGSplit, triples_text
 from ptmkit.knowledge.wordnet import read_graph
 from ptmkit.registry import register
@@ -47,7 +49,9 @@ def load_wordnet_graph() -> KnowledgeGraph:
     return KnowledgeGraph.load(fetch("wordnet-kg") / "graph")
 
 
-SPLITS = {"wn18rr": "pair", "wn18rr-triple": "triple"}  # directory -> split_by_pair's ``by``
+# directory -> (relations, split_by_pair's ``by``)
+SPLITS = {"wn18rr": (WN18RR_RELATIONS, "pair"), "wn18rr-triple": (WN18RR_RELATIONS, "triple"),
+          "wn18": (WN18_RELATIONS, "triple")}
 
 
 def write_split(graph: KnowledgeGraph, split: KGSplit, out: Path) -> dict:
@@ -81,7 +85,7 @@ class WordNetKG(Source):
                       "surfaces": len(graph.surfaces), "candidates": len(graph.surface_entities),
                       "supersenses": len(graph.supersense_names)},
         }
-        for name, by in SPLITS.items():
-            stats[name] = write_split(graph, wn18rr_split(graph, by=by), out / name)
+        for name, (relations, by) in SPLITS.items():
+            stats[name] = write_split(graph, wn18rr_split(graph, relations=relations, by=by), out / name)
             stats[name]["split_by"] = by
         (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
