@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from ptmkit import registry
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph
@@ -165,3 +166,6 @@ def test_pretrain_transe_end_to_end(tmp_path):
     assert main(["pretrain", "distmult", "--data", str(tmp_path / "train.tsv"), str(tmp_path / "unseen.tsv"), "-o",
                  str(tmp_path / "bad"), "epochs=1"]) == 2
     assert not (tmp_path / "bad").exists()
+    (tmp_path / "spaced.tsv").write_text("New York\tin\tUSA\n")
+    with pytest.raises(PtmError, match="'New York' holds whitespace.*'New_York'"):
+        registry.get("static", "transe").train([str(tmp_path / "spaced.tsv")], {"epochs": 1})

@@ -79,6 +79,10 @@ def train_kge_files(model: str, data: list[str], cfg, out=None, progress: bool =
     out_dir = check_out_dir(out)
     paths = [Path(p) for p in data]
     split = read_split(paths[0], paths[1] if len(paths) == 3 else None, paths[-1] if len(paths) > 1 else None)
+    spaced = next((n for n in [*split.entities, *split.relations] if any(c.isspace() for c in n)), None)
+    if spaced is not None:  # before training: a vectors file names its rows by whitespace-free words
+        raise PtmError(f"{paths[0]}: the name {spaced!r} holds whitespace, which a vectors file cannot store; "
+                       f"write it with underscores ({'_'.join(spaced.split())!r}) in the triple files")
     unseen = split.unseen_entities("test")
     if len(unseen):
         raise PtmError(f"{paths[-1]}: {len(unseen)} test entities (the first: {split.entities[int(unseen[0])]!r}) are "
