@@ -100,15 +100,18 @@ def hypernym_pairs(graph: KnowledgeGraph, texts: list[str], rng: np.random.Gener
         for p in ("n", "v"):  # draw per part of speech, redraw the few that hit an ancestor
             pool = np.nonzero((part_of == k) & (pos_of == p))[0]
             todo = np.nonzero(pos_of[heads] == p)[0]
-            while len(todo):
+            for _ in range(100):  # a head whose part holds nothing but its ancestors gets none
+                if not len(todo):
+                    break
                 rand_tails[todo] = pool[rng.integers(0, len(pool), len(todo))]
                 bad_key = heads[todo] * n + rand_tails[todo]
                 hit = np.searchsorted(ancestor_keys, bad_key)
                 bad = (rand_tails[todo] == heads[todo]) | (ancestor_keys[np.minimum(hit, len(ancestor_keys) - 1)] == bad_key)
                 todo = todo[bad]
+            rand_tails[todo] = -1
         rows = [(int(a), int(b), 1, "hypernym", int(d)) for a, b, d in pos]
         rows += [(int(a), int(b), 0, "reversed", -int(d)) for a, b, d in reversed_]
-        rows += [(int(a), int(b), 0, "random", 0) for a, b in zip(heads, rand_tails)]
+        rows += [(int(a), int(b), 0, "random", 0) for a, b in zip(heads, rand_tails) if b >= 0]
         out[part] = [{"text": texts[a], "text_pair": texts[b], "label": y, "kind": kind, "depth": d,
                       "synsets": [graph.entities[a], graph.entities[b]]} for a, b, y, kind, d in
                      (rows[i] for i in rng.permutation(len(rows)))]
