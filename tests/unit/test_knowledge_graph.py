@@ -131,6 +131,7 @@ def test_link_corpus_streams_and_respects_lines(mini_wordnet, tmp_path, caplog):
     assert got.entities[:6].tolist() == [-1, -1, -1, hot, dog, -1]
     assert got.entities[-4:].tolist() == [-1, kg.entity_id("00007000-n"), kg.entity_id("00007000-n"), kg.entity_id("00005000-n")]
     assert got.warnings == 0
+    np.testing.assert_array_equal(np.load(got.save(tmp_path / "links.npy")), got.entities)
     caplog.set_level("WARNING")
     none = link_corpus(["le chat noir"], linker)
     assert none.warnings == 1 and "matched nothing" in caplog.text and (none.entities == -1).all()

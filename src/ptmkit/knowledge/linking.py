@@ -23,6 +23,7 @@ words of the Penn Treebank and Brown text: see ``benchmarks/bench_entity_linking
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from ptmkit import fileio
 from ptmkit.data.corpus import Corpus
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph
@@ -235,6 +237,12 @@ class CorpusLinks:
     spans: int
     linked_words: int
     warnings: int
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``entities`` as a ``.npy`` file (atomically, through :mod:`ptmkit.fileio`)."""
+        buf = io.BytesIO()
+        np.save(buf, self.entities, allow_pickle=False)
+        return fileio.atomic_write_bytes(path, buf.getvalue())
 
 
 def _text_chunks(path: Path, chunk_words: int) -> Iterator[tuple[list[str], list[int]]]:
