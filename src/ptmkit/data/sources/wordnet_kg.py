@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source, _run, fetch
+from ptmkit.fileio import atomic_write_text
 from ptmkit.knowledge.graph import KnowledgeGraph
 from ptmkit.knowledge.splits import MIN_TRIPLES, SEED, WN18_RELATIONS, WN18RR_RELATIONS, wn18rr_split
 from ptmkit.knowledge.triples import KGSplit, triples_text
@@ -58,10 +59,10 @@ def write_split(graph: KnowledgeGraph, split: KGSplit, out: Path) -> dict:
     """``train/valid/test.tsv`` and ``entities.tsv`` of ``split`` into ``out``; returns its sizes."""
     out.mkdir()
     for part in ("train", "valid", "test"):
-        (out / f"{part}.tsv").write_text(triples_text(getattr(split, part), split.entities, split.relations), encoding="utf-8")
+        atomic_write_text(out / f"{part}.tsv", triples_text(getattr(split, part), split.entities, split.relations))
     index = {e: i for i, e in enumerate(graph.entities)}
     rows = [(e, graph.labels[index[e]], graph.supersense_names[graph.supersense[index[e]]]) for e in split.entities]
-    (out / "entities.tsv").write_text("".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows), encoding="utf-8")
+    atomic_write_text(out / "entities.tsv", "".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows))
     per_relation = {part: dict(zip(split.relations, np.bincount(getattr(split, part)[:, 1],
                                                                 minlength=len(split.relations)).tolist()))
                     for part in ("train", "valid", "test")}
@@ -88,4 +89,4 @@ class WordNetKG(Source):
         for name, (relations, by) in SPLITS.items():
             stats[name] = write_split(graph, wn18rr_split(graph, relations=relations, by=by), out / name)
             stats[name]["split_by"] = by
-        (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        atomic_write_text(out / "stats.json", json.dumps(stats, indent=2) + "\n")

@@ -34,6 +34,7 @@ import numpy as np
 
 from ptmkit.data.sources.base import Package, Source
 from ptmkit.data.sources.wordnet_wsd import instances, read_wordnet
+from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 
 SEED = 2019  # Pilehvar & Camacho-Collados (2019)
@@ -100,7 +101,7 @@ def write_parts(parts: dict[str, list[dict]], out: Path, stats: dict) -> None:
         with open(out / f"{part}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         stats["parts"][part] = part_stats(rows)
-    (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    atomic_write_text(out / "stats.json", json.dumps(stats, indent=2) + "\n")
 
 
 @register("source", "wordnet-wic")
