@@ -91,7 +91,7 @@ def test_init_from_cli_and_refusals(stage1, capsys):
     assert main(["pretrain", "awd-lstm-tiny", "--init-from", str(run), "--data", str(text), "-o", str(root / "cli2"),
                  "train.max_steps=2"]) == 0
     assert "weights, tokenizer and config from" in capsys.readouterr().out
-    with pytest.raises(PtmError, match="encoder 'lstm' with objective 'bilm'"):
+    with pytest.raises(PtmError, match=r"encoder 'lstm' \(objective 'bilm'\)"):
         pretrain("elmo-tiny", text, root / "bad1", init_from=run, verbose=False)
     with pytest.raises(PtmError, match="change the model's shape"):
         pretrain("awd-lstm-tiny", text, root / "bad3", ["model.hidden_size=32"], init_from=run, verbose=False)

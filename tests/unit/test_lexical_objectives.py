@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import TINY, run_cli, write_corpus
+from safetensors.torch import load_file
 
 from ptmkit.objectives.lexicon import read_pairs, read_supersenses, token_words
 from ptmkit.objectives.libert import pair_inputs
 from ptmkit.objectives.sensebert import allowed_table, sense_loss
 from ptmkit.tokenization import Tokenizer
+from ptmkit.train.trainer import TrainerCallback
+from ptmkit.workflows.pretrain import pretrain
 
 LEXICON = "the\tnoun.artifact\ncat\tnoun.animal\ndog\tnoun.animal\ndog\tnoun.person\nran\tverb.motion\n" \
           "sat\tverb.contact\nhouse\tnoun.artifact\nhouse\tverb.contact\nred\tadj.all\n"
@@ -92,8 +95,6 @@ def test_pretrain_and_resume_exactly(files, tmp_path, capsys, preset, extra, met
     assert run_cli([*base, "-o", half, *settings, "train.max_steps=2"], capsys)[0] == 0
     rc, err = run_cli([*base, "-o", half, "--resume", *settings, "train.max_steps=4"], capsys)
     assert rc == 0, err
-    from safetensors.torch import load_file
-
     a = load_file(str(run / "checkpoints" / "step-0000004" / "model.safetensors"))
     b = load_file(str(half / "checkpoints" / "step-0000004" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -114,3 +115,29 @@ def test_bad_lexicons_are_refused_in_one_line(files, tmp_path, capsys):
         rc, err = run_cli(["pretrain", preset, "--data", corpus, "-o", tmp_path / "o", *SMALL, "train.max_steps=2",
                            setting], capsys)
         assert rc == 2 and fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_another_objective_continues_an_mlm_run(files, tmp_path, capsys):
+    """``--init-from`` an MLM run with SenseBERT: the encoder and the MLM head are the run's, the
+    supersense head starts fresh; an encoder of another kind is still refused."""
+    root, corpus, _ = files
+    mlm = tmp_path / "mlm"
+    rc, err = run_cli(["pretrain", "bert-tiny", "--data", corpus, "-o", mlm, *SMALL, "train.max_steps=2"], capsys)
+    assert rc == 0, err
+
+    class Start(TrainerCallback):
+        def on_fit_start(self, trainer) -> None:
+            self.state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+    start = Start()
+    run = pretrain("sensebert-tiny", corpus, tmp_path / "sense", [f"objective.lexicon={root}/lexicon.tsv",
+                   "train.max_steps=2"], init_from=mlm, callbacks=[start], verbose=False)
+    source = load_file(str(mlm / "checkpoints" / "step-0000002" / "model.safetensors"))
+    shared = [k for k in source if k.startswith("backbone.") or k.startswith("objective.")]
+    assert shared and all(torch.equal(start.state[k], source[k]) for k in shared if k in start.state)
+    assert any(k.startswith("objective.sense_head.") for k in start.state)
+    assert not any(k.startswith("objective.sense_head.") for k in source)
+    config = json.loads((run / "config.json").read_text())
+    assert config["objective"]["name"] == "sensebert" and config["model"] == json.loads((mlm / "config.json").read_text())["model"]
+    with pytest.raises(Exception, match=r"encoder 'transformer' \(objective 'mlm'\)"):
+        pretrain("elmo-tiny", corpus, tmp_path / "bad", init_from=mlm, verbose=False)

@@ -349,6 +349,22 @@ def load_submodule_weights(module: nn.Module, ck: Path, prefix: str) -> None:
         )
 
 
+def load_fitting_weights(module: nn.Module, ck: Path, prefix: str) -> tuple[list[str], list[str]]:
+    """Load the tensors of checkpoint ``ck`` under ``prefix`` that ``module`` has with the same
+    shape; the others keep their fresh values.  Returns ``(loaded, fresh)`` names of ``module``'s
+    state: a new objective's heads start where the old objective had the same head (SenseBERT's
+    MLM head from an MLM run) and fresh where it had none."""
+    f = _consolidated(Path(ck)) / MODEL_FILE
+    check_safetensors(f)
+    own = module.state_dict()
+    with safe_open(str(f), framework="pt") as handle:
+        state = {k[len(prefix):]: handle.get_tensor(k) for k in handle.keys() if k.startswith(prefix)}
+    fits = {k: v for k, v in state.items() if k in own and tuple(own[k].shape) == tuple(v.shape)}
+    if fits:
+        load_state(module, fits, f, strict=False)
+    return sorted(fits), sorted(k for k in own if k not in fits)
+
+
 def load_trainer_state(ck: Path) -> dict[str, Any]:
     f = Path(ck) / STATE_FILE
     if not f.is_file() or f.stat().st_size == 0:

@@ -64,7 +64,10 @@ def pretrain(
     init_from: continued pre-training (ULMFiT's second stage: the LM fine-tuned on target-task
     text): the weights (encoder and objective heads), tokenizer and config of this run or
     checkpoint, with ``overrides`` applied; a fresh optimizer and schedule.  ``preset_or_config``
-    must describe the same model (same encoder and objective, same parameter shapes); ``data`` is
+    must describe the same encoder (same parameter shapes); when it names another objective
+    (SenseBERT continuing an MLM run, ERNIE continuing an imported BERT), that objective's section
+    is the preset's, the encoder's weights are the run's, and each head tensor the run has with the
+    same name and shape is carried over (the rest start fresh); ``data`` is
     prepared with the run's tokenizer (text), or must have been (a prepared corpus).
 
     A static model or static preset (``word2vec``, ``glove``, ``word2vec-cbow-hs``, ...; see
@@ -178,12 +181,14 @@ class ContinuedStart:
     checkpoint: Path
     tokenizer: Any
     raw: dict[str, Any]
+    switched_from: str | None = None  # the source run's objective when the new run trains another one
 
 
 def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: str | Path, overrides: Sequence[str]) -> ContinuedStart:
     """Read the run (or checkpoint) ``init_from``; its config with ``overrides`` applied is the new
-    run's config.  ``preset_or_config`` must name the same encoder and objective (an error
-    otherwise); where its model keys differ from the run's (a run trained with size overrides),
+    run's config.  ``preset_or_config`` must name the same encoder (an error otherwise); another
+    objective replaces the run's objective section (its heads are checked by name and shape when
+    the weights load); where its model keys differ from the run's (a run trained with size overrides),
     the run's are kept and a note says so.  Overrides that would change a parameter's shape are
     refused: the weights would not fit."""
     ck = ckpt.resolve_checkpoint(init_from)
@@ -199,14 +204,15 @@ def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: st
     def names(cfg: dict[str, Any]) -> tuple[str, str]:
         return str((cfg.get("model") or {}).get("encoder", "transformer")), str((cfg.get("objective") or {}).get("name"))
 
-    if names(preset) != names(stored):
-        (e1, o1), (e2, o2) = names(stored), names(preset)
+    (e1, o1), (e2, o2) = names(stored), names(preset)
+    if e1 != e2:
         raise PtmError(
-            f"--init-from {init_from}: that run trained encoder {e1!r} with objective {o1!r}, but {name} describes "
-            f"encoder {e2!r} with objective {o2!r}; give the preset the run was trained with"
+            f"--init-from {init_from}: that run trained encoder {e1!r} (objective {o1!r}), but {name} describes "
+            f"encoder {e2!r} (objective {o2!r}); give a preset of the run's encoder"
         )
     base = {k: v for k, v in stored.items() if k in ("model", "objective", "tokenizer", "train")}
-    raw = apply_overrides(base, overrides)
+    switched = o1 != o2  # another objective on the same encoder: the preset's objective section
+    raw = apply_overrides({**base, "objective": copy.deepcopy(preset["objective"])} if switched else base, overrides)
     pin = [f"model.vocab_size={stored['model']['vocab_size']}"]
 
     def shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -215,6 +221,8 @@ def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: st
         return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
     before, after = shapes(base), shapes(raw)
+    if switched:  # the new objective's heads are its own; the encoder must fit
+        before, after = ({k: v for k, v in d.items() if k.startswith("backbone.")} for d in (before, after))
     if before != after:
         diff = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         shown = "; ".join(f"{k}: {before.get(k)} in the run, {after.get(k)} now" for k in diff[:3])
@@ -226,7 +234,9 @@ def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: st
                     if k != "vocab_size" and k in raw["model"] and raw["model"][k] != v)
     if differ:
         log.info("--init-from: the run's model settings differ from %s in %s; the run's are used", name, ", ".join(differ))
-    return ContinuedStart(ck, tokenizer, raw)
+    if switched:
+        log.info("--init-from: objective %r continues the encoder of a run trained with %r", o2, o1)
+    return ContinuedStart(ck, tokenizer, raw, o1 if switched else None)
 
 
 # -- data -----------------------------------------------------------------------------------------------
@@ -310,7 +320,14 @@ def _initial_weights(model, source: ContinuedStart | None, corpus, train_spans, 
                      verbose: bool) -> None:
     """Step 0: every weight of the source run (continued pre-training), or fresh weights plus
     :func:`init_from_corpus`."""
-    if source is not None:
+    if source is not None and source.switched_from is not None:
+        ckpt.load_submodule_weights(model.backbone, source.checkpoint, "backbone.")
+        kept, fresh = ckpt.load_fitting_weights(model.objective, source.checkpoint, "objective.")
+        model.objective.init_from_corpus(corpus, train_spans)  # its new parts' data-dependent start
+        if verbose:
+            print(f"  encoder, tokenizer and config from {source.checkpoint} (trained with {source.switched_from!r}); "
+                  f"objective heads: {len(kept)} tensors carried over, {len(fresh)} fresh", flush=True)
+    elif source is not None:
         ckpt.load_model_weights(model, source.checkpoint)
         if verbose:
             print(f"  weights, tokenizer and config from {source.checkpoint}", flush=True)
