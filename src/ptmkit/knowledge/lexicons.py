@@ -6,12 +6,14 @@
 * :func:`supersense_lexicon`: ``word<TAB>supersense`` rows for SenseBERT
   (``objective.lexicon=FILE``): every supersense of every sense a surface form may take;
 * :func:`related_pairs`: ``word<TAB>word`` rows for LIBERT (``objective.pairs=FILE``): synonyms
-  (two surface forms of one entity) and hyponym–hypernym pairs.
+  (two surface forms of one entity) and hyponym–hypernym pairs;
+* :func:`entity_alignment`: ``surface<TAB>entity`` rows for ERNIE (Tsinghua)
+  (``objective.alignment=FILE``): each surface form's most frequent sense.
 
 :func:`write_lexicons` writes all three; :func:`named_lexicons` gives them for a named graph
 (``wordnet``: the ``wordnet-kg`` data set), derived once into a cache keyed by the graph's content
-(``$PTMKIT_HOME/cache/knowledge/KEY``), so ``knowledge=wordnet``, ``objective.lexicon=wordnet``
-and ``objective.pairs=wordnet`` need no file of the user's.  Everything is computed on the graph's
+(``$PTMKIT_HOME/cache/knowledge/KEY``), so ``knowledge=wordnet``, ``objective.lexicon=wordnet``,
+``objective.pairs=wordnet`` and ``objective.alignment=wordnet`` need no file of the user's.  Everything is computed on the graph's
 arrays; the only loops are over output rows.
 """
 
@@ -33,7 +35,7 @@ RELATION_WORDS = {
     "_hypernym": "is a", "_instance_hypernym": "is a", "_part_of": "part of", "_member_holonym": "member of",
     "_substance_holonym": "made of",
 }
-KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE = "kbert.tsv", "supersenses.tsv", "pairs.tsv"
+KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE, ALIGNMENT_FILE = "kbert.tsv", "supersenses.tsv", "pairs.tsv", "alignment.tsv"
 GRAPHS = {"wordnet": ("wordnet-kg", "graph")}  # a knowledge option's names -> (data set, its graph directory)
 
 
@@ -104,19 +106,26 @@ def related_pairs(graph: KnowledgeGraph, hypernym: tuple[str, ...] = ("_hypernym
     return sorted(out)
 
 
+def entity_alignment(graph: KnowledgeGraph) -> list[tuple[str, str]]:
+    """``(surface, entity name)`` rows, each surface form with its most frequent sense: the
+    word-to-entity alignment ERNIE (Tsinghua) reads (``objective.alignment=FILE``)."""
+    first = graph.first_candidate(np.arange(len(graph.surfaces)))
+    return [(graph.surfaces[s], graph.entities[e]) for s, e in enumerate(first.tolist()) if e >= 0]
+
+
 def write_lexicons(graph: KnowledgeGraph, out: str | os.PathLike) -> dict[str, int]:
-    """Write :data:`KBERT_FILE`, :data:`SUPERSENSE_FILE` and :data:`PAIRS_FILE` into ``out``;
-    returns their row counts."""
+    """Write :data:`KBERT_FILE`, :data:`SUPERSENSE_FILE`, :data:`PAIRS_FILE` and
+    :data:`ALIGNMENT_FILE` into ``out``; returns their row counts."""
     out = Path(out)
     tables = {KBERT_FILE: kbert_triples(graph), SUPERSENSE_FILE: supersense_lexicon(graph),
-              PAIRS_FILE: related_pairs(graph)}
+              PAIRS_FILE: related_pairs(graph), ALIGNMENT_FILE: entity_alignment(graph)}
     for name, rows in tables.items():
         fileio.atomic_write_text(out / name, "".join("\t".join(r) + "\n" for r in rows))
     return {name: len(rows) for name, rows in tables.items()}
 
 
 def named_lexicons(name: str) -> dict[str, Path]:
-    """The three files for the graph called ``name`` (a key of :data:`GRAPHS`), fetched and
+    """The derived files for the graph called ``name`` (a key of :data:`GRAPHS`), fetched and
     derived on first use into a cache keyed by the BLAKE2b of the graph's files."""
     if name not in GRAPHS:
         raise PtmError(f"no knowledge graph is called {name!r}; give a file, or one of {', '.join(GRAPHS)}")
@@ -128,12 +137,12 @@ def named_lexicons(name: str) -> dict[str, Path]:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     root = paths.home() / "cache" / "knowledge" / f"{name}-{h.hexdigest()}"
-    files = {n: root / n for n in (KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE)}
+    files = {n: root / n for n in (KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE, ALIGNMENT_FILE)}
     if not all(f.is_file() for f in files.values()):
         with fileio.atomic_dir(root, durable=False) as tmp:  # a cache: rebuilt if lost
             write_lexicons(KnowledgeGraph.load(graph_dir), tmp)
     return files
 
 
-__all__ = ["GRAPHS", "KBERT_FILE", "PAIRS_FILE", "RELATION_WORDS", "SUPERSENSE_FILE", "entity_words", "kbert_triples", "named_lexicons",
-           "related_pairs", "supersense_lexicon", "write_lexicons"]
+__all__ = ["ALIGNMENT_FILE", "GRAPHS", "KBERT_FILE", "PAIRS_FILE", "RELATION_WORDS", "SUPERSENSE_FILE", "entity_alignment",
+           "entity_words", "kbert_triples", "named_lexicons", "related_pairs", "supersense_lexicon", "write_lexicons"]

@@ -4,7 +4,9 @@ write (or ``ptm data get wordnet-kg`` writes from WordNet):
 * a **supersense lexicon** (SenseBERT): ``word<TAB>supersense`` per line, one line per sense a
   word may take (``dog<TAB>noun.animal``, ``dog<TAB>noun.person``, ``run<TAB>verb.motion``);
 * **related word pairs** (LIBERT): ``word<TAB>word`` per line, each a lexical relation the model
-  should recognise (synonyms, a hyponym and its hypernym).
+  should recognise (synonyms, a hyponym and its hypernym);
+* a **word-to-entity alignment** (ERNIE, Tsinghua): ``word<TAB>entity`` per line, the entity
+  (a row name of an entity vectors file) a word stands for.
 
 Words are matched lowercased; multi-word entries (``hot dog``) are kept as written.  A malformed
 line is an error naming the file and line number.  The name ``wordnet`` instead of a file reads
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.errors import PtmError
-from ptmkit.knowledge.lexicons import GRAPHS, PAIRS_FILE, SUPERSENSE_FILE, named_lexicons
+from ptmkit.knowledge.lexicons import ALIGNMENT_FILE, GRAPHS, PAIRS_FILE, SUPERSENSE_FILE, named_lexicons
 
 
 def _lines(path: str | Path, what: str, setting: str, derived: str) -> list[tuple[int, list[str]]]:
@@ -64,6 +66,15 @@ def read_pairs(path: str | Path) -> tuple[list[str], np.ndarray]:
     return words, pairs
 
 
+def read_alignment(path: str | Path) -> dict[str, str]:
+    """``word (lowercased) -> entity name`` from an alignment file; the first line of a word wins."""
+    out: dict[str, str] = {}
+    for _, (word, entity) in _lines(path, "word-to-entity alignment (word<TAB>entity)", "objective.alignment",
+                                   ALIGNMENT_FILE):
+        out.setdefault(word.lower(), entity)
+    return out
+
+
 def token_words(tokenizer, vocab_size: int) -> list[str | None]:
     """The word each vocabulary entry spells (lowercased), or ``None`` for a special token, a
     word piece that continues a word (``##s``) or an entry the tokenizer cannot name."""
@@ -80,4 +91,4 @@ def token_words(tokenizer, vocab_size: int) -> list[str | None]:
     return out
 
 
-__all__ = ["read_pairs", "read_supersenses", "token_words"]
+__all__ = ["read_alignment", "read_pairs", "read_supersenses", "token_words"]
