@@ -167,3 +167,36 @@ def test_bad_comparisons_fail_before_training(corpus_dir):
                 common=TINY, progress=False)
     with pytest.raises(PtmError, match="not found"):
         compare([Contender("a", "bert-tiny")], [corpus_dir / "missing.txt"], corpus_dir / "o3", Budget(flops=1e9))
+
+
+def test_compare_continuing_one_run(corpus_dir, monkeypatch):
+    """``init_from``: every contender continues the same run (its tokenizer and encoder), another
+    objective included, and the baseline row is that run fine-tuned as it is."""
+    from ptmkit.train.checkpoint import latest_checkpoint
+    from ptmkit.workflows.pretrain import pretrain
+
+    rng = np.random.default_rng(1)
+
+    def split(n):
+        y = rng.integers(0, 2, n)
+        return TaskSplit([("good fun " if v else "bad dull ") + "film plot" for v in y], y)
+
+    data = TaskData("toy", [0, 1], split(24), split(12), split(12))
+    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: data)
+    start = pretrain("bert-tiny", corpus_dir / "text.txt", corpus_dir / "start",
+                     [*TINY, "objective.nsp=false", "train.max_steps=2"], verbose=False)
+    (corpus_dir / "pairs.tsv").write_text("good\tfun\nbad\tdull\nfilm\tstory\nactor\tscene\n")
+    contenders = [parse_contender("mlm=bert-tiny"), parse_contender(f"libert=libert-tiny:objective.pairs={corpus_dir}/pairs.tsv")]
+    protocol = Protocol(train_size=16, eval_size=12, seeds=(1,), lrs=(1e-3,), epochs=1, modes=("finetune",))
+    out = corpus_dir / "cmp"
+    result = compare(contenders, [corpus_dir / "text.txt"], out, Budget(flops=6e7), ("toy",), protocol,
+                     common=["train.log_every=1"], progress=False, init_from=start)
+    source = (latest_checkpoint(start) / "tokenizer.json").read_text()
+    for c in contenders:
+        ck = latest_checkpoint(out / "runs" / c.label)
+        assert (ck / "tokenizer.json").read_text() == source
+        config = json.loads((ck / "config.json").read_text())
+        assert config["model"] == json.loads((start / "config.json").read_text())["model"]
+    assert result["contenders"]["libert"]["flops_per_step"] > result["contenders"]["mlm"]["flops_per_step"]
+    assert {s["model"] for s in result["scores"]} == {"start", "mlm", "libert"}
+    assert "| start | start |" in (out / "table.md").read_text()

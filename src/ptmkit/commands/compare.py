@@ -102,6 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="overrides for every objective (before its own)")
     p.add_argument("--points", type=int, default=1, help="checkpoints fine-tuned per objective (default 1: the last)")
     p.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
+    p.add_argument("--init-from", metavar="RUN", default=None,
+                   help="every objective continues RUN (a run, checkpoint or imported model of the same encoder) "
+                        "instead of starting from scratch; the baseline row is RUN itself")
     add_protocol_args(p)
     p.set_defaults(func=run)
 
@@ -116,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
     protocol = workflow.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         epochs=args.epochs, modes=("finetune",), baseline=not args.no_baseline)
     result = workflow.compare(contenders, args.data, args.out, budget, tasks, protocol, common=args.common, points=args.points,
-                     resume=args.resume)
+                     resume=args.resume, init_from=args.init_from)
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1

@@ -12,6 +12,12 @@ first ``eval_size`` dev/test examples, the LR chosen on dev, several seeds), at 
 checkpoints spread over its budget, beside a from-scratch baseline (the first contender's
 architecture, randomly initialised).
 
+With ``init_from`` (``--init-from RUN``) every contender *continues* RUN instead of starting from
+scratch (:func:`ptmkit.workflows.pretrain.continued_start`: RUN's encoder and tokenizer, each
+contender's objective): text is prepared with RUN's tokenizer, the FLOPs are counted on RUN's
+architecture with each objective's heads, and the baseline row is RUN itself, fine-tuned without
+further pre-training ("start").
+
 Output directory::
 
     OUT/data/                      the shared tokenizer and prepared corpus
@@ -55,7 +61,7 @@ from ptmkit.train.config import TrainConfig
 from ptmkit.workflows import report
 from ptmkit.workflows.evaluate import Protocol, protocol_config, protocol_data
 from ptmkit.workflows.finetune import run_seeds
-from ptmkit.workflows.pretrain import load_config, pretrain
+from ptmkit.workflows.pretrain import continued_start, load_config, pretrain
 from ptmkit.workflows.rundir import SETTINGS, check_settings
 
 log = logging.getLogger(__name__)
@@ -134,10 +140,11 @@ def _raw_config(c: Contender, common: Sequence[str]) -> dict[str, Any]:
 
 
 def shared_corpus(contenders: Sequence[Contender], data: Sequence[str | Path], out: Path,
-                  common: Sequence[str] = ()) -> Path:
+                  common: Sequence[str] = (), init_from: str | Path | None = None) -> Path:
     """The prepared corpus every contender trains on: ``data`` itself when it is one, else the text
     prepared into ``out/data`` with one tokenizer, trained on it with the first contender's
-    tokenizer section (after ``common``), and T5's sentinels if any contender asks for them.
+    tokenizer section (after ``common``), and T5's sentinels if any contender asks for them, or
+    the tokenizer of ``init_from`` when the contenders continue that run.
     An existing ``out/data`` is reused (a resumed comparison sees the same token ids)."""
     paths = [Path(p) for p in data]
     if not paths:
@@ -149,6 +156,9 @@ def shared_corpus(contenders: Sequence[Contender], data: Sequence[str | Path], o
             raise PtmError(f"training data not found: {p} (give text files or one prepared corpus directory)")
     target = out / "data"
     if (target / "meta.json").is_file():
+        return target
+    if init_from is not None:
+        prepare(paths, Tokenizer.load(ckpt.resolve_checkpoint(init_from) / ckpt.TOKENIZER_FILE), target, overwrite=True)
         return target
     sections = [dict(_raw_config(c, common).get("tokenizer") or {}) for c in contenders]
     section = sections[0]
@@ -165,12 +175,18 @@ def shared_corpus(contenders: Sequence[Contender], data: Sequence[str | Path], o
 
 
 # -- budgets -> steps ---------------------------------------------------------------------------------
-def probe(c: Contender, corpus: Any, common: Sequence[str], timed_steps: int = 0) -> dict[str, Any]:
+def probe(c: Contender, corpus: Any, common: Sequence[str], timed_steps: int = 0,
+          init_from: str | Path | None = None) -> dict[str, Any]:
     """Size and cost of ``c`` on ``corpus``: parameters, FLOPs per step (mean over three training
-    batches) and, with ``timed_steps``, seconds per forward + backward step."""
+    batches) and, with ``timed_steps``, seconds per forward + backward step.  With ``init_from``,
+    of ``c`` continuing that run (its architecture)."""
     overrides = [*common, *c.overrides]
     tokenizer = corpus.load_tokenizer()
-    config = resolve_config(_raw_config(c, common), tokenizer, overrides)
+    if init_from is not None:
+        raw = continued_start(c.preset, init_from, overrides).raw
+        config = resolve_config(raw, tokenizer, [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"])
+    else:
+        config = resolve_config(_raw_config(c, common), tokenizer, overrides)
     train = from_dict(TrainConfig, config["train"], "train")
     model = build_model(config, tokenizer)
     spans = model.objective.example_spans(corpus, train.seq_len)
@@ -223,7 +239,8 @@ def run_overrides(c: Contender, common: Sequence[str], cost: dict[str, Any], bud
 
 
 # -- pre-training and fine-tuning ----------------------------------------------------------------------
-def _pretrain(c: Contender, corpus_dir: Path, run_dir: Path, overrides: list[str], steps: int, progress: bool) -> list[tuple[int, Path]]:
+def _pretrain(c: Contender, corpus_dir: Path, run_dir: Path, overrides: list[str], steps: int, progress: bool,
+              init_from: str | Path | None = None) -> list[tuple[int, Path]]:
     """Pre-train (or resume, or read back) ``c``; its checkpoints, oldest first.  A finished run
     leaves ``run_dir.done``: a run stopped by its time budget before ``steps`` is finished too."""
     marker = run_dir.with_name(run_dir.name + ".done")
@@ -231,7 +248,7 @@ def _pretrain(c: Contender, corpus_dir: Path, run_dir: Path, overrides: list[str
     if not marker.is_file():
         log.info("pre-training %s (%s) for %d steps", c.label, c.preset, steps)
         pretrain(c.preset, corpus_dir, run_dir, overrides, resume=bool(done), overwrite=not done and run_dir.exists(),
-                 verbose=progress)
+                 verbose=progress, init_from=init_from if not done else None)
         done = ckpt.checkpoint_steps(run_dir)
         atomic_write_text(marker, json.dumps({"steps": done[-1][0] if done else 0}) + "\n")
     return done
@@ -260,10 +277,12 @@ def _training_seconds(run_dir: Path) -> float:
 
 def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir: str | Path, budget: Budget,
             tasks: Sequence[str] = ("mr",), protocol: Protocol = Protocol(modes=("finetune",)), common: Sequence[str] = (),
-            points: int = 1, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+            points: int = 1, resume: bool = False, progress: bool = True,
+            init_from: str | Path | None = None) -> dict[str, Any]:
     """Pre-train every contender on the same corpus at ``budget``, fine-tune each on ``tasks`` with
     ``protocol`` (finetune mode) at ``points`` checkpoints; write the table, JSON and plot (see the
-    module docstring).  ``common``: overrides given to every contender before its own."""
+    module docstring).  ``common``: overrides given to every contender before its own;
+    ``init_from``: a run or checkpoint every contender continues (its row "start" is the baseline)."""
     if not contenders:
         raise PtmError("nothing to compare: give at least one preset")
     labels = [c.label for c in contenders]
@@ -276,20 +295,23 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
     settings = {"contenders": [[c.label, c.preset, list(c.overrides)] for c in contenders],
                 "data": [fingerprint(p) for p in data], "budget": {"flops": budget.flops, "minutes": budget.minutes},
                 "tasks": list(tasks), "protocol": json.loads(json.dumps(protocol.__dict__, default=list)),
-                "common_overrides": list(common), "points": points}
-    with outputs.writing(out, "compare", inputs=list(data), reuse=resume, names=[*outputs.KINDS["compare"].names, SETTINGS],
+                "common_overrides": list(common), "points": points,
+                **({"init_from": fingerprint(init_from)} if init_from is not None else {})}
+    start = ckpt.resolve_checkpoint(init_from) if init_from is not None else None
+    inputs = [*data, *([start] if start is not None else [])]
+    with outputs.writing(out, "compare", inputs=inputs, reuse=resume, names=[*outputs.KINDS["compare"].names, SETTINGS],
                          keep=lambda: (out / "runs").exists()):
         check_settings(out, settings, resume)
-        corpus_dir = shared_corpus(contenders, data, out, common)
+        corpus_dir = shared_corpus(contenders, data, out, common, start)
         corpus = Corpus.open(corpus_dir)
 
         runs: dict[str, dict[str, Any]] = {}
         for c in contenders:
-            cost = probe(c, corpus, common, timed_steps=3 if budget.minutes is not None else 0)
+            cost = probe(c, corpus, common, timed_steps=3 if budget.minutes is not None else 0, init_from=start)
             overrides, steps = run_overrides(c, common, cost, budget, points)
             run_dir = out / "runs" / c.label
             t0 = time.perf_counter()
-            checkpoints = _pretrain(c, corpus_dir, run_dir, overrides, steps, progress)
+            checkpoints = _pretrain(c, corpus_dir, run_dir, overrides, steps, progress, start)
             curve = _eval_curve(run_dir)
             runs[c.label] = {**cost, "preset": c.preset, "overrides": list(c.overrides), "steps": steps,
                              "steps_done": checkpoints[-1][0] if checkpoints else 0,
@@ -309,7 +331,9 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
             task_dir = fileio.path_part(task, "task name")
             jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task_dir)
                     for label, r in runs.items() for step, path in r["checkpoints"]]
-            if protocol.baseline:
+            if protocol.baseline and start is not None:  # the run every contender continued, as it is
+                jobs.insert(0, ("start", 0, start, "pretrained", out / "finetune" / "start" / task_dir))
+            elif protocol.baseline:
                 first = runs[labels[0]]
                 jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random",
                                 out / "finetune" / "from-scratch" / task_dir))
@@ -325,6 +349,7 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
 
         scores = report.summarize(rows, keys=("model", "step", "task"))
         result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
+                  "init_from": str(Path(init_from).resolve()) if init_from is not None else None,
                   "protocol": protocol.__dict__, "common_overrides": list(common), "contenders": runs, "runs": rows,
                   "scores": scores}
         atomic_write_text(out / "results.json", json.dumps(result, indent=2, default=list) + "\n")
@@ -347,8 +372,10 @@ def markdown(result: dict[str, Any]) -> str:
     head = ["objective", "preset", "params (non-emb.)", "FLOPs/step", "steps", "FLOPs", "minutes", "held-out loss",
             *(f"{t} ({metric.get(t, '')})" for t in tasks)]
     rows = []
-    if any(m == "from scratch" for m, _ in final):
-        rows.append(["from scratch", "–", "–", "–", "0", "0", "–", "–", *cells("from scratch")])
+    for base in ("from scratch", "start"):  # the baseline: random weights, or the run every contender continued
+        if any(m == base for m, _ in final):
+            what = Path(result["init_from"]).name if base == "start" and result.get("init_from") else "–"
+            rows.append([base, what, "–", "–", "0", "0", "–", "–", *cells(base)])
     for label, r in result["contenders"].items():
         loss = f"{r['eval_curve'][-1][2]:.3f}" if r["eval_curve"] else "–"
         params = f"{r['parameters'] / 1e6:.2f}M ({r['non_embedding_parameters'] / 1e6:.2f}M)"
@@ -360,7 +387,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Left: each contender's held-out loss against FLOPs.  Then one panel per task: test score
-    against FLOPs (mean ± sd over seeds), the from-scratch score as a dashed line."""
+    against FLOPs (mean ± sd over seeds), the baseline's score (from scratch, or the run all
+    continued) as a dashed line."""
     tasks = result["tasks"]
     labels = list(result["contenders"])
     # one colour and marker per contender in every panel (tab10 repeats after ten)
@@ -396,9 +424,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
                                 label=label, **style[label])
             ax.set_xlabel("pre-training FLOPs")
             ax.set_xlim(left=0)
-        base = [s for s in result["scores"] if s["model"] == "from scratch" and s["task"] == task]
-        if base:
-            ax.axhline(base[0]["mean"], color="grey", linestyle="--", label="from scratch")
+        for name in ("from scratch", "start"):
+            base = [s for s in result["scores"] if s["model"] == name and s["task"] == task]
+            if base:
+                ax.axhline(base[0]["mean"], color="grey", linestyle="--", label=name)
         metric = next((s["metric"] for s in result["scores"] if s["task"] == task), "score")
         ax.set_ylabel(f"test {metric} (mean ± sd over seeds)")
         ax.set_title(f"{task}, after pre-training at equal FLOPs")
