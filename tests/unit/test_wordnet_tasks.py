@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from ptmkit import registry
+from ptmkit.data.sources.parts import write_parts
 from ptmkit.data.sources.wordnet_hypernym import WordNetHypernym, hypernym_closure, hypernym_pairs, synset_texts
-from ptmkit.data.sources.wordnet_wic import WordNetWiC, split_by_lemma, wic_pairs, write_parts
+from ptmkit.data.sources.wordnet_wic import WordNetWiC, part_stats, split_by_lemma, wic_pairs
 from ptmkit.data.sources.wordnet_wsd import instances, read_wordnet_dir
 from ptmkit.knowledge.wordnet import read_graph
 
@@ -46,7 +47,7 @@ def wordnet(tmp_path_factory):
 
 
 def _read_back(tmp_path, source, parts):
-    write_parts(parts, tmp_path, {})
+    write_parts(parts, tmp_path, {}, part_stats)
     name, spec = next(iter(source.tasks.items()))
     return registry.get("task_type", spec["type"]).read_builtin(name, spec, tmp_path)
 

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source
-from ptmkit.data.sources.wordnet_wic import write_parts
+from ptmkit.data.sources.parts import write_parts
+from ptmkit.data.sources.wordnet_wic import part_stats
 from ptmkit.data.sources.wordnet_wsd import read_wordnet
 from ptmkit.knowledge.graph import KnowledgeGraph
 from ptmkit.knowledge.wordnet import read_graph
@@ -141,4 +142,4 @@ class WordNetHypernym(Source):
         sets = {p: {s for r in rows for s in r["synsets"]} for p, rows in parts.items()}
         shared = len(sets["train"] & (sets["dev"] | sets["test"])) + len(sets["dev"] & sets["test"])
         write_parts(parts, out, {"synsets": graph.num_entities, "seed": SEED, "max_depth": 2,
-                                 "synsets_shared_across_parts": shared})
+                                 "synsets_shared_across_parts": shared}, part_stats)

@@ -26,12 +26,12 @@ Built-in task: ``wordnet-qa`` (span QA).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source
+from ptmkit.data.sources.parts import split_groups, write_parts
 from ptmkit.data.sources.wordnet_wsd import instances, read_wordnet
 from ptmkit.registry import register
 
@@ -72,6 +72,17 @@ def questions(rows: list[dict], rng: np.random.Generator) -> list[list[dict]]:
     return groups
 
 
+def part_stats(items: list[dict]) -> dict:
+    """Contexts (lemmas), questions, the exact match of answering from the first sentence, and
+    the mean context length."""
+    return {
+        "contexts": len({q["id"].rsplit(".", 1)[0] for q in items}),  # id: lemma.pos.synset
+        "questions": len(items),
+        "first_sentence_baseline_em": round(float(np.mean([q["first_sentence"] for q in items])), 4),
+        "mean_context_words": round(float(np.mean([len(q["context"].split()) for q in items])), 1),
+    }
+
+
 @register("source", "wordnet-qa")
 class WordNetQA(Source):
     name = "wordnet-qa"
@@ -85,19 +96,6 @@ class WordNetQA(Source):
         synsets, senses = read_wordnet(files[0], work)
         rng = np.random.default_rng(SEED)
         groups = questions(instances(synsets, senses), rng)
-        order = rng.permutation(len(groups))
-        n_train, n_dev = int(FRACTIONS[0] * len(groups)), int(FRACTIONS[1] * len(groups))
-        parts = {"train": order[:n_train], "dev": order[n_train : n_train + n_dev], "test": order[n_train + n_dev :]}
-        stats: dict = {"contexts": len(groups), "questions": sum(map(len, groups)), "seed": SEED, "parts": {}}
-        for part, idx in parts.items():
-            items = [q for i in idx for q in groups[i]]
-            with open(out / f"{part}.jsonl", "w", encoding="utf-8") as f:
-                for q in items:
-                    row = {k: v for k, v in q.items() if k != "first_sentence"}
-                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            stats["parts"][part] = {
-                "contexts": len(idx), "questions": len(items),
-                "first_sentence_baseline_em": round(float(np.mean([q["first_sentence"] for q in items])), 4),
-                "mean_context_words": round(float(np.mean([len(q["context"].split()) for q in items])), 1),
-            }
-        (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        write_parts(split_groups(groups, rng, FRACTIONS), out,
+                    {"contexts": len(groups), "questions": sum(map(len, groups)), "seed": SEED}, part_stats,
+                    drop=("first_sentence",))

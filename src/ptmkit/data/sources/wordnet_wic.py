@@ -25,7 +25,6 @@ Caution: the ``english-mix`` corpus includes WordNet's examples.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
@@ -33,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source
+from ptmkit.data.sources.parts import split_groups, write_parts
 from ptmkit.data.sources.wordnet_wsd import instances, read_wordnet
-from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 
 SEED = 2019  # Pilehvar & Camacho-Collados (2019)
@@ -74,11 +73,7 @@ def wic_pairs(rows: list[dict], rng: np.random.Generator) -> dict[tuple[str, str
 
 def split_by_lemma(groups: dict[tuple[str, str], list[dict]], rng: np.random.Generator) -> dict[str, list[dict]]:
     """Shuffle the lemmas and cut them 80/10/10; a lemma's pairs stay in its part."""
-    keys = sorted(groups)
-    order = rng.permutation(len(keys))
-    n_train, n_dev = int(FRACTIONS[0] * len(keys)), int(FRACTIONS[1] * len(keys))
-    cuts = {"train": order[:n_train], "dev": order[n_train : n_train + n_dev], "test": order[n_train + n_dev :]}
-    return {part: [row for i in idx for row in groups[keys[i]]] for part, idx in cuts.items()}
+    return split_groups([groups[k] for k in sorted(groups)], rng, FRACTIONS)
 
 
 def part_stats(rows: list[dict]) -> dict:
@@ -94,16 +89,6 @@ def part_stats(rows: list[dict]) -> dict:
     return out
 
 
-def write_parts(parts: dict[str, list[dict]], out: Path, stats: dict) -> None:
-    """``PART.jsonl`` per part and ``stats.json`` (``stats`` plus each part's sizes and baseline)."""
-    stats = {**stats, "parts": {}}
-    for part, rows in parts.items():
-        with open(out / f"{part}.jsonl", "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-        stats["parts"][part] = part_stats(rows)
-    atomic_write_text(out / "stats.json", json.dumps(stats, indent=2) + "\n")
-
-
 @register("source", "wordnet-wic")
 class WordNetWiC(Source):
     name = "wordnet-wic"
@@ -117,4 +102,4 @@ class WordNetWiC(Source):
         synsets, senses = read_wordnet(files[0], work)
         rng = np.random.default_rng(SEED)
         groups = wic_pairs(instances(synsets, senses), rng)
-        write_parts(split_by_lemma(groups, rng), out, {"lemmas": len(groups), "seed": SEED})
+        write_parts(split_by_lemma(groups, rng), out, {"lemmas": len(groups), "seed": SEED}, part_stats)

@@ -28,13 +28,13 @@ Built-in task: ``wordnet-wsd`` (multiple choice).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source, _run
+from ptmkit.data.sources.parts import cut, write_parts
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -110,6 +110,16 @@ def instances(synsets: dict[str, tuple], senses: dict[tuple[str, str], list[str]
     return out
 
 
+def part_stats(rows: list[dict]) -> dict:
+    """Instances, mean number of choices, and the most-frequent-sense and random baselines."""
+    return {
+        "instances": len(rows),
+        "mean_choices": round(float(np.mean([len(r["choices"]) for r in rows])), 2),
+        "most_frequent_sense_accuracy": round(float(np.mean([r["label"] == 0 for r in rows])), 4),
+        "random_accuracy": round(float(np.mean([1 / len(r["choices"]) for r in rows])), 4),
+    }
+
+
 def read_wordnet(deb: Path, work: Path) -> tuple[dict[str, tuple], dict[tuple[str, str], list[str]]]:
     """Unpack ``wordnet-base`` and read every synset (``offset-pos -> parsed line``) and the
     sense inventory (``(lemma, pos) -> [offset-pos in sense order]``)."""
@@ -150,18 +160,5 @@ class WordNetWSD(Source):
     def build(self, files: list[Path], work: Path, out: Path) -> None:
         synsets, senses = read_wordnet(files[0], work)
         rows = instances(synsets, senses)
-        order = np.random.default_rng(SEED).permutation(len(rows))
-        n_train, n_dev = int(FRACTIONS[0] * len(rows)), int(FRACTIONS[1] * len(rows))
-        parts = {"train": order[:n_train], "dev": order[n_train : n_train + n_dev], "test": order[n_train + n_dev :]}
-        stats: dict = {"synsets": len(synsets), "instances": len(rows), "seed": SEED, "parts": {}}
-        for part, idx in parts.items():
-            part_rows = [rows[i] for i in idx]
-            with open(out / f"{part}.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in part_rows)
-            stats["parts"][part] = {
-                "instances": len(part_rows),
-                "mean_choices": round(float(np.mean([len(r["choices"]) for r in part_rows])), 2),
-                "most_frequent_sense_accuracy": round(float(np.mean([r["label"] == 0 for r in part_rows])), 4),
-                "random_accuracy": round(float(np.mean([1 / len(r["choices"]) for r in part_rows])), 4),
-            }
-        (out / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+        parts = {part: [rows[i] for i in idx] for part, idx in cut(len(rows), np.random.default_rng(SEED), FRACTIONS).items()}
+        write_parts(parts, out, {"synsets": len(synsets), "instances": len(rows), "seed": SEED}, part_stats)
