@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ptmkit.knowledge.graph import KnowledgeGraph, surface_table
-from ptmkit.knowledge.lexicons import kbert_triples, related_pairs, supersense_lexicon, write_lexicons
-from ptmkit.objectives.lexicon import read_pairs, read_supersenses
+from ptmkit.knowledge.lexicons import entity_alignment, kbert_triples, related_pairs, supersense_lexicon, write_lexicons
+from ptmkit.objectives.lexicon import read_alignment, read_pairs, read_supersenses
 from ptmkit.tasks.kbert import Knowledge
 
 
@@ -47,3 +47,13 @@ def test_written_lexicons_read_back_with_the_models_readers(tmp_path):
     assert senses["dog"] == {"s5", "s18"} and "s3" in names
     words, pairs = read_pairs(tmp_path / "pairs.tsv")
     assert len(pairs) == counts["pairs.tsv"] and "domestic dog" in words
+    alignment = read_alignment(tmp_path / "alignment.tsv")
+    assert alignment["dog"] == "dog.n" and alignment["puppy"] == "pup.n" and len(alignment) == counts["alignment.tsv"]
+
+
+def test_alignment_takes_the_most_frequent_sense_and_skips_function_words():
+    entities = ["a.unit", "a.vitamin", "cappella.n", "dog.n"]
+    surfaces = surface_table([("a", 0, 3), ("a", 1, 1), ("a_cappella", 2, 1), ("dog", 3, 2)])
+    g = KnowledgeGraph(entities, ["_hypernym"], np.zeros((0, 3), np.int64), *surfaces)
+    assert entity_alignment(g) == [("a cappella", "cappella.n"), ("dog", "dog.n")]
+    assert ("a", "a.unit") in entity_alignment(g, stop_words=frozenset())

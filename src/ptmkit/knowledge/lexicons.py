@@ -10,7 +10,7 @@
 * :func:`entity_alignment`: ``surface<TAB>entity`` rows for ERNIE (Tsinghua)
   (``objective.alignment=FILE``): each surface form's most frequent sense.
 
-:func:`write_lexicons` writes all three; :func:`named_lexicons` gives them for a named graph
+:func:`write_lexicons` writes them all; :func:`named_lexicons` gives them for a named graph
 (``wordnet``: the ``wordnet-kg`` data set), derived once into a cache keyed by the graph's content
 (``$PTMKIT_HOME/cache/knowledge/KEY``), so ``knowledge=wordnet``, ``objective.lexicon=wordnet``,
 ``objective.pairs=wordnet`` and ``objective.alignment=wordnet`` need no file of the user's.  Everything is computed on the graph's
@@ -29,6 +29,7 @@ from ptmkit import fileio, paths
 from ptmkit.data.sources.base import fetch
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import ARRAYS, STRINGS, KnowledgeGraph
+from ptmkit.knowledge.stopwords import FUNCTION_WORDS
 
 # relation name -> the words K-BERT injects for it
 RELATION_WORDS = {
@@ -36,6 +37,7 @@ RELATION_WORDS = {
     "_substance_holonym": "made of",
 }
 KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE, ALIGNMENT_FILE = "kbert.tsv", "supersenses.tsv", "pairs.tsv", "alignment.tsv"
+DERIVED_VERSION = 2  # raised whenever a derived file's content changes for the same graph
 GRAPHS = {"wordnet": ("wordnet-kg", "graph")}  # a knowledge option's names -> (data set, its graph directory)
 
 
@@ -106,11 +108,13 @@ def related_pairs(graph: KnowledgeGraph, hypernym: tuple[str, ...] = ("_hypernym
     return sorted(out)
 
 
-def entity_alignment(graph: KnowledgeGraph) -> list[tuple[str, str]]:
+def entity_alignment(graph: KnowledgeGraph, stop_words: frozenset[str] = FUNCTION_WORDS) -> list[tuple[str, str]]:
     """``(surface, entity name)`` rows, each surface form with its most frequent sense: the
-    word-to-entity alignment ERNIE (Tsinghua) reads (``objective.alignment=FILE``)."""
+    word-to-entity alignment ERNIE (Tsinghua) reads (``objective.alignment=FILE``).  Function
+    words (``a`` -> ångström, :mod:`ptmkit.knowledge.stopwords`) are left out."""
     first = graph.first_candidate(np.arange(len(graph.surfaces)))
-    return [(graph.surfaces[s], graph.entities[e]) for s, e in enumerate(first.tolist()) if e >= 0]
+    return [(graph.surfaces[s], graph.entities[e]) for s, e in enumerate(first.tolist())
+            if e >= 0 and graph.surfaces[s] not in stop_words]
 
 
 def write_lexicons(graph: KnowledgeGraph, out: str | os.PathLike) -> dict[str, int]:
@@ -126,12 +130,14 @@ def write_lexicons(graph: KnowledgeGraph, out: str | os.PathLike) -> dict[str, i
 
 def named_lexicons(name: str) -> dict[str, Path]:
     """The derived files for the graph called ``name`` (a key of :data:`GRAPHS`), fetched and
-    derived on first use into a cache keyed by the BLAKE2b of the graph's files."""
+    derived on first use into a cache keyed by the BLAKE2b of the graph's files and
+    :data:`DERIVED_VERSION`."""
     if name not in GRAPHS:
         raise PtmError(f"no knowledge graph is called {name!r}; give a file, or one of {', '.join(GRAPHS)}")
     source, sub = GRAPHS[name]
     graph_dir = fetch(source) / sub
     h = hashlib.blake2b(digest_size=16)
+    h.update(f"derived-v{DERIVED_VERSION}".encode())  # what the files hold changes with the code too
     for f in (ARRAYS, STRINGS):
         with open(graph_dir / f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
