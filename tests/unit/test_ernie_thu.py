@@ -1,4 +1,5 @@
-"""ERNIE (Tsinghua): dEA's 5/15/80 corruption rates, the token-to-entity alignment, the
+"""ERNIE (Tsinghua): dEA's 5/15/80 corruption rates, the token-to-entity alignment (by vocabulary,
+or by the links ``ptm prepare --link`` records: multi-word and inflected mentions), the
 aggregator's fusion (an entity changes its own token's state, never an unaligned one's), and
 training through ``ptm pretrain`` with exact resume and one-line refusals of bad inputs."""
 
@@ -13,7 +14,10 @@ import torch
 from conftest import TINY, run_cli, write_corpus
 from safetensors.torch import load_file
 
+from ptmkit.data.corpus import Corpus
 from ptmkit.encoders.transformer_config import TransformerConfig
+from ptmkit.knowledge.corpus_entities import read_entities, word_positions
+from ptmkit.knowledge.graph import KnowledgeGraph, surface_table
 from ptmkit.objectives.ernie_thu import Aggregator, dea_corruption, token_entities
 from ptmkit.objectives.lexicon import read_alignment, token_words
 from ptmkit.tokenization import Tokenizer
@@ -55,13 +59,13 @@ def test_whole_word_tokens_align_to_their_entities(files):
     root, _, tok, names = files
     alignment = read_alignment(root / "alignment.tsv")
     assert alignment["cat"] == "E_cat"  # the first line of a word wins over "Cat"
-    table, rows = token_entities(tok, tok.vocab_size, alignment, names)
+    table = token_entities(tok, tok.vocab_size, alignment, names)
     words = token_words(tok, tok.vocab_size)
     for w in WORDS:
         if w in words:
-            assert names[rows[table[words.index(w)]]] == f"E_{w}"
+            assert names[table[words.index(w)]] == f"E_{w}"
     assert (table[[i for i, w in enumerate(words) if w is None]] == -1).all()  # specials and ##pieces
-    assert "E_unused" not in {names[r] for r in rows}
+    assert "E_unused" not in {names[r] for r in table[table >= 0]}
 
 
 def test_an_entity_changes_its_own_tokens_state_only():
@@ -131,3 +135,60 @@ def test_bad_inputs_are_refused_in_one_line(files, tmp_path, capsys):
         rc, err = run_cli(["pretrain", "ernie-thu-tiny", "--data", corpus, "-o", tmp_path / "o", *SMALL,
                            "train.max_steps=2", *settings], capsys)
         assert rc == 2 and fragment in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def toy_graph(root):
+    """hot dog (a sausage), dog, house, cat; "a" and "in" name units, as WordNet's do."""
+    entities = ["E_hotdog", "E_dog", "E_house", "E_cat", "E_angstrom", "E_inch"]
+    surfaces = surface_table([("hot_dog", 0, 1), ("dog", 1, 1), ("house", 2, 1), ("cat", 3, 1), ("a", 4, 1),
+                              ("in", 5, 1)])
+    graph = KnowledgeGraph(entities, ["_hypernym"], np.array([[0, 0, 1]]), *surfaces)
+    graph.save(root / "graph")
+    return root / "graph"
+
+
+def test_prepare_records_entity_links_beside_the_word_starts(tmp_path, capsys):
+    graph = toy_graph(tmp_path)
+    text = tmp_path / "t.txt"
+    text.write_text("a cat ate hot dogs in the house\nthe dog sat\n")
+    tok = Tokenizer.train([text], kind="wordpiece", vocab_size=60, min_frequency=1)
+    tok.save(tmp_path / "tok.json")
+    rc, err = run_cli(["prepare", text, "-t", tmp_path / "tok.json", "-o", tmp_path / "c", "--link", graph], capsys)
+    assert rc == 0, err
+    corpus = Corpus.open(tmp_path / "c")
+    links, names = read_entities(corpus)
+    words = [tok.decode([int(t)]).strip() for t in corpus.tokens]
+    starts = word_positions(corpus)
+    by_word = {}
+    for k, p in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else corpus.n_tokens
+        by_word.setdefault("".join(w.replace("##", "") for w in words[p:end]), []).append(
+            names[links[p]] if links[p] >= 0 else None)
+    assert by_word["hot"] == ["E_hotdog"] and by_word["dogs"] == ["E_hotdog"]  # a multi-word, inflected mention
+    assert by_word["cat"] == ["E_cat"] and by_word["dog"] == ["E_dog"] and by_word["house"] == ["E_house"]
+    assert by_word["a"] == [None] and by_word["in"] == [None] and by_word["the"] == [None, None]
+    assert (links[~np.isin(np.arange(corpus.n_tokens), starts)] == -1).all()  # word pieces carry none
+    rc, err = run_cli(["prepare", text, "-t", tmp_path / "tok.json", "-o", tmp_path / "d", "--link", tmp_path / "no"],
+                      capsys)
+    assert rc == 2 and "--link" in err and not (tmp_path / "d").exists()
+
+
+def test_ernie_trains_on_the_corpus_links(files, tmp_path, capsys):
+    root, corpus_text, _, _ = files
+    graph = toy_graph(tmp_path)
+    tok = Tokenizer.train([corpus_text], kind="wordpiece", vocab_size=120, min_frequency=1)
+    tok.save(tmp_path / "tok.json")
+    assert run_cli(["prepare", corpus_text, "-t", tmp_path / "tok.json", "-o", tmp_path / "c", "--link", graph],
+                   capsys)[0] == 0
+    vec = np.random.default_rng(0).normal(size=(6, 4)).round(3)
+    (tmp_path / "v.txt").write_text("6 4\n" + "".join(
+        f"{n} " + " ".join(map(str, v)) + "\n" for n, v in zip(["E_hotdog", "E_dog", "E_house", "E_cat", "E_x", "E_y"], vec)))
+    run = tmp_path / "run"
+    rc, err = run_cli(["pretrain", "ernie-thu-tiny", "--data", tmp_path / "c", "-o", run, *SMALL, "train.max_steps=3",
+                       f"objective.entities={tmp_path}/v.txt", "objective.alignment=corpus"], capsys)
+    assert rc == 0, err
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("aligned", 0) > 0 and "dea_loss" in r for r in records)
+    rc, err = run_cli(["pretrain", "ernie-thu-tiny", "--data", corpus_text, "-o", tmp_path / "o", *SMALL,
+                       "train.max_steps=2", f"objective.entities={tmp_path}/v.txt", "objective.alignment=corpus"], capsys)
+    assert rc == 2 and "prepare it with `ptm prepare" in err and len(err.strip().splitlines()) == 1, err

@@ -103,6 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write shards of about TOKENS tokens (50M = 50,000,000) under DIR/shards/ with one index")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the corpus ptm prepared in DIR (once the new one is complete; other files stay)")
+    p.add_argument("--link", default=None, metavar="GRAPH",
+                   help="link every word to a knowledge graph (wordnet, or a graph directory) and record the entity "
+                        "links beside the word starts (entities.npy / entities.json), for ERNIE's objective.alignment=corpus")
     p.add_argument("--segmenter", default=None, metavar="NAME",
                    help="word segmenter refining the word starts (jieba, for Chinese; pip install 'ptmkit[zh]')")
     p.add_argument("--user-dict", default=None, metavar="FILE",
@@ -116,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=int(args.chunk_mb * (1 << 20)), overwrite=args.overwrite,
                      segmenter=args.segmenter, user_dict=args.user_dict, memory_budget=args.memory_budget,
-                     shard_tokens=args.shard_size)
+                     shard_tokens=args.shard_size, link=args.link)
     print(f"{corpus}")
     return 0

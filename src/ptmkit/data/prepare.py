@@ -39,6 +39,7 @@ from ptmkit.data.corpus import FORMAT_VERSION, TOKENIZER, WORD_STARTS, Corpus, t
 from ptmkit.data.sources.base import sha256
 from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter
 from ptmkit.errors import PtmError, require_file
+from ptmkit.knowledge.corpus_entities import load_graph, write_entities
 from ptmkit.tokenization import Tokenizer, kinds
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 from ptmkit.train.progress import progress as progress_display
@@ -229,6 +230,7 @@ def prepare(
     user_dict: str | os.PathLike[str] | None = None,
     memory_budget: int | str | None = None,
     shard_tokens: int | str | None = None,
+    link: str | None = None,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -245,6 +247,8 @@ def prepare(
     when the budget cannot feed them all).  ``shard_tokens`` (a count, or ``"50M"``): write
     shards of about that many tokens under ``out_dir/shards/`` with the index in
     ``out_dir/meta.json``; the result opens as a :class:`~ptmkit.data.corpus.ShardedCorpus`.
+    ``link``: a knowledge graph (``"wordnet"`` or a graph directory) every word is linked to,
+    recorded beside the word starts (:mod:`ptmkit.knowledge.corpus_entities`).
     """
     paths = [Path(f) for f in files]
     if not paths:
@@ -257,6 +261,9 @@ def prepare(
         raise PtmError(f"chunk_bytes must be positive, got {chunk_bytes}")
     if workers is not None and workers < 1:
         raise PtmError(f"workers must be at least 1, got {workers}")
+    if link is not None and shard_tokens is not None:
+        raise PtmError("--link records entity links in one corpus directory; prepare without --shard-size")
+    graph = load_graph(link) if link is not None else None  # an unknown graph fails before any work
     cores = workers or os.cpu_count() or 1
     plan = memory.plan(budget, cores, workers is not None, chunk_bytes) if budget is not None else None
     seg = get_segmenter(segmenter, user_dict)  # an unknown or uninstalled segmenter fails before any work
@@ -279,6 +286,10 @@ def prepare(
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
     with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
         _write_corpus(tmp, paths, tok, run)
+        if graph is not None:
+            index = write_entities(tmp, graph, link)
+            log.info("--link %s: %d of %d words linked (%d spans, %d distinct entities)", link,
+                     index["linked_words"], index["words"], index["spans"], index["entities"])
     return Corpus.open(out)
 
 

@@ -17,11 +17,17 @@ learns to serve them, and the MLM and dEA heads read the K-encoder's output.  Wh
 fine-tuned is the T-encoder (``ptm finetune`` feeds text only; the paper's fine-tuning feeds the
 entities through the K-encoder too, which is not built here).
 
-**Alignment.**  A token is aligned when its vocabulary entry spells a whole word of the
-alignment (``objective.alignment``: ``word<TAB>entity`` lines, ``wordnet`` = each WordNet surface
-form's most frequent sense) whose entity has a row in the entity vectors (``objective.entities``:
-a KG-embedding run directory of ``ptm pretrain transe-wn18rr`` or a word2vec-format file).  The
-alignment is read from the original token, before MLM corrupts it.
+**Alignment.**  The entities come from ``objective.entities`` (a KG-embedding run directory of
+``ptm pretrain transe-wn18rr`` or a word2vec-format file); a token is aligned in one of two ways:
+
+* ``objective.alignment=wordnet`` or ``FILE`` (``word<TAB>entity`` lines): by vocabulary entry,
+  when the token spells a whole word of the alignment (``wordnet``: each WordNet surface form's
+  most frequent sense, function words left out) whose entity has a vector;
+* ``objective.alignment=corpus``: by the links ``ptm prepare --link wordnet`` recorded in the
+  corpus (multi-word mentions and inflected forms included, :mod:`ptmkit.knowledge.corpus_entities`),
+  at the first token of each linked word whose entity has a vector.
+
+Either way the alignment is read from the original text, before MLM corrupts it.
 
 **dEA.**  Of the aligned tokens, ``dea_random`` (5 %) get a random entity instead of theirs,
 ``dea_mask`` (15 %) lose their alignment (no entity input), the rest (80 %) keep it; every aligned
@@ -48,6 +54,7 @@ from torch import nn
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.interop.word2vec_format import read_vectors
+from ptmkit.knowledge.corpus_entities import read_entities
 from ptmkit.nn.activations import get_activation
 from ptmkit.objectives.base import StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.lexicon import read_alignment, token_words
@@ -61,7 +68,7 @@ log = logging.getLogger(__name__)
 class ErnieTHUConfig(MLMConfig):
     nsp: bool = False
     entities: str | None = None  # entity vectors: a KG-embedding run directory (vectors.bin) or a vectors file
-    alignment: str = "wordnet"  # word<TAB>entity lines, or the name of a graph (ptmkit.knowledge.lexicons)
+    alignment: str = "wordnet"  # word<TAB>entity lines, a graph's name (ptmkit.knowledge.lexicons), or "corpus"
     k_layers: int = 1  # aggregator layers of the K-encoder
     entity_heads: int = 1  # attention heads over the entity states (must divide the entity dimension)
     dea_weight: float = 1.0
@@ -74,6 +81,8 @@ class ErnieTHUConfig(MLMConfig):
             if isinstance(value, (str, int)) and not isinstance(value, bool):
                 object.__setattr__(self, name, float(value))
         super().__post_init__()
+        if self.nsp:
+            raise PtmError("ERNIE (objective ernie_thu) reads single segments: set objective.nsp=false")
         if not self.entities:
             raise PtmError("ERNIE needs objective.entities=RUN_DIR or FILE: entity embeddings, e.g. the output of "
                            "`ptm pretrain transe-wn18rr` (its vectors.bin)")
@@ -97,17 +106,11 @@ def entity_vectors(path: str) -> tuple[list[str], np.ndarray]:
     return names, np.asarray(vectors, dtype=np.float32)
 
 
-def token_entities(tokenizer, vocab_size: int, alignment: dict[str, str], names: list[str]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """``(table int64 [V], rows int64 [K])``: each vocabulary entry's row among the K entities
-    some entry aligns to (``-1``: none), and those entities' rows in the vectors file."""
+def token_entities(tokenizer, vocab_size: int, alignment: dict[str, str], names: list[str]) -> np.ndarray:
+    """int64 ``[V]``: each vocabulary entry's entity, as a row of the vectors (``-1``: none)."""
     row = {n: i for i, n in enumerate(names)}
-    found = [row.get(alignment.get(w, ""), -1) if w else -1 for w in token_words(tokenizer, vocab_size)]
-    found = np.asarray(found, dtype=np.int64)
-    rows, inverse = np.unique(found[found >= 0], return_inverse=True)
-    table = np.full(vocab_size, -1, dtype=np.int64)
-    table[found >= 0] = inverse
-    return table, rows
+    return np.asarray([row.get(alignment.get(w, ""), -1) if w else -1 for w in token_words(tokenizer, vocab_size)],
+                      dtype=np.int64)
 
 
 def dea_corruption(targets: np.ndarray, n_entities: int, p_random: float, p_mask: float,
@@ -186,17 +189,22 @@ class ErnieTHU(MaskedLM):
     def __init__(self, cfg: ErnieTHUConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
         names, vectors = entity_vectors(cfg.entities)
-        table, rows = token_entities(tokenizer, self.vocab_size, read_alignment(cfg.alignment), names)
-        if not len(rows):
-            raise PtmError(f"objective.alignment={cfg.alignment} with objective.entities={cfg.entities}: no entry of "
-                           f"the tokenizer's vocabulary is a word aligned to an entity of the vectors ({len(names)} "
-                           f"entities), so no token would be aligned; check that the alignment names the vectors' "
-                           f"entities and the language and case of the words")
-        log.info("ERNIE: %d of %d vocabulary entries aligned to %d entities (of %d, dimension %d)",
-                 int((table >= 0).sum()), self.vocab_size, len(rows), len(names), vectors.shape[1])
-        self.token_entity = table  # int64 [V], read by collate (on the host, whatever the model's device)
+        self.entity_names = names
+        self.token_entity: np.ndarray | None = None  # int64 [V] (by vocabulary), None: the corpus's links
+        self._corpus_rows: dict[str, np.ndarray] = {}  # corpus path -> its entity names' vector rows
+        if cfg.alignment != "corpus":
+            table = token_entities(tokenizer, self.vocab_size, read_alignment(cfg.alignment), names)
+            if not (table >= 0).any():
+                raise PtmError(f"objective.alignment={cfg.alignment} with objective.entities={cfg.entities}: no entry "
+                               f"of the tokenizer's vocabulary is a word aligned to an entity of the vectors "
+                               f"({len(names)} entities), so no token would be aligned; check that the alignment "
+                               f"names the vectors' entities and the language and case of the words")
+            log.info("ERNIE: %d of %d vocabulary entries aligned to %d entities (of %d, dimension %d)",
+                     int((table >= 0).sum()), self.vocab_size, len(np.unique(table[table >= 0])), len(names),
+                     vectors.shape[1])
+            self.token_entity = table  # read by collate, on the host whatever the model's device
         # the TransE embeddings stay fixed, as in the paper; rebuilt from the file, never saved
-        self.register_buffer("entity_table", torch.from_numpy(vectors[rows]), persistent=False)  # [K, E]
+        self.register_buffer("entity_table", torch.from_numpy(vectors), persistent=False)  # [N, E]
         mc = encoder.config
         entity_dim = int(vectors.shape[1])
         self.k_encoder = nn.ModuleList(Aggregator(mc, entity_dim, cfg.entity_heads) for _ in range(cfg.k_layers))
@@ -208,10 +216,39 @@ class ErnieTHU(MaskedLM):
             self.dea_dense.bias.zero_()
 
     # -- data -------------------------------------------------------------------------------
-    def finish_batch(self, batch, spans, ids, segment, word_starts, length, rng):
-        targets = self.token_entity[ids]  # read before the masker corrupts ids in place
+    def corpus_rows(self, corpus) -> tuple[np.ndarray, np.ndarray]:
+        """``(the corpus's entity links int32 [n_tokens], their names' vector rows int64 [K])``."""
+        links, names = read_entities(corpus)
+        key = str(getattr(corpus, "path", ""))
+        if key not in self._corpus_rows:
+            row = {n: i for i, n in enumerate(self.entity_names)}
+            rows = np.asarray([row.get(n, -1) for n in names], dtype=np.int64)
+            if len(rows) and not (rows >= 0).any():
+                raise PtmError(f"objective.entities={self.cfg.entities} has a vector for none of the {len(names)} "
+                               f"entities linked in {key}: the links and the vectors come from different graphs")
+            self._corpus_rows[key] = rows
+        return links, self._corpus_rows[key]
+
+    def entity_targets(self, corpus, spans: np.ndarray, ids: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """int64 ``[B, T]``: the vector row of the entity aligned to each position of the laid-out
+        ``[CLS] S [SEP]`` examples (``-1``: none), from the original tokens ``ids``."""
+        if self.token_entity is not None:
+            targets = self.token_entity[ids]
+        else:
+            links, rows = self.corpus_rows(corpus)
+            j = np.arange(ids.shape[1])[None, :]
+            inside = (j >= 1) & (j <= (length - 2)[:, None])
+            src = np.clip(spans[:, :1] + j - 1, 0, len(links) - 1)
+            linked = np.where(inside, np.asarray(links[src], dtype=np.int64), -1)
+            targets = np.where(linked >= 0, rows[np.maximum(linked, 0)], -1) if len(rows) else np.full_like(linked, -1)
         targets[:, 0] = -1  # [CLS]
-        batch = super().finish_batch(batch, spans, ids, segment, word_starts, length, rng)
+        return targets
+
+    def collate(self, corpus, spans, rng):
+        spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        ids, segment, word_starts, length = self.single_inputs(corpus, spans)
+        targets = self.entity_targets(corpus, spans, ids, length)  # before the masker corrupts ids in place
+        batch = self.finish_batch({}, spans, ids, segment, word_starts, length, rng)
         inputs = dea_corruption(targets, len(self.entity_table), self.cfg.dea_random, self.cfg.dea_mask, rng)
         batch["entity_ids"] = torch.from_numpy(inputs)
         batch["entity_targets"] = torch.from_numpy(targets)
