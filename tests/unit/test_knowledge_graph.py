@@ -10,7 +10,8 @@ import pytest
 from ptmkit.cli import main
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph, surface_table
-from ptmkit.knowledge.linking import Linker, base_forms, link, link_corpus
+from ptmkit.knowledge.linking import STOP_WORDS, Linker, base_forms, link, link_corpus
+from ptmkit.knowledge.stopwords import FUNCTION_WORDS
 from ptmkit.knowledge.triples import read_graph as read_user_graph
 from ptmkit.knowledge.triples import read_split
 from ptmkit.knowledge.wordnet import LEXNAMES, parse_data_line, read_graph
@@ -110,6 +111,62 @@ def test_linking_multiword_inflected_most_frequent_first(mini_wordnet):
     assert link(["hot"], kg).candidates(0).tolist() == [kg.entity_id("00010000-a")]
     long = link(["dog" * 40, "dog", "sausage" + "s" * 60], kg)  # tokens longer than any graph word are cut, never matched
     assert long.starts.tolist() == [1] and Linker(kg).width == len("familiaris") + 6
+
+
+FUNCTION_NOUNS = [  # WordNet's entries for function words, and phrases that start or end with one
+    "00100000 23 n 03 angstrom 0 angstrom_unit 0 A 0 000 | a metric unit of length",
+    "00200000 23 n 02 inch 0 in 0 000 | a unit of length",
+    "00300000 27 n 02 beryllium 0 Be 0 000 | a light strong brittle grey toxic bivalent metallic element",
+    "00400000 09 n 02 information_technology 0 IT 0 000 | the branch of engineering that deals with computers",
+    "00500000 06 n 01 house 0 000 | a dwelling that serves as living quarters",
+    "00600000 05 n 01 dog 0 000 | a member of the genus Canis",
+    "00700000 04 n 01 a_cappella_singing 0 000 | singing without instrumental accompaniment",
+]
+FUNCTION_ADJS = ["00800000 01 a 01 in_vitro 0 000 | in an artificial environment outside the living organism"]
+FUNCTION_VERBS = ["00900000 40 v 01 give_up 0 000 01 + 08 00 | give up, as of something"]
+
+
+@pytest.fixture
+def function_words(tmp_path):
+    """A graph naming ``a``, ``in``, ``be`` and ``it``, as WordNet does (``is``: ``be`` by the
+    exception list), beside dog, house and phrases."""
+    wn = tmp_path / "wordnet-fw"
+    wn.mkdir()
+    data = {"noun": FUNCTION_NOUNS, "verb": FUNCTION_VERBS, "adj": FUNCTION_ADJS, "adv": []}
+    for name, lines in data.items():
+        index = sorted(f"{w.lower()} {line.split()[2]} 1 0 1 0 {line.split()[0]}"
+                       for line in lines for w in line.split(" | ")[0].split()[4 : 4 + 2 * int(line.split()[3], 16) : 2])
+        (wn / f"data.{name}").write_text(HEADER + "".join(line + "  \n" for line in lines))
+        (wn / f"index.{name}").write_text(HEADER + "".join(line + "  \n" for line in index))
+    (wn / "verb.exc").write_text("is be\n")
+    return read_graph(wn)
+
+
+def _spans(words: list[str], linker: Linker) -> list[tuple[str, str]]:
+    links = linker.link(words)
+    return [(" ".join(words[s:e]), linker.graph.labels[links.candidates(k)[0]]) for k, (s, e) in enumerate(zip(links.starts, links.ends))]
+
+
+def test_function_words_are_not_linked_alone(function_words, tmp_path):
+    kg = function_words
+    linker = Linker(kg)
+    assert {"a", "in", "the", "it", "i", "be", "is", "us", "who", "and", "can"} <= STOP_WORDS == FUNCTION_WORDS
+    assert "dog" not in STOP_WORDS and "house" not in STOP_WORDS
+    assert _spans("a dog in the house".split(), linker) == [("dog", "dog.n.01"), ("house", "house.n.01")]
+    assert _spans("A Dog IN the House it is".split(), linker) == [("Dog", "dog.n.01"), ("House", "house.n.01")]
+    # a multi-word surface starting or ending with a function word still links
+    assert _spans("a cappella singing in vitro , give up".split(), linker) == [
+        ("a cappella singing", "a_cappella_singing.n.01"), ("in vitro", "in_vitro.a.01"), ("give up", "give_up.v.01")]
+    everything = Linker(kg, stop_words=())  # the list off: every surface links, as before it
+    assert _spans("a dog in the house it is".split(), everything) == [
+        ("a", "angstrom.n.01"), ("dog", "dog.n.01"), ("in", "inch.n.01"), ("house", "house.n.01"),
+        ("it", "information_technology.n.01"), ("is", "beryllium.n.01")]  # "is" -> "i" + ... -> "be"? no: base "is" -> none
+    assert _spans("a dog".split(), Linker(kg, stop_words=["DOG"])) == [("a", "angstrom.n.01")]  # a list of one's own
+    text = tmp_path / "fw.txt"
+    text.write_text("a dog in the house\nin vitro\n")
+    dog, house, vitro = (kg.entity_id(k) for k in ("00600000-n", "00500000-n", "00800000-a"))
+    assert link_corpus(text, kg).entities.tolist() == [-1, dog, -1, -1, house, vitro, vitro]
+    assert link_corpus(text, everything).entities.tolist()[:3] == [kg.entity_id("00100000-n"), dog, kg.entity_id("00200000-n")]
 
 
 def test_base_forms_follow_morphy():

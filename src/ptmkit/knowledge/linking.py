@@ -10,15 +10,28 @@ match ``hot dog``, ``mouse``, ``run`` through the graph's exception lists (WordN
 consonant, ``dogged`` -> ``dog``, which morphy leaves to the exception lists); the words before it must
 match exactly (lower-cased), as multi-word lemmas inflect at their head.
 
+A word of :data:`STOP_WORDS`, English function words, is not linked *alone*: WordNet names ``a``
+(ångström, vitamin A), ``in`` (inch), ``it`` (information technology), ``i`` (iodine), ``be``
+(beryllium), ``who`` (World Health Organization) and ``us`` (United States), so without the list
+nearly every sentence links its articles, pronouns and prepositions to these.  A multi-word
+surface holding such a word still links (``a cappella``, ``in vitro``, ``give up``).  The list is
+the one ERNIE's alignment leaves out too, :data:`ptmkit.knowledge.stopwords.FUNCTION_WORDS`
+(determiners, pronouns, prepositions, conjunctions, auxiliaries and modals, a few adverbs, the
+clitics of split contractions).  Since linking ignores case, ``US`` and ``IT`` are not linked
+alone either, nor the main verbs *have* and *do* or the nouns *can*, *will* and *mine*.
+``Linker(graph, stop_words=())`` links every word, as before the list; any other collection of
+lower-cased words replaces it.
+
 It is vectorised for corpora of millions of words: per chunk, the distinct word types are looked
-up once (a Python loop over *types*, cached across chunks), tokens become graph-word ids with one
-``np.unique``, each n-gram length's keys are computed for every position at once (a polynomial
-hash of the word ids, exact up to three words, 64-bit beyond) and found with ``np.searchsorted``
-in that length's sorted surface keys; only the left-to-right choice among overlapping matches is
-sequential, a numba loop.  :func:`link_corpus` streams a text file or a prepared corpus chunk by
-chunk, so memory is bounded by the chunk and the output (four bytes a word).  Measured on 2.05M
-words of the Penn Treebank and Brown text: see ``benchmarks/bench_entity_linking.py`` and
-``docs/knowledge.md``.
+up once (a Python loop over *types*, cached across chunks, which also flags the stop list's
+words), tokens become graph-word ids with one ``np.unique`` (the flags one boolean mask, which
+only one-word matches obey), each n-gram length's keys are computed for every position at once (a
+polynomial hash of the word ids, exact up to three words, 64-bit beyond) and found with
+``np.searchsorted`` in that length's sorted surface keys; only the left-to-right choice among
+overlapping matches is sequential, a numba loop.  :func:`link_corpus` streams a text file or a
+prepared corpus chunk by chunk, so memory is bounded by the chunk and the output (four bytes a
+word).  Measured on 2.05M words of the Penn Treebank and Brown text: see
+``benchmarks/bench_entity_linking.py`` and ``docs/knowledge.md``.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from ptmkit import fileio
 from ptmkit.data.corpus import Corpus
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph
+from ptmkit.knowledge.stopwords import FUNCTION_WORDS
 from ptmkit.tokenization import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -47,6 +61,7 @@ RULES = (
     ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"), ("ing", ""),
     ("er", ""), ("est", ""), ("er", "e"), ("est", "e"),
 )
+STOP_WORDS = FUNCTION_WORDS  # the default of Linker(stop_words=...): not linked as one-word spans
 PRIME = np.uint64(1_000_003)  # > any graph vocabulary here, so keys of up to 3 words are exact
 CHUNK_WORDS = 1 << 18  # words per chunk: about 40 MB of fixed-width words with WordNet's width
 
@@ -107,10 +122,12 @@ def _maximal_munch(longest: np.ndarray) -> np.ndarray:  # pragma: no cover - com
 
 class Linker:
     """A graph's surface forms prepared for matching: its word vocabulary and, per span length
-    ``n``, the sorted keys of its ``n``-word surfaces with their surface ids."""
+    ``n``, the sorted keys of its ``n``-word surfaces with their surface ids.  ``stop_words``: words
+    never linked as a one-word span (default :data:`STOP_WORDS`; ``()`` links every word)."""
 
-    def __init__(self, graph: KnowledgeGraph) -> None:
+    def __init__(self, graph: KnowledgeGraph, stop_words: Iterable[str] = STOP_WORDS) -> None:
         self.graph = graph
+        self.stop_words = frozenset(w.lower() for w in stop_words)
         split = [s.split(" ") for s in graph.surfaces]
         self.vocab: dict[str, int] = {}
         for words in split:
@@ -131,7 +148,7 @@ class Linker:
             if len(np.unique(keys)) != len(keys):
                 raise PtmError(f"two {n}-word surface forms of the graph share a linking key; report this graph")
             self.tables[n] = (keys[order], ids[order])
-        self._types: dict[str, tuple[int, int]] = {}  # word type -> (graph word id, base-form id), -1 = none
+        self._types: dict[str, tuple[int, int, int]] = {}  # word type -> (graph word id, base-form id, stop), -1 = none
         self.single = set(s for s in graph.surfaces if " " not in s)
         # Words are held in fixed-width arrays of this width: a longer word is cut to it and can
         # match nothing (a rule strips at most 4 characters and adds at most 2, so no base form of
@@ -147,10 +164,10 @@ class Linker:
             key = key * PRIME + (words[:, j].astype(np.uint64) + np.uint64(1))
         return key
 
-    def _type_ids(self, word: str) -> tuple[int, int]:
+    def _type_ids(self, word: str) -> tuple[int, int, int]:
         hit = self._types.get(word)
         if hit is None and len(word) >= self.width:
-            return -1, -1  # cut to the width: longer than any word a graph word can come from
+            return -1, -1, 0  # cut to the width: longer than any word a graph word can come from
         if hit is None:
             exact = self.vocab.get(word, -1)
             base = -1
@@ -158,23 +175,26 @@ class Linker:
                 found = [b for b in base_forms(word, self.graph.exceptions) if b in self.vocab]
                 preferred = [b for b in found if b in self.single]  # a base that is itself a surface
                 base = self.vocab[(preferred or found)[0]] if found else -1
-            hit = self._types[word] = (exact, base)
+            hit = self._types[word] = (exact, base, int(word in self.stop_words))
         return hit
 
-    def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Lower-cased words (str array ``[T]``) -> ``(exact, base)`` int64 ``[T]`` graph-word ids."""
+    def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lower-cased words (str array ``[T]``) -> ``(exact, base, stop)``: int64 ``[T]`` graph-word
+        ids and bool ``[T]``, the words of the stop list."""
         types, inverse = np.unique(words, return_inverse=True)
         return self.type_ids(types, inverse)
 
-    def type_ids(self, types: Iterable[str], inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def type_ids(self, types: Iterable[str], inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Distinct lower-cased words ``[U]`` and each word's index among them ``[T]`` -> ``(exact,
-        base)`` int64 ``[T]`` graph-word ids (the lookups are per distinct word)."""
-        table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 2)
-        return table[inverse, 0], table[inverse, 1]
+        base, stop)``: int64 ``[T]`` graph-word ids and bool ``[T]`` (the lookups are per distinct word)."""
+        table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 3)
+        return table[inverse, 0], table[inverse, 1], table[inverse, 2].astype(bool)
 
-    def link_ids(self, exact: np.ndarray, base: np.ndarray, segment: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def link_ids(self, exact: np.ndarray, base: np.ndarray, segment: np.ndarray | None = None,
+                 stop: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Spans over graph-word ids ``[T]`` (``segment [T]``: spans never cross a change of it,
-        e.g. a line) -> ``(starts [M], lengths [M], surfaces [M])`` as int64 arrays."""
+        e.g. a line; ``stop`` bool ``[T]``: words never linked as a one-word span) -> ``(starts [M],
+        lengths [M], surfaces [M])`` as int64 arrays."""
         t_len = len(exact)
         longest = np.zeros(t_len, dtype=np.int32)
         surface = np.full(t_len, -1, dtype=np.int64)
@@ -188,6 +208,8 @@ class Linker:
             ok = prefix_ok[:m]
             if segment is not None and n > 1:
                 ok = ok & (segment[:m] == segment[n - 1 :])
+            if stop is not None and n == 1:
+                ok = ok & ~stop
             if n in self.tables:
                 keys, ids = self.tables[n]
                 for last_ids in (base[last], exact[last]):  # exact written last, so it wins a tie
@@ -215,14 +237,15 @@ class Linker:
         if not len(inverse):
             empty = np.zeros(0, dtype=np.int64)
             return Links(empty, empty, empty, self.graph)
-        exact, base = self.type_ids(types, inverse)
-        starts, lengths, surfaces = self.link_ids(exact, base, segment)
+        exact, base, stop = self.type_ids(types, inverse)
+        starts, lengths, surfaces = self.link_ids(exact, base, segment, stop)
         return Links(starts, starts + lengths, surfaces, self.graph)
 
 
 def link(words: Iterable[str], graph: KnowledgeGraph | Linker) -> Links:
     """Candidate entities per word span of ``words`` (longest surface first, most frequent sense
-    first); build a :class:`Linker` once and pass it for repeated calls."""
+    first, no function word alone); build a :class:`Linker` once and pass it for repeated calls
+    (or to choose its ``stop_words``)."""
     linker = graph if isinstance(graph, Linker) else Linker(graph)
     return linker.link(words)
 
@@ -294,7 +317,8 @@ def link_corpus(source: str | os.PathLike | Iterable[str], graph: KnowledgeGraph
                 chunk_words: int = CHUNK_WORDS) -> CorpusLinks:
     """Link every word of a text file (whitespace words, spans within a line), a prepared corpus
     directory (its words decoded; spans within a sentence) or an iterable of lines; returns
-    per-word entity ids aligned with the words.  Memory: one chunk plus four bytes a word."""
+    per-word entity ids aligned with the words.  A graph is linked with the default stop list;
+    pass a :class:`Linker` to choose another.  Memory: one chunk plus four bytes a word."""
     linker = graph if isinstance(graph, Linker) else Linker(graph)
     if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
         chunks = _corpus_chunks(Path(source), chunk_words)
