@@ -51,9 +51,11 @@ def test_written_lexicons_read_back_with_the_models_readers(tmp_path):
     assert alignment["dog"] == "dog.n" and alignment["puppy"] == "pup.n" and len(alignment) == counts["alignment.tsv"]
 
 
-def test_alignment_takes_the_most_frequent_sense_and_skips_function_words():
+def test_alignment_and_kbert_take_the_most_frequent_sense_and_skip_function_words():
     entities = ["a.unit", "a.vitamin", "cappella.n", "dog.n"]
     surfaces = surface_table([("a", 0, 3), ("a", 1, 1), ("a_cappella", 2, 1), ("dog", 3, 2)])
     g = KnowledgeGraph(entities, ["_hypernym"], np.zeros((0, 3), np.int64), *surfaces)
     assert entity_alignment(g) == [("a cappella", "cappella.n"), ("dog", "dog.n")]
+    g.triples = np.array([[0, 0, 3], [2, 0, 3]])  # "a" and "a cappella" each with a hypernym
+    assert [r[0] for r in kbert_triples(g, {"_hypernym": "is a"})] == ["a cappella"]
     assert ("a", "a.unit") in entity_alignment(g, stop_words=frozenset())

@@ -37,7 +37,7 @@ RELATION_WORDS = {
     "_substance_holonym": "made of",
 }
 KBERT_FILE, SUPERSENSE_FILE, PAIRS_FILE, ALIGNMENT_FILE = "kbert.tsv", "supersenses.tsv", "pairs.tsv", "alignment.tsv"
-DERIVED_VERSION = 2  # raised whenever a derived file's content changes for the same graph
+DERIVED_VERSION = 3  # raised whenever a derived file's content changes for the same graph
 GRAPHS = {"wordnet": ("wordnet-kg", "graph")}  # a knowledge option's names -> (data set, its graph directory)
 
 
@@ -59,11 +59,11 @@ def entity_words(graph: KnowledgeGraph) -> list[str]:
     return words
 
 
-def kbert_triples(graph: KnowledgeGraph, relations: dict[str, str] | None = None, per_surface: int = 2
-                  ) -> list[tuple[str, str, str]]:
+def kbert_triples(graph: KnowledgeGraph, relations: dict[str, str] | None = None, per_surface: int = 2,
+                  stop_words: frozenset[str] = FUNCTION_WORDS) -> list[tuple[str, str, str]]:
     """``(surface, relation words, tail word)`` for each surface's most frequent sense: its first
     ``per_surface`` triples whose relation is one of ``relations`` (default :data:`RELATION_WORDS`),
-    in the graph's triple order."""
+    in the graph's triple order.  Function words get no branch (``a  is a  metric linear unit``)."""
     relations = RELATION_WORDS if relations is None else relations
     rel_ids = {graph.relations.index(r): words for r, words in relations.items() if r in graph.relations}
     keep = np.isin(graph.triples[:, 1], list(rel_ids))
@@ -74,6 +74,8 @@ def kbert_triples(graph: KnowledgeGraph, relations: dict[str, str] | None = None
     first = graph.first_candidate(np.arange(len(graph.surfaces)))
     rows = []
     for s, e in enumerate(first):
+        if graph.surfaces[s] in stop_words:
+            continue
         for _, r, tail in t[starts[e] : min(starts[e + 1], starts[e] + per_surface)]:
             if words[tail] != graph.surfaces[s]:
                 rows.append((graph.surfaces[s], rel_ids[int(r)], words[tail]))
