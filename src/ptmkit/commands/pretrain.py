@@ -44,8 +44,16 @@ tokenizer.json, trainer_state.pt) with checkpoints/latest naming the newest.
 RUN_DIR must be new, empty, or a run directory ptm made (marked by .ptmkit-output.json); any
 other non-empty directory is refused, and so is an input (--data, --eval-data, a preset file)
 that lies inside RUN_DIR.  --resume continues a killed or finished run exactly where its latest
-checkpoint left it; it is an error when RUN_DIR has no checkpoint, when the data's tokenizer
-differs from the run's, or when text data differs from the text the run was prepared from.
+checkpoint left it, with the config the run stored: `ptm pretrain --resume -o RUN --data DATA
+[train.max_steps=N]` (PRESET and the first run's overrides need not be typed again; overrides on
+resume may change train.max_steps, eval_every, eval_batches, save_every, keep_checkpoints,
+log_every, num_threads, device, nan_guard, max_seconds and report_to, and any other is refused
+by name).  It is an error when RUN_DIR has no checkpoint, when the data's tokenizer differs from
+the run's, or when text data differs from the text the run was prepared from.
+Schedules follow the budget: lowering train.max_steps below the preset's without setting
+train.warmup_steps scales the warm-up to the same share of the run (bert-tiny's 1,000 of 100,000
+become 2 of 200), and a plan whose warm-up outlasts it, or that reads the corpus more than 20
+times, is named in a warning before training.
 --overwrite starts the run over: once the inputs are read, ptm removes the files it wrote in
 RUN_DIR (checkpoints, logs, config.json, prepared data) and never any other file.  A run that
 fails before its first checkpoint removes the RUN_DIR it created.
@@ -118,7 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("preset", metavar="PRESET", help="preset name or YAML file, or a static model ({names:static})")
+    p.add_argument("preset", metavar="PRESET", nargs="?", default=None,
+                   help="preset name or YAML file, or a static model ({names:static}); not needed with --resume")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
     p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
     p.add_argument("--data-weights", default=None, metavar="W1,W2,...",
@@ -144,12 +153,18 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise PtmError("--resume and --overwrite exclude each other")
     overrides = list(args.overrides)
+    preset = args.preset
+    if preset is not None and "=" in preset and not Path(preset).exists():  # `--resume -o RUN train.max_steps=N`
+        overrides.insert(0, preset)
+        preset = None
+    if preset is None and not args.resume:
+        raise PtmError("name a PRESET (bert-tiny, gpt2-tiny, ... or a YAML file): see `ptm pretrain --help`")
     # `--data a.txt train.lr=1e-3`: argparse hands the override to --data; give it back.
     data = _split(args.data, overrides)
     eval_data = _split(args.eval_data, overrides) if args.eval_data else None
     if not data:
         raise PtmError("--data needs a prepared corpus directory or text file(s)")
-    pretrain(args.preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite,
+    pretrain(preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite,
              init_from=args.init_from, data_weights=args.data_weights)
     return 0
 

@@ -36,6 +36,7 @@ from ptmkit.runcard import write_run_card
 from ptmkit.static.init_embeddings import init_word_embeddings
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
+from ptmkit.train.budget import follow_budget, schedule_warnings
 from ptmkit.train import distributed as dist
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Callback, Trainer, seed_everything
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def pretrain(
-    preset_or_config: str | Path | dict[str, Any],
+    preset_or_config: str | Path | dict[str, Any] | None,
     data: DataArg,
     out_dir: str | Path,
     overrides: Sequence[str] = (),
@@ -60,6 +61,15 @@ def pretrain(
     data_weights: str | Sequence[float] | None = None,
 ) -> Path:
     """Pre-train and return the run directory (see the module docstring).
+
+    resume: continue RUN_DIR's latest checkpoint with the config the run stored (its preset and
+    overrides need not be given again; ``preset_or_config`` may be ``None``): overrides may change
+    only the ``train.`` settings of :data:`ptmkit.workflows.rundir.RESUMABLE_CHANGES`
+    (``max_steps``, ``eval_every``, ...); any other is refused by name.
+
+    A lowered ``train.max_steps`` without ``train.warmup_steps`` scales the preset's warm-up to
+    the same share of the run (:func:`ptmkit.train.budget.follow_budget`); a plan whose warm-up
+    outlasts it or that reads the corpus more than 20 times gets a warning before training.
 
     init_from: continued pre-training (ULMFiT's second stage: the LM fine-tuned on target-task
     text): the weights (encoder and objective heads), tokenizer and config of this run or
@@ -86,15 +96,23 @@ def pretrain(
     if data_weights is not None and not all(is_corpus(p) for p in as_paths(data)):
         raise PtmError("--data-weights weighs prepared corpora, one weight each: prepare each text with "
                        "`ptm prepare FILES -t TOKENIZER -o DIR` (one tokenizer for all) and give the directories as --data")
-    if static_model(preset_or_config) is not None:
+    if preset_or_config is not None and static_model(preset_or_config) is not None:
         if data_weights is not None:
             raise PtmError("--data-weights is for pre-training on prepared corpora; a static model reads text files")
         return train_static(preset_or_config, as_paths(data), run_dir, overrides, overwrite, verbose, resume=resume,
                             eval_data=eval_data, init_from=init_from)
-    if not isinstance(preset_or_config, dict):
+    if preset_or_config is not None and not isinstance(preset_or_config, dict):
         outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
-    source = continued_start(preset_or_config, init_from, overrides) if init_from is not None else None
-    raw = source.raw if source is not None else apply_overrides(load_config(preset_or_config), overrides)
+    stored = stored_run_config(run_dir) if resume else None
+    if preset_or_config is None and stored is None:
+        raise PtmError("name a preset (or a YAML file): only --resume of a run with a checkpoint reads the config from the run")
+    source = continued_start(preset_or_config or stored, init_from, overrides) if init_from is not None else None
+    if stored is not None:  # resume remembers: the run's own config, changed only where resume allows
+        raw = resumed_config(stored, preset_or_config, overrides)
+    else:
+        base = source.base if source is not None else load_config(preset_or_config)
+        raw = follow_budget(base.get("train") or {}, source.raw if source is not None else apply_overrides(base, overrides),
+                            overrides)
     device = str((raw.get("train") or {}).get("device", "auto"))
     dist.resolve_device(device)  # train.device=cuda without a GPU fails before anything is written
     started = not dist.is_distributed()
@@ -150,6 +168,9 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     common = dict(seq_len=train_cfg.seq_len, batch_size=train_cfg.batch_size, seed=train_cfg.seed, rank=info.rank,
                   world_size=info.world_size)
     batches = training_batches(corpus, model.objective, train_spans, sizes, data_weights, **common)
+    if info.is_main and not run.resuming:
+        for line in schedule_warnings(train_cfg.max_steps, train_cfg.warmup_steps, batches.steps_per_epoch):
+            log.warning(line)
     eval_source = PretrainBatches(eval_corpus, model.objective, eval_spans, **common) if len(eval_spans) else None
 
     # train
@@ -182,6 +203,7 @@ class ContinuedStart:
     tokenizer: Any
     raw: dict[str, Any]
     switched_from: str | None = None  # the source run's objective when the new run trains another one
+    base: dict[str, Any] | None = None  # the config before the overrides (its schedule is scaled to them)
 
 
 def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: str | Path, overrides: Sequence[str]) -> ContinuedStart:
@@ -236,7 +258,51 @@ def continued_start(preset_or_config: str | Path | dict[str, Any], init_from: st
         log.info("--init-from: the run's model settings differ from %s in %s; the run's are used", name, ", ".join(differ))
     if switched:
         log.info("--init-from: objective %r continues the encoder of a run trained with %r", o2, o1)
-    return ContinuedStart(ck, tokenizer, raw, o1 if switched else None)
+    return ContinuedStart(ck, tokenizer, raw, o1 if switched else None, base)
+
+
+def stored_run_config(run_dir: str | Path) -> dict[str, Any] | None:
+    """The config a run with a checkpoint was started with (``None``: no checkpoint to resume).
+    RUN_DIR is checked to be ptm's first: nothing is read from a folder that only looks like a run."""
+    outputs.check(Path(run_dir), "run", [], reuse=True)
+    latest = ckpt.latest_checkpoint(Path(run_dir))
+    if latest is None:
+        return None
+    return rundir.read_run_config(Path(run_dir) / RUN_CONFIG, latest)
+
+
+def resumed_config(stored: dict[str, Any], preset_or_config: str | Path | dict[str, Any] | None,
+                   overrides: Sequence[str]) -> dict[str, Any]:
+    """A resumed run's raw config: the run's own, with the overrides that resume allows
+    (``train.`` keys of :data:`ptmkit.workflows.rundir.RESUMABLE_CHANGES`); any other override is
+    refused by name unless it restates the run's value.  A preset, when given, must name the
+    run's encoder and objective."""
+    base = {k: v for k, v in stored.items() if k in ("model", "objective", "tokenizer", "train")}
+    if preset_or_config is not None:
+        preset = load_config(preset_or_config)
+
+        def names(cfg: dict[str, Any]) -> tuple[str, str]:
+            return str((cfg.get("model") or {}).get("encoder", "transformer")), str((cfg.get("objective") or {}).get("name"))
+
+        if names(preset) != names(base):
+            raise PtmError(f"cannot resume: the run trains encoder {names(base)[0]!r} with objective {names(base)[1]!r}, "
+                           f"not {names(preset)[1]!r} of {preset_or_config}; resume without a preset (`ptm pretrain "
+                           f"--resume -o RUN --data DATA`) or with the run's own")
+    raw = apply_overrides(base, list(overrides))
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        section, _, name = key.partition(".")
+        if section == "train" and name in rundir.RESUMABLE_CHANGES:
+            continue
+        was, now = base, raw
+        for part in key.split("."):
+            was = was.get(part) if isinstance(was, dict) else None
+            now = now.get(part) if isinstance(now, dict) else None
+        if was != now:
+            allowed = ", ".join(f"train.{k}" for k in sorted(rundir.RESUMABLE_CHANGES))
+            raise PtmError(f"cannot resume with {item}: the run keeps the config it started with ({key}={was!r}); on "
+                           f"resume only {allowed} may change; start a new run directory to change {key}")
+    return raw
 
 
 # -- data -----------------------------------------------------------------------------------------------

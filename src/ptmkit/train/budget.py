@@ -1,0 +1,62 @@
+"""Schedules that follow the budget a user gives.
+
+A preset's schedule is written for its own length (``bert-tiny``: 1,000 warm-up steps of
+100,000).  A user who asks for 200 steps keeps those 1,000 warm-up steps unless told otherwise,
+so the learning rate would climb for the whole run and never decay.  :func:`follow_budget`
+scales the preset's warm-up with the steps when ``train.max_steps`` is lowered and
+``train.warmup_steps`` is not given (the same share of the run), and :func:`schedule_warnings`
+names, before training, the plans that cannot do what their author meant: a warm-up that never
+reaches the peak LR, or so many steps that a small corpus is read dozens of times.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+MAX_PASSES = 20  # more passes over the corpus than this, and the plan is worth a warning
+
+
+def _given(overrides: Sequence[str], key: str) -> bool:
+    return any(o.partition("=")[0].strip() == key for o in overrides)
+
+
+def follow_budget(base_train: dict[str, Any], raw: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``raw`` with ``train.warmup_steps`` scaled to ``train.max_steps`` when the overrides lower
+    the steps of ``base_train`` (the preset's or the source run's train section) and leave the
+    warm-up alone: ``round(warmup * max_steps / base max_steps)``, at least 1.  ``raw`` is changed
+    in place and returned."""
+    train = raw.get("train") or {}
+    was_steps, warmup = base_train.get("max_steps"), base_train.get("warmup_steps")
+    steps = train.get("max_steps")
+    if not (_given(overrides, "train.max_steps") and not _given(overrides, "train.warmup_steps")):
+        return raw
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (was_steps, warmup, steps)):
+        return raw
+    if warmup <= 0 or was_steps <= 0 or steps >= was_steps:
+        return raw
+    scaled = max(1, round(warmup * steps / was_steps))
+    train["warmup_steps"] = scaled
+    log.info("train.warmup_steps %d -> %d: the preset warms up for %.1f %% of its %d steps, and so does this run of "
+             "%d steps (set train.warmup_steps to choose)", warmup, scaled, 100 * warmup / was_steps, was_steps, steps)
+    return raw
+
+
+def schedule_warnings(max_steps: int, warmup_steps: int, steps_per_epoch: int) -> list[str]:
+    """What is wrong with a plan of ``max_steps`` steps (``steps_per_epoch`` per pass over the
+    training examples), each a line that names the setting to change."""
+    out = []
+    if warmup_steps >= max_steps > 0:
+        out.append(f"train.warmup_steps={warmup_steps} >= train.max_steps={max_steps}: the learning rate never reaches "
+                   f"train.lr (it is still climbing when training stops); lower train.warmup_steps")
+    passes = max_steps / max(1, steps_per_epoch)
+    if passes > MAX_PASSES:
+        out.append(f"train.max_steps={max_steps:,} reads the training examples {passes:,.0f} times ({steps_per_epoch:,} "
+                   f"steps per pass): a model this long on this little text memorises it; lower train.max_steps or "
+                   f"give more text")
+    return out
+
+
+__all__ = ["MAX_PASSES", "follow_budget", "schedule_warnings"]
