@@ -36,8 +36,8 @@ from ptmkit.runcard import write_run_card
 from ptmkit.static.init_embeddings import init_word_embeddings
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
-from ptmkit.train.budget import follow_budget, schedule_warnings
 from ptmkit.train import distributed as dist
+from ptmkit.train.budget import follow_budget, schedule_warnings
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Callback, Trainer, seed_everything
 from ptmkit.workflows import rundir
