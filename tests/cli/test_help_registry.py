@@ -1,10 +1,14 @@
 """Help texts built from the registries: every registered name of the kinds a command's --help
 lists appears in it, so a component added by one file shows up without editing the help."""
 
+import subprocess
+import sys
+
 import pytest
 
 from ptmkit import registry
 from ptmkit.cli import main
+from ptmkit.commands import hf_formats, hf_model_types
 from ptmkit.data.tasks import builtin_tasks
 from ptmkit.interop import formats, importable
 
@@ -39,3 +43,23 @@ def test_a_newly_registered_task_type_appears_in_the_help(capsys, monkeypatch):
     registry.names("task_type")  # every package imported first
     monkeypatch.setitem(registry._REGISTRY["task_type"], "made_up_type", object())
     assert "made_up_type" in _help("finetune", capsys)
+
+
+def test_declared_names_are_the_registered_ones():
+    """Help texts read the names from the source files (no import); they must be what importing
+    the packages registers, kind by kind, each kind in its own package, and the HF formats and
+    model types the families declare."""
+    for kind in registry.KIND_PACKAGES:
+        assert registry.declared(kind) == registry.names(kind), kind
+    assert hf_formats() == list(formats()) and hf_model_types() == list(importable())
+
+
+def test_help_starts_without_importing_the_components():
+    """Every help text that lists registered components (encoders, objectives, static models,
+    presets, tasks, HF formats) is written without importing torch, scipy or numba (a CLI that
+    answers at once; the times: benchmarks/cli_startup.py)."""
+    for command in ("pretrain", "finetune", "export", "import"):
+        code = (f"import sys\nfrom ptmkit.cli import main\ntry:\n    main(['{command}', '--help'])\nexcept SystemExit:\n"
+                "    pass\nprint('HEAVY', sorted(m for m in ('torch', 'numba', 'scipy', 'matplotlib') if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert "HEAVY []" in out, (command, out[-300:])

@@ -6,6 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from scipy.stats import spearmanr
 
 from ptmkit.analysis import controls
 from ptmkit.analysis import trees as T
@@ -150,3 +151,14 @@ def test_the_mix_probe_weights_the_informative_layer():
     cum = cumulative_scores(layers[:400], y[:400], layers[400:], y[400:], 3, cfg)
     assert cum["scores"][2] > 0.95 and max(cum["scores"][:2]) < 0.6
     assert cum["center_of_gravity"] == pytest.approx(2.0, abs=0.2)
+
+
+def test_spearman_is_scipys_with_ties():
+    """The tree-distance correlation is Spearman's rho on tie-averaged ranks (computed in numpy,
+    so that reading a treebank does not import scipy.stats)."""
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(3, 30))
+        a, b = rng.integers(0, 5, n).astype(float), rng.integers(0, 7, n) + rng.random(n) * (rng.random() < 0.5)
+        if np.ptp(a) and np.ptp(b):
+            assert T._spearman(a, b) == pytest.approx(spearmanr(a, b).statistic, abs=1e-12)

@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from ptmkit.errors import PtmError
 
@@ -100,10 +99,18 @@ def gold_edges(heads: Sequence[int], keep: np.ndarray) -> set[frozenset[int]]:
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rho; 0 where either side is constant (a star tree's distances from its centre)."""
+    """Spearman's rho (Pearson's r of the tie-averaged ranks, as scipy's ``spearmanr``); 0 where
+    either side is constant (a star tree's distances from its centre)."""
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return 0.0
-    return float(spearmanr(a, b).statistic)
+    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
+
+
+def _ranks(x) -> np.ndarray:
+    """1-based ranks of ``x``, tied values sharing the mean of their ranks."""
+    _, inverse, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
+    ends = np.cumsum(counts)
+    return ((ends - counts + 1 + ends) / 2.0)[inverse.ravel()]
 
 
 def _by_length(values: dict[int, list[float]]) -> float:

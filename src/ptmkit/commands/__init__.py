@@ -33,11 +33,21 @@ class IntermixedParser(argparse.ArgumentParser):
 # Lists a help text may name that are derived from the registered components rather than
 # registered themselves, by the function that computes them (imported only when a help text asks).
 DERIVED_NAMES = {
-    "hf_format": ("ptmkit.interop", "formats"),  # every export format some HF family writes
-    "hf_model_type": ("ptmkit.interop", "importable"),  # every HF model_type some family imports
+    # every export format some HF family writes / HF model_type some family imports, read from the
+    # families' source files (instantiating them would import torch and transformers)
+    "hf_format": ("ptmkit.commands", "hf_formats"),
+    "hf_model_type": ("ptmkit.commands", "hf_model_types"),
     "task": ("ptmkit.data.tasks", "builtin_tasks"),  # the tasks the data recipes declare
     "static_preset": ("ptmkit.static.presets", "list_static_presets"),  # the bundled static presets
 }
+
+
+def hf_formats() -> list[str]:
+    return registry.declared_attribute("hf_family", "formats")
+
+
+def hf_model_types() -> list[str]:
+    return registry.declared_attribute("hf_family", "model_types")
 
 
 def help_names(kind: str) -> list[str]:
@@ -46,7 +56,7 @@ def help_names(kind: str) -> list[str]:
     if kind in DERIVED_NAMES:
         module, function = DERIVED_NAMES[kind]
         return list(dict.fromkeys(getattr(importlib.import_module(module), function)()))
-    return registry.names(kind)
+    return registry.declared(kind)  # read from the source files: no component is imported
 
 
 class HelpFromRegistry(argparse.ArgumentParser):
