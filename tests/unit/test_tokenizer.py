@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import torch
 
 from ptmkit.errors import PtmError
 from ptmkit.tokenization import KINDS, SPECIAL_TOKENS, Tokenizer
@@ -125,3 +127,24 @@ def test_to_transformers(kind, trained):
     text = "the lazy fox"
     assert hf(text)["input_ids"] == tok.encode(text, add_special_tokens=True)
     assert (hf.pad_token_id, hf.mask_token_id, hf.cls_token_id) == (tok.pad_id, tok.mask_id, tok.cls_id)
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_calling_the_tokenizer_pads_truncates_and_returns_tensors_as_hf_does(kind, trained):
+    tok = trained[kind]
+    hf = tok.to_transformers()
+    texts = ["the lazy fox", "the quick brown fox jumps over the lazy dog again and again"]
+    pairs = ["a dog", "the fox"]
+    for kwargs in ({}, {"text_pair": pairs}, {"truncation": True, "max_length": 6},
+                   {"text_pair": pairs, "truncation": True, "max_length": 7}, {"padding": "max_length", "max_length": 40}):
+        ours = tok(texts, return_tensors="pt", **kwargs)
+        theirs = hf(texts, return_tensors="pt", padding=kwargs.pop("padding", True), **kwargs)
+        for key in ("input_ids", "attention_mask"):
+            assert torch.equal(ours[key], theirs[key]), (kwargs, key)
+    assert tok("the lazy fox")["input_ids"] == tok.encode("the lazy fox", add_special_tokens=True)  # one text: lists
+    arrays = tok(texts, pairs, return_tensors="np")
+    assert arrays["token_type_ids"].dtype == np.int64 and arrays["token_type_ids"][0].max() == 1
+    with pytest.raises(PtmError, match="padding=True"):
+        tok(texts, padding=False, return_tensors="pt")
+    with pytest.raises(PtmError, match="max_length"):
+        tok(texts, truncation=True)

@@ -224,6 +224,58 @@ class Tokenizer:
         enc = self._tok.encode(a, b, add_special_tokens=True)
         return enc.ids, enc.type_ids
 
+    def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
+                 padding: bool | str = True, truncation: bool = False, max_length: int | None = None,
+                 return_tensors: str | None = None, add_special_tokens: bool = True) -> dict[str, Any]:
+        """Encode a text or a batch the way HF tokenizers do: ``tok(["a film", "a plot"],
+        return_tensors="pt")`` gives ``input_ids``, ``attention_mask`` and ``token_type_ids``
+        ``[B, T]`` (``[CLS] a [SEP] (b [SEP])`` with ``add_special_tokens``; ``text_pair`` makes
+        sentence pairs, segment 1 for the second text).
+
+        padding: ``True``/``"longest"`` (to the batch's longest), ``"max_length"`` (to
+        ``max_length``) or ``False``; truncation: cut to ``max_length`` tokens, specials kept (the
+        longer text of a pair first); return_tensors: ``"pt"`` (torch), ``"np"`` (int64 numpy) or
+        ``None`` (lists; a single text then gives one list per key, not a batch of one)."""
+        single = isinstance(text, str)
+        texts = [text] if single else list(text)
+        pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
+        if pairs is not None and len(pairs) != len(texts):
+            raise PtmError(f"{len(texts)} texts but {len(pairs)} text pairs: give one pair per text")
+        if padding not in (True, False, "longest", "max_length", "do_not_pad"):
+            raise PtmError(f"padding={padding!r}: give True or 'longest', 'max_length', or False")
+        if (truncation or padding == "max_length") and max_length is None:
+            raise PtmError("truncation and padding='max_length' need max_length=N (the model's limit, e.g. 512)")
+        if return_tensors not in (None, "pt", "np"):
+            raise PtmError(f"return_tensors={return_tensors!r}: give 'pt' (torch), 'np' (numpy) or None (lists)")
+        backend = self._truncating(max_length) if truncation else self._tok
+        inputs = list(zip(texts, pairs)) if pairs is not None else texts
+        encs = backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        rows = {"input_ids": [e.ids for e in encs], "attention_mask": [e.attention_mask for e in encs],
+                "token_type_ids": [e.type_ids for e in encs]}
+        if padding in (True, "longest", "max_length"):
+            width = max_length if padding == "max_length" else max((len(r) for r in rows["input_ids"]), default=0)
+            fill = {"input_ids": self.pad_id, "attention_mask": 0, "token_type_ids": 0}
+            rows = {k: [r + [fill[k]] * (width - len(r)) for r in v] for k, v in rows.items()}
+        if return_tensors is None:
+            return {k: v[0] for k, v in rows.items()} if single else rows
+        if len({len(r) for r in rows["input_ids"]}) > 1:
+            raise PtmError("texts of different lengths make no tensor without padding: pass padding=True")
+        arrays = {k: np.asarray(v, dtype=np.int64).reshape(len(v), -1) for k, v in rows.items()}
+        if return_tensors == "np":
+            return arrays
+        import torch  # only when tensors are asked for: tokenizing and preparing text need no torch
+
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    def _truncating(self, max_length: int) -> HFTokenizer:
+        """A copy of the backend that truncates to ``max_length`` tokens (cached per length)."""
+        cache = self.__dict__.setdefault("_truncating_cache", {})
+        if max_length not in cache:
+            tok = HFTokenizer.from_str(self._tok.to_str())
+            tok.enable_truncation(max_length, strategy="longest_first")
+            cache[max_length] = tok
+        return cache[max_length]
+
     def tokenize(self, text: str) -> list[str]:
         """Token strings of ``text`` (no special tokens)."""
         return self._tok.encode(text, add_special_tokens=False).tokens
