@@ -16,7 +16,7 @@ import signal
 import sys
 
 from ptmkit import __version__
-from ptmkit.commands import verbosity_options
+from ptmkit.commands import WrappedHelpParser, verbosity_options
 from ptmkit.errors import PtmError, os_error_message
 from ptmkit.verbosity import set_quiet
 
@@ -60,7 +60,7 @@ typical flow:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = WrappedHelpParser(
         prog="ptm", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"ptmkit {__version__}")
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only: no progress displays")
     parser.add_argument("--private", action="store_true",
                         help="make what the command writes readable by you alone (files 600, directories 700)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=WrappedHelpParser)
     for name in COMMANDS:
         try:
             module = importlib.import_module(f"ptmkit.commands.{name}")

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ptmkit import registry
-from ptmkit.cli import main
+from ptmkit.cli import COMMANDS, main
 from ptmkit.commands import hf_formats, hf_model_types
 from ptmkit.data.tasks import builtin_tasks
 from ptmkit.interop import formats, importable
@@ -63,3 +63,12 @@ def test_help_starts_without_importing_the_components():
                 "    pass\nprint('HEAVY', sorted(m for m in ('torch', 'numba', 'scipy', 'matplotlib') if m in sys.modules))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert "HEAVY []" in out, (command, out[-300:])
+
+
+def test_every_help_line_fits_100_characters(capsys):
+    for command in ["", *COMMANDS]:
+        with pytest.raises(SystemExit) as exc:
+            main([*([command.rstrip("_").replace("_", "-")] if command else []), "--help"])
+        out = capsys.readouterr().out
+        long = [line for line in out.splitlines() if len(line) > 100]
+        assert exc.value.code == 0 and out and not long, (command, long[:2])

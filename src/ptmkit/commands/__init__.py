@@ -10,11 +10,38 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import textwrap
 
 from ptmkit import registry
 
+HELP_WIDTH = 100  # help lines are wrapped at this width, whatever the terminal
 
-class IntermixedParser(argparse.ArgumentParser):
+
+def wrap_help(text: str, width: int = HELP_WIDTH) -> str:
+    """``text`` with every line longer than ``width`` wrapped, its continuation lines indented as
+    the line was (a description's paragraphs, an option's help, an expanded name list)."""
+    out = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        hang = indent + " " * (len(re.match(r"\s*(\S+\s+)?", line).group(0)) - len(indent)
+                               if re.match(r"\s*-", line) else 0)
+        out.extend(textwrap.wrap(line, width, initial_indent="", subsequent_indent=hang if len(hang) < width // 2 else indent,
+                                 break_on_hyphens=False, break_long_words=False) or [line])
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+class WrappedHelpParser(argparse.ArgumentParser):
+    """A parser whose help is wrapped at :data:`HELP_WIDTH` (argparse keeps a raw description's
+    lines as written, and names expanded into a help text come after its wrapping)."""
+
+    def format_help(self) -> str:
+        return wrap_help(super().format_help())
+
+
+class IntermixedParser(WrappedHelpParser):
     """Accepts ``KEY=VALUE`` positionals before and after the options (plain argparse stops
     filling positionals at the first option).  Sub-commands opt in with ``p.__class__ = IntermixedParser``."""
 
@@ -59,17 +86,17 @@ def help_names(kind: str) -> list[str]:
     return registry.declared(kind)  # read from the source files: no component is imported
 
 
-class HelpFromRegistry(argparse.ArgumentParser):
+class HelpFromRegistry(WrappedHelpParser):
     """Expands ``{names:KIND}`` in the help text to the names registered under ``KIND`` (task
     types, HF families, encoders, objectives, ...; :func:`help_names`) when the help is printed:
     the texts stay true as components are added, and ``ptm`` starts without importing them for
     other commands.  Sub-commands opt in with ``p.__class__ = HelpFromRegistry``."""
 
     def format_help(self) -> str:
-        text = super().format_help()
-        if "{names:" not in text:
-            return text
-        return re.sub(r"\{names:([a-z_]+)\}", lambda m: ", ".join(help_names(m.group(1))), text)
+        text = argparse.ArgumentParser.format_help(self)
+        if "{names:" in text:
+            text = re.sub(r"\{names:([a-z_]+)\}", lambda m: ", ".join(help_names(m.group(1))), text)
+        return wrap_help(text)
 
 
 class RegistryHelpParser(HelpFromRegistry, IntermixedParser):
