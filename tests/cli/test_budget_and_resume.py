@@ -12,7 +12,7 @@ from conftest import write_corpus
 
 from ptmkit.cli import main
 from ptmkit.train import checkpoint as ckpt
-from ptmkit.train.budget import follow_budget, schedule_warnings
+from ptmkit.train.budget import few_steps, follow_budget, schedule_warnings, warn_once
 from ptmkit.workflows import rundir
 
 SIZES = ["model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64", "tokenizer.vocab_size=120",
@@ -87,3 +87,13 @@ def test_the_help_names_every_setting_resume_may_change(capsys):
         main(["pretrain", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert all(name.replace("_", "_") in out for name in rundir.RESUMABLE_CHANGES)
+
+
+def test_a_fine_tuning_plan_with_too_few_steps_is_named_once(caplog):
+    line = few_steps(total=32, steps_per_epoch=16, epochs=2, batch_size=32)
+    assert "32 optimizer steps" in line and "epochs=13 gives 208" in line
+    assert few_steps(total=400, steps_per_epoch=100, epochs=4, batch_size=32) is None
+    caplog.set_level(logging.WARNING)
+    warn_once(line)
+    warn_once(line)  # the same plan over seeds and learning rates: said once
+    assert caplog.text.count("32 optimizer steps") == 1

@@ -59,6 +59,7 @@ from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
 from ptmkit.tasks.saved import save_task_model, uses_token_types
 from ptmkit.tasks.training import Training
 from ptmkit.train import checkpoint as ckpt
+from ptmkit.train.budget import few_steps, warn_once
 from ptmkit.train.optim import parameter_depths
 from ptmkit.train.trainer import Trainer
 
@@ -278,6 +279,7 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         freeze_for_adapters(clf.backbone)
     trained, batches = training.wrap(clf, task, encoded, task.batches(encoded["train"], seed), seed)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
+    warn_once(few_steps(train_cfg.max_steps, batches.steps_per_epoch, cfg.epochs, cfg.batch_size))
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         m = training.kept(m)

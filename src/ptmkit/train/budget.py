@@ -6,7 +6,9 @@ so the learning rate would climb for the whole run and never decay.  :func:`foll
 scales the preset's warm-up with the steps when ``train.max_steps`` is lowered and
 ``train.warmup_steps`` is not given (the same share of the run), and :func:`schedule_warnings`
 names, before training, the plans that cannot do what their author meant: a warm-up that never
-reaches the peak LR, or so many steps that a small corpus is read dozens of times.
+reaches the peak LR, or so many steps that a small corpus is read dozens of times;
+:func:`few_steps` names a fine-tuning plan with too few optimizer steps to learn (a small task
+at a few epochs and batch 32).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Sequence
 log = logging.getLogger(__name__)
 
 MAX_PASSES = 20  # more passes over the corpus than this, and the plan is worth a warning
+MIN_FINETUNE_STEPS = 200  # fewer optimizer steps than this, and a fine-tuning plan is worth a warning
 
 
 def _given(overrides: Sequence[str], key: str) -> bool:
@@ -59,4 +62,26 @@ def schedule_warnings(max_steps: int, warmup_steps: int, steps_per_epoch: int) -
     return out
 
 
-__all__ = ["MAX_PASSES", "follow_budget", "schedule_warnings"]
+def few_steps(total: int, steps_per_epoch: int, epochs: int, batch_size: int) -> str | None:
+    """A warning when a fine-tuning plan has fewer than :data:`MIN_FINETUNE_STEPS` optimizer
+    steps, naming the ``epochs`` that would reach that floor; ``None`` when it has enough."""
+    if total >= MIN_FINETUNE_STEPS:
+        return None
+    need = -(-MIN_FINETUNE_STEPS // max(1, steps_per_epoch))
+    return (f"fine-tuning takes {total} optimizer steps ({epochs} epoch(s) of {steps_per_epoch} batches of {batch_size}): "
+            f"often too few to learn (a MiniLM on 500 sentences stays at the majority class after 32); raise epochs "
+            f"(epochs={need} gives {need * steps_per_epoch}) or lower batch_size")
+
+
+_said: set[str] = set()
+
+
+def warn_once(line: str | None) -> None:
+    """Log ``line`` as a warning the first time it is seen in this process (a plan repeated over
+    seeds and learning rates is named once)."""
+    if line and line not in _said:
+        _said.add(line)
+        log.warning(line)
+
+
+__all__ = ["MAX_PASSES", "MIN_FINETUNE_STEPS", "few_steps", "follow_budget", "schedule_warnings", "warn_once"]
