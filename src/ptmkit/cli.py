@@ -81,6 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Loggers of other packages capped at a level, each for a reason: named here, never a blanket filter.
+THIRD_PARTY_LEVELS = {
+    "torchao": logging.ERROR,  # imported by transformers; says at import that CUDA kernels are absent on a CPU
+    "torch.utils._pytree": logging.ERROR,  # torchao's deprecated enum registrations, at import
+    "absl": logging.WARNING,  # rouge_score's INFO lines while scoring a seq2seq task
+    "matplotlib": logging.WARNING,  # its font manager's DEBUG lines under --verbose
+    "PIL": logging.WARNING,  # PNG chunk DEBUG lines under --verbose
+}
+
+
+def quiet_third_party() -> None:
+    """Cap the loggers of :data:`THIRD_PARTY_LEVELS` (ptmkit's own follow --quiet / --verbose)."""
+    for name, level in THIRD_PARTY_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -92,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    quiet_third_party()
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
