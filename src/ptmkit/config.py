@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 import typing
 from typing import Any, TypeVar
@@ -116,7 +117,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """Return a copy of nested ``data`` with ``a.b=value`` overrides applied.
 
     The first path component must already exist (``model``, ``train``, ...); deeper keys
-    are checked later by :func:`from_dict` against the component's dataclass.
+    are checked later by :func:`from_dict` against the component's dataclass.  A bare key that
+    exactly one section holds is that section's (``max_steps=5`` is ``train.max_steps=5``); one
+    that several hold is refused, naming them.
     """
     out = copy.deepcopy(data)
     for item in overrides:
@@ -132,8 +135,15 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 node[part] = {}
             node = node[part]
         if len(parts) == 1 and parts[0] not in node:
-            raise PtmError(
-                f"unknown config key {parts[0]!r}{suggest(parts[0], node)}; use SECTION.KEY=VALUE, sections: {', '.join(node)}"
-            )
+            holders = [name for name, section in node.items() if isinstance(section, dict) and parts[0] in section]
+            if len(holders) != 1:  # a bare key that one section holds means that section's (max_steps=5)
+                where = f"; it is {' and '.join(f'{h}.{parts[0]}' for h in holders)}: say which" if holders else ""
+                known = [f"{n}.{k}" for n, section in node.items() if isinstance(section, dict) for k in section]
+                close = difflib.get_close_matches(parts[0], [k.split(".", 1)[1] for k in known], n=1, cutoff=0.5)
+                full = next((k for k in known if close and k.endswith("." + close[0])), None)
+                hint = suggest(parts[0], node) or (f" (did you mean {full!r}?)" if full else "")
+                raise PtmError(f"unknown config key {parts[0]!r}{hint}{where}; use SECTION.KEY=VALUE, "
+                               f"sections: {', '.join(node)}")
+            node = node[holders[0]]
         node[parts[-1]] = parse_value(raw)
     return out

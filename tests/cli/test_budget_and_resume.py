@@ -11,9 +11,11 @@ import pytest
 from conftest import write_corpus
 
 from ptmkit.cli import main
+from ptmkit.config import apply_overrides
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.budget import few_steps, follow_budget, schedule_warnings, warn_once
 from ptmkit.workflows import rundir
+from ptmkit.workflows.finetune import parse_overrides
 
 SIZES = ["model.hidden_size=32", "model.intermediate_size=64", "model.max_position=64", "tokenizer.vocab_size=120",
          "tokenizer.min_frequency=1", "train.batch_size=8", "train.seq_len=32", "train.eval_batches=1",
@@ -97,3 +99,13 @@ def test_a_fine_tuning_plan_with_too_few_steps_is_named_once(caplog):
     warn_once(line)
     warn_once(line)  # the same plan over seeds and learning rates: said once
     assert caplog.text.count("32 optimizer steps") == 1
+
+
+def test_one_spelling_of_settings_with_the_bare_form_where_unambiguous():
+    raw = {"model": {"vocab_size": 8}, "tokenizer": {"vocab_size": 8}, "train": {"max_steps": 1}}
+    assert apply_overrides(raw, ["max_steps=5"])["train"]["max_steps"] == 5  # only train has it
+    with pytest.raises(Exception, match="model.vocab_size and tokenizer.vocab_size: say which"):
+        apply_overrides(raw, ["vocab_size=5"])
+    with pytest.raises(Exception, match="did you mean 'train.max_steps'"):
+        apply_overrides(raw, ["max_step=5"])
+    assert parse_overrides(["train.epochs=1"]).epochs == 1  # pre-training's spelling in fine-tuning

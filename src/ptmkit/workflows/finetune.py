@@ -35,7 +35,7 @@ SUMMARY_FILE = "summary.json"
 
 
 def parse_overrides(overrides: list[str], recipe: str | None = None, base: FinetuneConfig | None = None) -> FinetuneConfig:
-    """``lr=1e-4 epochs=3 crf=true`` (or ``finetune.lr=...``) -> :class:`FinetuneConfig`, starting
+    """``lr=1e-4 epochs=3 crf=true`` (or ``finetune.lr=...``, ``train.epochs=...``) -> :class:`FinetuneConfig`, starting
     from the named recipe's settings (``ulmfit``) when given.  A key of a task type's own settings
     (``crf``, ``doc_stride``, ``task_schedule``, ...) goes into ``FinetuneConfig.task``, where the
     task type reads it; a key that is neither is an error naming the nearest valid key."""
@@ -45,6 +45,8 @@ def parse_overrides(overrides: list[str], recipe: str | None = None, base: Finet
     for o in overrides:
         key, eq, value = o.partition("=")
         key = key.strip().removeprefix("finetune.")
+        if key.startswith("train.") and key.removeprefix("train.") in common:  # pre-training's spelling: train.epochs
+            key = key.removeprefix("train.")
         top = key.split(".")[0]
         if eq and top not in common and top != "task":
             if top not in typed:
