@@ -54,7 +54,9 @@ typical flow:
   ptm pretrain bert-tiny --data DIR -o RUN pre-train (key=value overrides)
   ptm finetune RUN --task mr               fine-tune and evaluate
   ptm compare bert-tiny electra-tiny ...   objectives at equal compute
-  ptm generate RUN "a prompt"              continue a text (clm) or rewrite it (bart)
+  ptm distil / prune / quantize RUN ...    compress a fine-tuned model and measure it
+  ptm analyse RUN ...                      probes, contextuality, attention heads
+  ptm generate RUN "a prompt"              continue a text (clm) or rewrite it (bart, t5)
   ptm demo                                 all of the above, end to end
 """
 

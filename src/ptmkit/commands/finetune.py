@@ -7,7 +7,7 @@ import argparse
 from ptmkit.commands import RegistryHelpParser
 from ptmkit.commands.task_args import column_pair, columns_of
 
-HELP = "fine-tune a pre-trained model on a classification task (MR or your own files)"
+HELP = "fine-tune a pre-trained model on a task (classification, pairs, tagging, span QA, multiple choice, seq2seq)"
 
 DESCRIPTION = """\
 Fine-tune a pre-trained encoder (Transformer, LSTM, ...) for sentence (or sentence-pair)

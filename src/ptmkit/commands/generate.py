@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "generate text with a pre-trained causal LM (clm) or encoder–decoder (bart)"
+HELP = "generate text with a pre-trained causal LM (clm) or encoder–decoder (bart, t5; unilm)"
 
 DESCRIPTION = """\
 Generate text with a pre-trained model.
@@ -12,7 +12,8 @@ Generate text with a pre-trained model.
 RUN_OR_CKPT is a run directory (its latest checkpoint is used) or a checkpoint directory of a
 model that can generate: one pre-trained with the clm objective (GPT, GPT-2), which continues
 PROMPT, or with the bart objective, which rewrites PROMPT (its denoising task: a text with
-[MASK]s comes back filled in), or with unilm (after seq2seq fine-tuning: it writes PROMPT's
+[MASK]s comes back filled in), or with t5 (span corruption: PROMPT's sentinels come back with
+the spans they stand for), or with unilm (after seq2seq fine-tuning: it writes PROMPT's
 target).  Generation stops at the end-of-sentence token ([SEP]) or after --max-new-tokens tokens.
 Each PROMPT is printed with its generated text; several prompts are decoded in one batch (with
 --greedy or --num-beams, each gets the text it would get alone).
