@@ -109,3 +109,12 @@ def test_one_spelling_of_settings_with_the_bare_form_where_unambiguous():
     with pytest.raises(Exception, match="did you mean 'train.max_steps'"):
         apply_overrides(raw, ["max_step=5"])
     assert parse_overrides(["train.epochs=1"]).epochs == 1  # pre-training's spelling in fine-tuning
+
+
+def test_the_run_says_how_long_it_will_take_after_a_few_steps(tmp_path, caplog):
+    text = write_corpus(tmp_path / "train.txt", docs=6)
+    caplog.set_level(logging.INFO)
+    assert main(["pretrain", "bert-tiny", "--data", str(text), "-o", str(tmp_path / "r"), *SIZES,
+                 "train.max_steps=6"]) == 0
+    line = next(r.getMessage() for r in caplog.records if "s per step over steps" in r.getMessage())
+    assert "over steps 2-4" in line and "for the 2 steps left (train.max_steps=6)" in line

@@ -14,7 +14,10 @@ at a few epochs and batch 32).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Sequence
+
+from ptmkit.train.callback import TrainerCallback
 
 log = logging.getLogger(__name__)
 
@@ -84,4 +87,34 @@ def warn_once(line: str | None) -> None:
         log.warning(line)
 
 
-__all__ = ["MAX_PASSES", "MIN_FINETUNE_STEPS", "few_steps", "follow_budget", "schedule_warnings", "warn_once"]
+
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3.5 min``, ``2.1 h``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+class TimeEstimate(TrainerCallback):
+    """After ``measured`` steps past the first (which pays for start-up), logs how long the whole
+    run will take at the measured pace: the plan's cost said before most of it is spent."""
+
+    def __init__(self, measured: int = 3) -> None:
+        self.measured = measured
+        self.first: tuple[int, float] | None = None
+
+    def on_step_end(self, trainer, step: int) -> None:
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = (step, now)
+            return
+        done = step - self.first[0]
+        if done == self.measured:
+            per_step = (now - self.first[1]) / done
+            left = trainer.cfg.max_steps - step
+            log.info("measured %.2f s per step over steps %d-%d: about %s for the %d steps left (train.max_steps=%d)",
+                     per_step, self.first[0] + 1, step, duration(per_step * left), left, trainer.cfg.max_steps)
+
+
+__all__ = ["MAX_PASSES", "MIN_FINETUNE_STEPS", "TimeEstimate", "duration", "few_steps", "follow_budget", "schedule_warnings",
+           "warn_once"]

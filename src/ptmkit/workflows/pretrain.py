@@ -37,7 +37,7 @@ from ptmkit.static.init_embeddings import init_word_embeddings
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
-from ptmkit.train.budget import follow_budget, schedule_warnings
+from ptmkit.train.budget import TimeEstimate, follow_budget, schedule_warnings
 from ptmkit.train.config import TrainConfig
 from ptmkit.train.trainer import Callback, Trainer, seed_everything
 from ptmkit.workflows import rundir
@@ -175,6 +175,8 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
 
     # train
     run.write_record(config, record)
+    if verbose and info.is_main:
+        callbacks = [*callbacks, TimeEstimate()]  # the whole run's time, said after a few measured steps
     trainer = Trainer(model, batches, train_cfg, run_dir, eval_source, {"config": config, "tokenizer": tokenizer}, callbacks)
     if verbose and info.is_main:
         _print_plan(config, model, corpus, batches, train_spans, eval_spans, train_cfg, trainer, info, run_dir)
