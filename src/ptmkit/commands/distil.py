@@ -60,7 +60,9 @@ every epoch.
 Each seed's student is an ordinary fine-tuned model in OUT/student-seed{S} (results.json,
 task_model.json, best.safetensors): `ptm finetune OUT/student-seed0 --eval-only`, `ptm prune` and
 `ptm quantize` read it.  OUT/summary.json gives the teacher's and the students' scores, the
-non-embedding parameter ratio and the retention (student / teacher).  --resume continues an
+non-embedding parameter ratio and the retention (student / teacher); OUT/distil.png draws the
+teacher's dev and test score beside each student's; OUT/README.md is the distillation's run card
+and each student's README.md names it a distilled student (ptm info, ptm runs OUT).  --resume continues an
 interrupted run exactly.  The students train with the teacher's fine-tuning settings; KEY=VALUE
 overrides change them as for `ptm finetune` (epochs, lr, batch_size, max_seq_len, ...).
 """

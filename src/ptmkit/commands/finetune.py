@@ -27,7 +27,9 @@ vocabulary comes from the training file.
 
 --random-init trains the same architecture and tokenizer from a fresh initialisation (the
 baseline without pre-training); --init both runs the two side by side.  Every (init, seed) run
-writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json aggregates them.
+writes OUT/{init}-seed{S}/results.json and predictions.jsonl; OUT/summary.json aggregates them;
+with --init both, OUT/inits.png draws the test score with and without pre-training (mean, sd and
+every seed).
 OUT must be new, empty, or (with --overwrite) an earlier fine-tuning output of ptm's; the runs
 are written to a scratch directory inside OUT and moved into place only when all succeeded, so a
 failed or interrupted fine-tuning leaves nothing behind.

@@ -30,9 +30,11 @@ transformer encoders only).
 of the encoder; --fraction is the sparsity (the default, again, the largest 10 % step within the
 tolerance).  Zeros in dense matrices do not make the model faster; the results say so.
 
---curve scores every step on dev and test (heads: importance and random order, up to 90 % as
-far as one head per layer allows; magnitude: sparsity 0 to 90 %) and writes OUT/curve.json and
-OUT/curve.png.
+OUT/curve.png is always drawn: the score against the amount pruned at every step the command
+scored anyway (heads: the steps masked on the way to the fraction, on dev; magnitude with
+--fraction and layers: the model before and after).  --curve scores every step on dev and test
+(heads: importance and random order, up to 90 % as far as one head per layer allows; magnitude:
+sparsity 0 to 90 %), which costs an evaluation per step, draws them all and writes OUT/curve.json.
 
 RUN is a fine-tuning run that saved its task model (OUT/pretrained-seed0 of ptm finetune).  It is
 scored on the task it was fine-tuned on (a built-in task is read by name); a model fine-tuned on
@@ -42,7 +44,8 @@ OUT receives a task model of its own (task_model.json recording compression = me
 heads pruned or layers kept, and the source run; tokenizer.json; best.safetensors): ptm finetune
 OUT --eval-only and load_task_model read it.  results.json holds the dev and test metrics before
 and after, the curve, the parameter counts and the encoder's speed before and after at batch 1 and
-32 on sequences of the task's median length (--threads threads, interleaved rounds, median).
+32 on sequences of the task's median length (--threads threads, interleaved rounds, median);
+README.md is its run card (ptm info OUT prints it, ptm runs lists it).
 OUT must be new, empty, or (with --overwrite) ptm's earlier pruning output.
 """
 
@@ -79,7 +82,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-layers", type=_layer_list, default=None, metavar="I,J,...",
                    help="layers: the encoder layers to keep, e.g. 0,2,4")
     p.add_argument("--curve", action="store_true",
-                   help="score every step on dev and test and write curve.json and curve.png")
+                   help="score every step on dev and test (both orders for heads) and write curve.json; "
+                        "curve.png is drawn either way, from the steps scored")
     p.add_argument("--tolerance", type=float, default=0.01, metavar="T",
                    help="the dev score drop the default fraction may cost (default: 0.01, one point)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default: 0)")

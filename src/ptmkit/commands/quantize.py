@@ -35,7 +35,9 @@ run, tokenizer.json, best.safetensors holding the int8 tensors: ptm finetune OUT
 load_task_model read it) and results.json: dev and test metrics of the float32 and the int8
 model, both files' sizes and their ratio, the encoder's speed at batch 1 and 32 on sequences of
 the task's median length (--threads threads, interleaved rounds, median), the quantized layer
-counts and the CPU.  OUT must be new, empty, or (with --overwrite) ptm's earlier quantization.
+counts and the CPU.  quantize.png draws the size, the speed and the scores of both models side by
+side; README.md is its run card (ptm info OUT prints it, ptm runs lists it).  OUT must be new,
+empty, or (with --overwrite) ptm's earlier quantization.
 """
 
 EPILOG = """\

@@ -11,8 +11,10 @@ HELP = "list the runs under a folder with their kind and key metrics"
 DESCRIPTION = """\
 List every run under DIR (DIR included, searched recursively; the inside of a run, its
 checkpoints and prepared data, is not): pre-training runs (step, final loss and perplexity),
-fine-tuning runs (task, dev and test score), static-vectors runs (words x dimensions), HF
-exports, imported checkpoints and HF model directories (parameters).  `ptm info RUN` prints one
+fine-tuning runs and distilled students (task, dev and test score), distillations (size ratio,
+retention), pruned and quantized task models (task, scores, parameters or size ratio, speed-up),
+static-vectors runs (words x dimensions), HF exports, imported checkpoints and HF model
+directories (parameters).  `ptm info RUN` prints one
 run's card.
 """
 

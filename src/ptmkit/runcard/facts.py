@@ -1,10 +1,12 @@
 """What a run is, read from its own files: :func:`describe` gives a :class:`Card` for a
-pre-training run, a fine-tuning run, a static-vectors run, an HF export, an imported checkpoint,
-a checkpoint directory or an HF model directory; anything else is a :class:`PtmError`."""
+pre-training run, a fine-tuning run, a distilled student and its distillation, a pruned or a
+quantized task model, a static-vectors run, an HF export, an imported checkpoint, a checkpoint
+directory or an HF model directory; anything else is a :class:`PtmError`."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,10 @@ from ptmkit.runcard.files import (
 LABELS = {
     "run": "pre-training run",
     "finetune": "fine-tuning run",
+    "student": "distilled student",
+    "distil": "distillation",
+    "prune": "pruned task model",
+    "quantize": "quantized task model (int8)",
     "vectors": "static word-vectors run",
     "export": "HF transformers export",
     "checkpoint": "imported checkpoint",
@@ -81,11 +87,11 @@ def classify(d: Path) -> str:
     """Which kind of run ``d`` is (a key of :data:`LABELS`), or a :class:`PtmError` saying what it is instead."""
     kind = marker_kind(d)
     config = read_json(d / "config.json")
-    if kind in ("run", "vectors", "export", "checkpoint"):
+    if kind in ("run", "vectors", "export", "checkpoint", "prune", "quantize", "distil"):
         return kind
     if kind == "finetune":
         if (d / "results.json").is_file() or (d / "checkpoints").is_dir() or (d / "metrics.jsonl").is_file():
-            return "finetune"
+            return "student" if is_student(d) else "finetune"
         seeds = sorted(p.name for p in d.iterdir() if p.is_dir() and marker_kind(p) == "finetune")
         raise PtmError(
             f"{d} holds {len(seeds)} fine-tuning run(s) ({', '.join(seeds[:6]) or 'none finished'}), not one; "
@@ -203,6 +209,119 @@ def _finetuning(d: Path, card: Card) -> None:
         card.derives_from.append(str(source))
 
 
+def _settings(settings: dict[str, Any]) -> str:
+    """``kind=layers, layers=[1]``: the settings that are set."""
+    return ", ".join(f"{k}={v}" for k, v in settings.items() if v not in (None, {}, [], ""))
+
+
+def is_student(d: Path) -> bool:
+    """Whether the fine-tuning run ``d`` is a student ``ptm distil`` trained (its results record the method)."""
+    results = read_json(d / "results.json") or {}
+    return (results.get("compression") or {}).get("method") in ("distillation", "theseus")
+
+
+def _student(d: Path, card: Card) -> None:
+    _finetuning(d, card)
+    results = read_json(d / "results.json") or {}
+    compression = results.get("compression") or {}
+    card.rows["method"] = f"{compression.get('method')} (student {_settings(compression.get('student') or {})})"
+    card.rows["start"] = f"student made from the teacher, seed {results.get('seed', '?')}"
+    teacher = ((results.get("derived_from") or {}).get("teacher") or {}).get("run")
+    if teacher and str(teacher) not in card.derives_from:
+        card.derives_from.insert(0, str(teacher))
+
+
+def _distillation(d: Path, card: Card) -> None:
+    summary = read_json(d / "summary.json") or {}
+    teacher = summary.get("teacher") or {}
+    student = summary.get("student") or {}
+    card.rows["method"] = f"{summary.get('method', '?')}: student {_settings(student)}"
+    seeds = sorted(p.name for p in d.iterdir() if p.is_dir() and (p / "results.json").is_file())
+    card.rows["students"] = ", ".join(seeds) or "none finished"
+    if "parameter_ratio" in summary:
+        card.rows["size"] = (f"{summary.get('non_embedding_parameters', 0):,} non-embedding parameters, "
+                             f"{summary['parameter_ratio']:.0%} of the teacher's {teacher.get('non_embedding_parameters', 0):,}")
+        card.key_metrics["size ratio"] = summary["parameter_ratio"]
+    for split in ("dev", "test"):
+        for k, v in (teacher.get(split) or {}).items():
+            card.metrics[f"teacher {split} {k}"] = v
+    for init in (summary.get("summary") or {}).values():
+        for k, v in init.items():
+            if k.startswith(("dev_", "test_")) and isinstance(v, dict):
+                card.metrics[f"students {k.replace('_', ' ', 1)} (mean)"] = v.get("mean")
+    for split, v in (summary.get("retention") or {}).items():
+        card.metrics[f"{split} retention"] = v
+        card.key_metrics[f"{split} retention"] = v
+    if teacher.get("run"):
+        card.derives_from.append(str(teacher["run"]))
+
+
+def _compressed_rows(d: Path, card: Card, results: dict[str, Any]) -> None:
+    """What a pruned and a quantized task model share: task, tokenizer, speed, source run (call it
+    after the reader's own scores: ``ptm runs`` shows the task, the scores, the size, the speed-up)."""
+    card.rows["task"] = f"`{results.get('task')}` ({results.get('task_type') or 'classification'})"
+    scores = {k: v for k, v in card.key_metrics.items() if k.startswith(("dev ", "test "))}
+    card.key_metrics = {"task": results.get("task"), **scores,
+                        **{k: v for k, v in card.key_metrics.items() if k not in scores}}
+    if (d / "tokenizer.json").is_file():
+        _tokenizer_row(card, d / "tokenizer.json")
+    speed = results.get("speed") or {}
+    for key in (k for k in speed if k.startswith("batch_")):
+        b = speed[key]
+        card.metrics[f"speed-up, {key.replace('_', ' ')} x {speed.get('seq_len')} tokens"] = b.get("speedup")
+    if "batch_1" in speed:
+        card.key_metrics["speed-up"] = speed["batch_1"].get("speedup")
+    if results.get("cpu"):
+        card.budget["timed on"] = f"{results['cpu']}, {speed.get('threads', '?')} threads"
+    if "time_s" in results:
+        card.budget["time"] = f"{results['time_s']} s"
+    if results.get("source"):
+        card.derives_from.append(str(results["source"]))
+
+
+def _pruned(d: Path, card: Card) -> None:
+    results = read_json(d / "results.json") or {}
+    c, metric = results.get("compression") or {}, results.get("select") or "accuracy"
+    amount = {"heads": lambda: f"{c.get('fraction')} of the attention heads ({results.get('num_heads_pruned')} of "
+                               f"{results.get('total_heads')}), {c.get('order')} order",
+              "magnitude": lambda: f"sparsity {number(c.get('sparsity'))} of the encoder's linear weights",
+              "layers": lambda: f"kept layers {', '.join(map(str, c.get('kept_layers') or []))}"}
+    method = c.get("method")
+    card.rows["method"] = f"{method} pruning: " + (amount[method]() if method in amount else "?")
+    counts = results.get("num_parameters") or {}
+    if counts:
+        before, after = (counts.get("before") or {}).get("model"), (counts.get("after") or {}).get("model")
+        card.rows["parameters"] = f"{after:,} (from {before:,})" if before and after else "?"
+        card.key_metrics["parameters"] = after
+    for split in ("dev", "test"):
+        for k, v in (results.get(split) or {}).items():
+            card.metrics[f"{split} {k}"] = v
+            card.metrics[f"{split} {k} unpruned"] = ((results.get("unpruned") or {}).get(split) or {}).get(k)
+    card.key_metrics.update({f"{s} {metric}": (results.get(s) or {}).get(metric) for s in ("dev", "test")})
+    _compressed_rows(d, card, results)
+
+
+def _quantized(d: Path, card: Card) -> None:
+    results = read_json(d / "results.json") or {}
+    q = (results.get("compression") or {}).get("quantization") or {}
+    card.rows["method"] = (f"int8 ({q.get('backend', '?')}): {q.get('linear_int8', '?')} linear layers"
+                           + (f", {q['embeddings_int8']} embedding tables" if q.get("embeddings_int8") else ""))
+    size = results.get("size") or {}
+    if size:
+        card.rows["size"] = (f"{size.get('int8_bytes', 0):,} bytes (from {size.get('float32_bytes', 0):,}; "
+                             f"ratio {number(size.get('ratio'))})")
+        card.key_metrics["size ratio"] = size.get("ratio")
+    for split in ("dev", "test"):
+        scores = results.get(split) or {}
+        for k, v in (scores.get("int8") or {}).items():
+            card.metrics[f"{split} {k}"] = v
+            card.metrics[f"{split} {k} float32"] = (scores.get("float32") or {}).get(k)
+    main = next(iter((results.get("test") or {}).get("int8") or {}), None)
+    if main is not None:
+        card.key_metrics.update({f"{s} {main}": ((results.get(s) or {}).get("int8") or {}).get(main) for s in ("dev", "test")})
+    _compressed_rows(d, card, results)
+
+
 def _vectors(d: Path, card: Card) -> None:
     config = read_json(d / "config.json") or {}
     header = vectors_header(d / "vectors.bin")
@@ -257,12 +376,24 @@ def _read_text(path: Path) -> str:
         return ""
 
 
-READERS = {"run": _pretraining, "finetune": _finetuning, "vectors": _vectors, "export": _hf, "hf": _hf,
+READERS = {"run": _pretraining, "finetune": _finetuning, "student": _student, "distil": _distillation,
+           "prune": _pruned, "quantize": _quantized, "vectors": _vectors, "export": _hf, "hf": _hf,
            "checkpoint": _checkpoint, "step": _checkpoint}
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity (nested in dicts and lists) as ``None``: JSON has neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def card_json(card: Card) -> str:
-    """The card's facts as JSON (``ptm info --json``)."""
-    return json.dumps({"path": str(card.path), "name": card.name, "kind": card.kind, "label": card.label, "rows": card.rows,
-                       "data": card.data, "budget": card.budget, "metrics": card.metrics,
-                       "command": card.command, "derives_from": card.derives_from}, indent=1)
+    """The card's facts as JSON (``ptm info --json``); a NaN or infinite metric is ``null``."""
+    return json.dumps(finite({"path": str(card.path), "name": card.name, "kind": card.kind, "label": card.label,
+                              "rows": card.rows, "data": card.data, "budget": card.budget, "metrics": card.metrics,
+                              "command": card.command, "derives_from": card.derives_from}), indent=1, allow_nan=False)

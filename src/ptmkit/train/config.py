@@ -26,7 +26,8 @@ class TrainConfig:
         without it, as the reference BERT and ELECTRA code (``ptmkit.train.optim.AdamWNoBiasCorrection``).
     layer_decay: layer-wise LR decay (ELECTRA): layer ``i`` of ``L`` gets ``lr * layer_decay**(L - i)``,
         embeddings ``lr * layer_decay**(L + 1)``; 1.0 disables it.
-    eval_every / save_every / log_every: in optimizer steps; 0 disables (eval and save still run at the end).
+    eval_every / save_every / log_every: in optimizer steps; 0 disables (eval and save still run at the end);
+        a run of fewer than ``log_every`` steps logs every step.
     eval_batches: at most this many evaluation batches per evaluation.
     eval_fraction: share of the training examples held out for evaluation when no eval data is given.
     keep_checkpoints: number of most recent checkpoints kept (older ones are deleted).

@@ -69,8 +69,12 @@ def truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(Path(path), "".join(line + "\n" for line in keep))
 
 
+FEW_POINTS = 30  # a split logged at no more steps than this is drawn with a marker at each
+
+
 def plot_losses(metrics: Path, out: Path) -> Path | None:
-    """Plot train and eval loss (and any other split's ``loss``) against the step into ``out`` (PNG)."""
+    """Plot train and eval loss (and any other split's ``loss``) against the step into ``out`` (PNG);
+    a split of few records gets a marker at each (a single record would otherwise draw nothing)."""
     if not Path(metrics).exists():
         return None
     records = [r for r in read_metrics(metrics) if "loss" in r]
@@ -79,8 +83,10 @@ def plot_losses(metrics: Path, out: Path) -> Path | None:
     ax = fig.subplots()
     for split in splits:
         rows = [r for r in records if r.get("split", "train") == split]
-        style = "-" if split == "train" else "o-"
-        ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], style, label=split)
+        style = "-" if split == "train" and len(rows) > FEW_POINTS else "o-"  # a lone point needs its marker
+        ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], style, label=split, ms=4)
+    if not records:
+        ax.text(0.5, 0.5, "no loss logged yet", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     if splits:

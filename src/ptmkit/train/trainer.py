@@ -420,11 +420,13 @@ class Trainer:
         start = self.step
         bar = progress(cfg.max_steps, start, desc=self.desc, disable=not (self.is_main and self.progress_bar))
         window_start = time.perf_counter()
+        # a run shorter than its logging interval logs every step, so its loss.png shows a curve
+        log_every = cfg.log_every if cfg.log_every <= cfg.max_steps else 1
         try:
             while self.step < cfg.max_steps:
                 self.train_step()
                 step = self.step
-                if cfg.log_every and step % cfg.log_every == 0:
+                if log_every and step % log_every == 0:
                     rec = self.flush_log(window_start)
                     window_start = time.perf_counter()
                     if rec is not None and "loss" in rec:

@@ -10,7 +10,8 @@ selects its epoch on dev, checkpoints every epoch, resumes exactly, and is saved
 task model (``OUT/student-seed{S}``) that ``ptm finetune --eval-only``, ``ptm prune`` and
 ``ptm quantize`` read.  ``OUT/summary.json`` holds the teacher's and the students' scores,
 parameter counts and retention (and, with augmentation, its settings and the number of synthetic
-sentences).
+sentences); ``OUT/distil.png`` draws the teacher's scores beside each student's, and
+``OUT/README.md`` is the distillation's run card (each student has its own, as a distilled student).
 """
 
 from __future__ import annotations
@@ -33,15 +34,17 @@ from ptmkit.config import parse_value  # noqa: F401  (for the command, which imp
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text, read_record
+from ptmkit.runcard import CARD_FILE, write_run_card
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
+from ptmkit.workflows.compress_figures import distil_figure
 from ptmkit.workflows.distil_general import distil_general  # noqa: F401
 from ptmkit.workflows.finetune import parse_overrides, task_data  # noqa: F401
 from ptmkit.workflows.report import format_table, summarize_inits
 
-SUMMARY_FILE = "summary.json"
+SUMMARY_FILE, FIGURE_FILE = "summary.json", "distil.png"
 
 
 def non_embedding_parameters(model: Any) -> int:
@@ -114,7 +117,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         data, labelled = with_unlabelled(teacher, extra)
     source = {"run": str(teacher_run), "task": teacher.info.get("task"), "derived_from": teacher.info.get("derived_from")}
     t_dev, t_test = teacher.evaluate("dev"), teacher.evaluate("test")
-    with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE, CACHE_FILE],
+    with outputs.writing(out, "distil", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE, CACHE_FILE, FIGURE_FILE, CARD_FILE],
                          keep=lambda: _resumable(out)) as session:
         if overwrite and session.state == "own":
             outputs.clean(out)
@@ -149,6 +152,8 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
             "runs": runs,
         }
         atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        distil_figure(summary, out / FIGURE_FILE)
+        write_run_card(out, kind="distil")
     print(format_table(summary["summary"]))
     print(f"teacher test {key} {t_test[key]:.4f}; student keeps {summary['retention'].get('test', float('nan')):.1%} "
           f"with {summary['parameter_ratio']:.0%} of its non-embedding parameters")

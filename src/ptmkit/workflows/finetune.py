@@ -5,7 +5,8 @@ One run is :func:`ptmkit.tasks.finetune.finetune`; :func:`run_seeds` repeats it 
 (init, seed) and keeps, per pair, the learning rate of a grid with the best dev score;
 :func:`finetune_runs` is the command: OUT checked before any slow loading, the model (or the
 encoder a first fine-tuning stage selected) and the task read, the grid run in place (epoch
-checkpoints included, so ``--resume`` continues it), ``OUT/summary.json`` written and the table printed.
+checkpoints included, so ``--resume`` continues it), ``OUT/summary.json`` written and the table printed;
+with both inits (``--init both``) ``OUT/inits.png`` draws the test score with and without pre-training.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from ptmkit.tasks.finetune import _resumable, after_intermediate_task, finetune,
 from ptmkit.tasks.finetune_config import FinetuneConfig, recipe_config
 from ptmkit.tasks.multitask import load_tasks
 from ptmkit.tasks.saved import load_task_model
-from ptmkit.workflows.report import format_table, summarize_inits
+from ptmkit.workflows.report import format_table, init_figure, summarize_inits
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+INITS_FIGURE = "inits.png"  # --init both: the test score with and without pre-training
 
 
 def parse_overrides(overrides: list[str], recipe: str | None = None, base: FinetuneConfig | None = None) -> FinetuneConfig:
@@ -103,7 +105,7 @@ def finetune_runs(model: str | os.PathLike, load_data: Any, out_dir: str | os.Pa
     # resumed; --overwrite removes ptm's earlier results only now that every input has been read.
     # A run that fails before anything resumable exists leaves nothing behind, so the corrected
     # retry is not refused.
-    with outputs.writing(out, "finetune", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE],
+    with outputs.writing(out, "finetune", inputs, overwrite=overwrite, reuse=resume, names=[SUMMARY_FILE, INITS_FIGURE],
                          keep=lambda: _resumable(out)) as session:
         if overwrite and session.state == "own":
             outputs.clean(out)
@@ -114,6 +116,8 @@ def finetune_runs(model: str | os.PathLike, load_data: Any, out_dir: str | os.Pa
         summary = summarize_inits(results)
         written = {"model": str(Path(model)), "task": data.name, "summary": summary, "runs": results}
         atomic_write_text(out / SUMMARY_FILE, json.dumps(written, indent=2) + "\n")
+        if init_figure(summary, out / INITS_FIGURE, data.name):
+            print(f"figure: {out / INITS_FIGURE}")
         print(format_table(summary))
     print(f"results: {out / SUMMARY_FILE}")
     return written

@@ -22,7 +22,10 @@
 4. OUT becomes a task model of its own (``task_model.json`` with ``compression`` = method,
    fraction, heads pruned or layers kept, source run; ``derived_from`` = the source run), which
    ``load_task_model`` and ``ptm finetune OUT --eval-only`` read, with ``results.json`` (scores,
-   curve, speed, parameter counts, the CPU) and, with ``curve``, ``curve.json`` and ``curve.png``.
+   curve, speed, parameter counts, the CPU), the run card ``README.md`` and ``curve.png``: the
+   score against the amount pruned at every step the command scored (with ``curve``: both orders
+   on dev and test to 90 %, also in ``curve.json``; without: the heads masked on the way to the
+   fraction, on dev, or the model before and after).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from ptmkit.compress.pruning import (
 )
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.runcard import write_run_card
 from ptmkit.tasks.saved import encoder_of, load_task_model, save_task_model
 from ptmkit.workflows.quantize import cpu_name, interleaved_ms, typical_length
 from ptmkit.workflows.report import colours, figure, save
@@ -119,6 +123,7 @@ def prune_run(run: str | Path, out: str | Path, method: str = "heads", fraction:
         else:
             cfg = with_mix(cfg, keep_layers(model, list(layers), cfg.mix))
             found = {"compression": {"kept_layers": list(layers), "num_layers": encoder_of(model).num_layers}}
+        measured = found.pop("measured", None)
         model.eval()
         pruned = {split: tm.evaluate(split, model) for split in ("dev", "test")}
         speed = encoder_speed(tm, encoder_of(tm.model), encoder_of(model), threads, rounds)
@@ -137,8 +142,12 @@ def prune_run(run: str | Path, out: str | Path, method: str = "heads", fraction:
                 curve_doc = {"method": method, "metric": metric, "unpruned": unpruned, "tolerance": tolerance,
                              **found["curve"]}
                 atomic_write_text(out / CURVE_FILE, json.dumps(curve_doc, indent=2) + "\n")
-                plot_curve(curve_doc, out / CURVE_PLOT)
+            else:
+                curve_doc = {"method": method, "metric": metric, "unpruned": unpruned, "tolerance": tolerance,
+                             **(measured or _two_points(method, unpruned, pruned, _amount(compression, tm.model)))}
+            plot_curve(curve_doc, out / CURVE_PLOT)
             atomic_write_text(out / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+            write_run_card(out, kind="prune")
     finally:
         torch.set_num_threads(before_threads)
     print(format_results(results))
@@ -198,7 +207,7 @@ def _heads(tm: Any, model: torch.nn.Module, fraction: float | None, order: str, 
     return {"fraction": chosen_fraction, "prunable_within_tolerance": {"tolerance": judge.tolerance, "fraction": within,
                                                                         "order": order},
             "masked_dev": chosen["dev"], "num_heads_pruned": chosen["heads_masked"], "total_heads": L * H,
-            "curve": paths if curve else None,
+            "curve": paths if curve else None, "measured": paths,
             "compression": {"fraction": chosen_fraction, "order": order, "seed": seed if order == "random" else None,
                             "heads_pruned": chosen["heads"], "importance_split": split}}
 
@@ -220,7 +229,7 @@ def _magnitude(tm: Any, model: torch.nn.Module, fraction: float | None, curve: b
     achieved = magnitude_prune(model, chosen)
     return {"fraction": chosen, "sparsity": achieved,
             "prunable_within_tolerance": {"tolerance": judge.tolerance, "fraction": within} if path else None,
-            "curve": {"magnitude": path} if curve else None,
+            "curve": {"magnitude": path} if curve else None, "measured": {"magnitude": path} if path else None,
             "compression": {"fraction": chosen, "sparsity": achieved["sparsity"], "scope": "encoder linear weights"}}
 
 
@@ -248,14 +257,32 @@ def encoder_speed(tm: Any, before: torch.nn.Module, after: torch.nn.Module, thre
     return result
 
 
+def _amount(compression: dict[str, Any], unpruned: torch.nn.Module) -> float:
+    """How much of the model ``compression`` removed, as the curve's x: the sparsity, or the
+    fraction of the encoder's layers removed."""
+    if compression["method"] == "layers":
+        return 1 - len(compression["kept_layers"]) / max(encoder_of(unpruned).num_layers, 1)
+    return float(compression.get("sparsity", compression.get("fraction", 0.0)))
+
+
+def _two_points(method: str, unpruned: dict[str, Any], pruned: dict[str, Any], amount: float) -> dict[str, Any]:
+    """The curve of a command that scored no steps between them: the unpruned and the pruned model."""
+    return {method: [{"fraction": 0.0, **unpruned}, {"fraction": amount, **pruned}]}
+
+
+X_LABELS = {"heads": "fraction of attention heads pruned", "magnitude": "sparsity of the encoder's linear weights",
+            "layers": "fraction of the encoder's layers removed"}
+
+
 def plot_curve(doc: dict[str, Any], path: Path) -> Path:
-    """Dev (solid) and test (dashed) score against the fraction pruned, one colour per order
-    (importance vs random) or for magnitude pruning; the dotted line: the unpruned dev score minus
-    the tolerance."""
+    """Dev (solid) and test (dashed, where scored) score against the fraction pruned, one colour
+    per order (importance vs random), for magnitude pruning or for the layers kept; the dotted line:
+    the unpruned dev score minus the tolerance.  Without ``--curve`` it shows the steps the command
+    scored anyway (the heads masked on the way to the fraction, on dev) or the model before and after."""
     metric = doc["metric"]
     fig = figure(6.4, 4.2)
     ax = fig.subplots()
-    names = [n for n in ("importance", "random", "magnitude") if doc.get(n)]
+    names = [n for n in ("importance", "random", "magnitude", "layers") if doc.get(n)]
     for name, colour in zip(names, colours(len(names))):
         steps = doc[name]
         xs = [s["fraction"] for s in steps]
@@ -265,7 +292,7 @@ def plot_curve(doc: dict[str, Any], path: Path) -> Path:
     base = doc["unpruned"]["dev"][metric]
     ax.axhline(base - doc["tolerance"] if metric != "loss" else base + doc["tolerance"], color="grey", lw=0.8, ls=":",
                label=f"unpruned dev {'+' if metric == 'loss' else '-'} {doc['tolerance']:g}")
-    ax.set_xlabel("fraction of attention heads pruned" if doc["method"] == "heads" else "sparsity of the encoder's linear weights")
+    ax.set_xlabel(X_LABELS[doc["method"]])
     ax.set_ylabel(metric)
     ax.set_title(f"{doc['method']} pruning")
     ax.grid(alpha=0.3)

@@ -14,7 +14,8 @@
 5. OUT becomes a task model of its own (``task_model.json`` recording ``compression``,
    ``tokenizer.json``, ``best.safetensors`` with the int8 tensors) that ``load_task_model`` loads
    back, with ``results.json``: dev/test metrics of both, file sizes and their ratio, the speeds,
-   the quantized layer counts and the CPU.
+   the quantized layer counts and the CPU; ``quantize.png`` draws size, speed and scores before and
+   after, and ``README.md`` is the run card (``ptm info OUT``, ``ptm runs``).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from ptmkit import outputs
 from ptmkit.compress.quantize import quantization_spec, quantize, quantized_state, summary
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
+from ptmkit.runcard import write_run_card
 from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.saved import encoder_of, load_task_model, save_task_model
 from ptmkit.train.mfu import cpu_name
+from ptmkit.workflows.compress_figures import quantize_figure
 
-RESULTS_FILE = "results.json"
+RESULTS_FILE, FIGURE_FILE = "results.json", "quantize.png"
 BATCHES = (1, 32)
 
 
@@ -97,6 +100,8 @@ def quantize_run(run: str | Path, out: str | Path, backend: str | None = None, e
                 "time_s": round(time.time() - started, 2),
             }
             atomic_write_text(out / RESULTS_FILE, json.dumps(results, indent=2) + "\n")
+            quantize_figure(results, out / FIGURE_FILE)
+            write_run_card(out, kind="quantize")
     finally:
         torch.set_num_threads(before)
     print(format_results(results))
@@ -177,5 +182,5 @@ def format_results(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RESULTS_FILE", "cpu_name", "encoder_speed", "format_results", "interleaved_ms", "quantize_run",
+__all__ = ["FIGURE_FILE", "RESULTS_FILE", "cpu_name", "encoder_speed", "format_results", "interleaved_ms", "quantize_run",
            "typical_length"]

@@ -7,7 +7,8 @@ Markdown) and figures.
   (``ptm finetune``, the demos), and :func:`format_table` prints it.
 * :func:`markdown_table`, :func:`mean_sd`: the Markdown the workflows write.
 * :func:`figure` / :func:`save`: a Matplotlib figure drawn off-screen (no pyplot state, no
-  window) and written to a PNG; :func:`bars_per_task`, :func:`demo_figure` and
+  window) and written to a PNG; :func:`bars_per_task`, :func:`demo_figure` (whose right panel,
+  :func:`init_bars`, is ``ptm finetune --init both``'s :func:`init_figure`) and
   :func:`pretrain_curve` are the plots more than one workflow draws.
 * :func:`seed_gains`: the per-seed gain of pre-training over the random initialisation.
 """
@@ -164,6 +165,47 @@ def pretrain_curve(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     return train, evals
 
 
+INIT_COLOURS = {"random": "#9e9e9e", "word2vec": "#ff7f0e", "pretrained": "#1f77b4"}
+
+
+def init_bars(ax: Any, summary: dict[str, dict[str, Any]], conditions: dict[str, str], key: str = "test_accuracy",
+              chance: float | None = None) -> None:
+    """Into ``ax``: the test score ``key`` per init of a :func:`summarize_inits` summary (bars:
+    mean ± sd; dots: seeds; dashed: ``chance`` when given), labelled by ``conditions``."""
+    names = [k for k in ("random", "word2vec", "pretrained") if k in summary]
+    for x, name in enumerate(names):
+        acc = summary[name][key]
+        ax.bar(x, acc["mean"], yerr=acc["sd"], capsize=8, color=INIT_COLOURS[name], alpha=0.8, width=0.6)
+        jitter = np.linspace(-0.12, 0.12, len(acc["values"])) if len(acc["values"]) > 1 else [0.0]
+        ax.scatter(x + np.asarray(jitter), acc["values"], color="black", zorder=3, s=18, label="seeds" if x == 0 else None)
+        ax.text(x, acc["mean"] + acc["sd"] + 0.005, f"{acc['mean']:.3f}", ha="center", va="bottom")
+    if chance is not None:
+        ax.axhline(chance, color="red", lw=0.8, ls="--", label="chance")
+    ax.set_xticks(range(len(names)), [conditions.get(n, n).replace(" (", "\n(") for n in names])
+    lo = min(min(summary[n][key]["values"]) for n in names)
+    hi = max(max(summary[n][key]["values"]) for n in names)
+    floor = min(0.45, lo - 0.05) if chance is not None else lo - 0.1 * max(hi - lo, abs(hi), 1e-3)
+    ax.set_ylim(max(0.0, floor) if lo >= 0 else floor, min(1.0, hi + 0.06) if hi <= 1 else hi * 1.06)
+    ax.legend(loc="lower right")
+
+
+def init_figure(summary: dict[str, dict[str, Any]], out: Path, task: str) -> Path | None:
+    """``ptm finetune --init both``: the test score with and without pre-training (the demo's
+    right panel, :func:`init_bars`, in the task's main metric); ``None`` when ``summary`` does not
+    hold both inits."""
+    if not {"pretrained", "random"} <= set(summary):
+        return None
+    entry = summary["pretrained"]
+    metric = next((m for m in entry.get("metrics", []) if f"test_{m}" in summary["random"]),
+                  next(k for k in entry if k.startswith("test_")).removeprefix("test_"))
+    fig = figure(6, 4.4)
+    ax = fig.subplots()
+    init_bars(ax, summary, {"random": "random init\n(no pre-training)", "pretrained": "pre-trained"}, f"test_{metric}")
+    ax.set_ylabel(f"test {metric}")
+    ax.set_title(f"{task}: with and without pre-training (mean ± sd over {entry['n']} seed(s))", fontsize=9)
+    return save(fig, out)
+
+
 def demo_figure(run_dir: Path, summary: dict[str, dict[str, Any]], conditions: dict[str, str], out: Path, title: str,
                 text_label: str, task_label: str) -> Path:
     """A demo's figure: left, the pre-training loss curve; right, test accuracy per condition
@@ -181,20 +223,7 @@ def demo_figure(run_dir: Path, summary: dict[str, dict[str, Any]], conditions: d
     left.grid(alpha=0.3)
     left.legend()
 
-    names = [k for k in ("random", "word2vec", "pretrained") if k in summary]
-    palette = {"random": "#9e9e9e", "word2vec": "#ff7f0e", "pretrained": "#1f77b4"}
-    for x, name in enumerate(names):
-        acc = summary[name]["test_accuracy"]
-        right.bar(x, acc["mean"], yerr=acc["sd"], capsize=8, color=palette[name], alpha=0.8, width=0.6)
-        jitter = np.linspace(-0.12, 0.12, len(acc["values"])) if len(acc["values"]) > 1 else [0.0]
-        right.scatter(x + np.asarray(jitter), acc["values"], color="black", zorder=3, s=18, label="seeds" if x == 0 else None)
-        right.text(x, acc["mean"] + acc["sd"] + 0.005, f"{acc['mean']:.3f}", ha="center", va="bottom")
-    right.axhline(0.5, color="red", lw=0.8, ls="--", label="chance")
-    right.set_xticks(range(len(names)), [conditions[n].replace(" (", "\n(") for n in names])
-    lo = min(min(summary[n]["test_accuracy"]["values"]) for n in names)
-    hi = max(max(summary[n]["test_accuracy"]["values"]) for n in names)
-    right.set_ylim(max(0.0, min(0.45, lo - 0.05)), min(1.0, hi + 0.06))
+    init_bars(right, summary, conditions, chance=0.5)
     right.set_ylabel(f"{task_label} test accuracy")
     right.set_title(title or f"fine-tuning on {task_label} (mean ± sd over seeds)")
-    right.legend(loc="lower right")
     return save(fig, out, dpi=110)
