@@ -27,6 +27,7 @@ COMMANDS = (
     "prepare",
     "pretrain",
     "finetune",
+    "predict",
     "distil",
     "prune",
     "quantize",
