@@ -38,6 +38,7 @@ _EXPORTS = {
     "finetune": "ptmkit.tasks.finetune",
     "generate": "ptmkit.workflows.generate",
     "predict": "ptmkit.workflows.predict",
+    "encode": "ptmkit.workflows.encode",
     "GenerationConfig": "ptmkit.generation",
     "FinetuneConfig": "ptmkit.tasks.finetune",
     "load_task": "ptmkit.data.tasks",

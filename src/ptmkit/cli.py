@@ -28,6 +28,7 @@ COMMANDS = (
     "pretrain",
     "finetune",
     "predict",
+    "encode",
     "distil",
     "prune",
     "quantize",

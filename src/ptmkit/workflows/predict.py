@@ -161,7 +161,9 @@ def input_format(path: str, given: str | None) -> str:
     return {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(ext, "text")
 
 
-def _lines(stream: IO[bytes], source: str) -> Iterator[tuple[int, str]]:
+def read_lines(stream: IO[bytes], source: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 byte stream, line ends removed; bytes that are not UTF-8
+    are one line naming the line."""
     for n, raw in enumerate(stream, 1):
         try:
             yield n, raw.decode("utf-8").rstrip("\r\n")
@@ -182,7 +184,7 @@ def read_input(stream: IO[bytes], source: str, fmt: str, kind: type[TaskType],
         if kind.line_column is None:
             raise PtmError(f"{source}: a {kind.name} model reads tables with {_columns_text(kind)}; give a JSONL, "
                            f"CSV or TSV file (or --input-format jsonl|csv|tsv)")
-        for _, line in _lines(stream, source):
+        for _, line in read_lines(stream, source):
             yield {kind.line_column: line}
         return
     if fmt == "jsonl":
@@ -223,7 +225,7 @@ def _decoded(numbered: Iterator[tuple[int, dict[str, Any]]], source: str) -> Ite
 
 
 def _json_rows(stream: IO[bytes], source: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for n, line in _lines(stream, source):
+    for n, line in read_lines(stream, source):
         if not line.strip():
             continue
         try:
