@@ -14,20 +14,24 @@ Run a fine-tuned task model on new, unlabelled text and write one prediction per
 
 RUN is a directory holding task_model.json: a fine-tuning run (OUT/pretrained-seed0 of ptm
 finetune) or the output of ptm distil, ptm prune or ptm quantize.  No training file is needed:
-the labels, tokenizer and settings come from RUN.  Task types: classification (single texts
-and text pairs), tagging and regression; the others ({names:task_type}) are scored with
-ptm finetune RUN --eval-only.
+the labels, tokenizer and settings come from RUN.  Every task type but multi_task runs
+(multi-task models: score them with ptm finetune RUN --eval-only).
 
 --input FILE ('-': stdin) is a text file with one example per line (a text to classify; for
 tagging, a sentence whose words are split at white space), or a JSONL / CSV / TSV table (by
 extension, or --input-format) with the task's columns: text (and text_pair for pairs) for
-classification and regression, tokens (a list in JSONL, words at white space in CSV / TSV) for
-tagging.  Your own column names map with --text-column, --pair-column or --column NAME=COLUMN.
+classification and regression; tokens (a list in JSONL, words at white space in CSV / TSV) for
+tagging; text and choices (a list; in CSV / TSV a JSON list) for multiple choice; question and
+context for span QA; source for seq2seq (a text file works for all but multiple choice and span
+QA).  Your own column names map with --text-column, --pair-column or --column NAME=COLUMN.
 
 -o OUT ('-': stdout) gets one JSON object per input row, in input order: classification
 {"text", "prediction", "probabilities": {label: p}}; regression {"text", "prediction"};
 tagging {"tokens", "tags"}, or CoNLL (word<TAB>tag lines, a blank line after each sentence)
-when OUT ends in .conll or with --format conll.  The predictions are those of ptm finetune
+when OUT ends in .conll or with --format conll; multiple choice {"text", "choices",
+"prediction" (the index), "answer", "probabilities"}; span QA {"question", "context", "answer",
+"score" (start + end score; null: no span)}; seq2seq {"source", "prediction"} (decoded as
+fine-tuning decoded: greedy unless the model was fine-tuned with num_beams).  The predictions are those of ptm finetune
 --eval-only on the same rows.  Rows are read, predicted and written --chunk-size at a time
 (bounded memory), batched by length inside a chunk.  OUT must be a new file, or an existing one
 with --force; it is written to a temporary file that replaces OUT only when every row is done.
@@ -47,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "predict", help=HELP, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("run", metavar="RUN", help="a fine-tuned task model: a directory holding task_model.json")
+    p.add_argument("run", metavar="RUN", help="a fine-tuned task model: a directory holding task_model.json "
+                                             "(task types: {names:task_type})")
     p.add_argument("--input", "-i", required=True, metavar="FILE",
                    help="text (one example per line), JSONL, CSV or TSV; '-': stdin")
     p.add_argument("--out", "-o", required=True, metavar="OUT", help="output file (JSONL or CoNLL); '-': stdout")

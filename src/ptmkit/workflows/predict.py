@@ -100,9 +100,12 @@ def predict(run: str | Path | TaskModel, texts: Iterable[Any], batch_size: int |
 
     Each item is a string (the task type's line column: the text to classify, a sentence whose
     words are split at white space for tagging), a list of words (tagging), or a dict with the
-    task's columns (``{"text": ..., "text_pair": ...}``).  Returns one dict per item, in order:
-    classification ``{"text", "prediction", "probabilities": {label: p}}``, tagging ``{"tokens",
-    "tags"}``, regression ``{"text", "prediction"}``."""
+    task's columns (``{"text": ..., "text_pair": ...}``; multiple choice ``{"text", "choices"}``,
+    span QA ``{"question", "context"}``).  Returns one dict per item, in order: classification
+    ``{"text", "prediction", "probabilities": {label: p}}``, tagging ``{"tokens", "tags"}``,
+    regression ``{"text", "prediction"}``, multiple choice ``{"text", "choices", "prediction",
+    "answer", "probabilities"}``, span QA ``{"question", "context", "answer", "score"}``, seq2seq
+    ``{"source", "prediction"}``."""
     tm = run if isinstance(run, TaskModel) else load_predictor(run, device)
     kind = type(tm.task)
     rows = (_as_row(kind, item, n) for n, item in enumerate(texts, 1))
