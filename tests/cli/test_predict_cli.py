@@ -127,3 +127,15 @@ def test_bad_inputs_are_one_line_naming_the_fix(classifier, files, tmp_path, cap
     assert "--force" in capsys.readouterr().err and (tmp_path / "taken.jsonl").read_text() == "mine\n"
     assert main(["predict", run, "--input", str(tmp_path / "in.txt"), "-o", str(tmp_path / "taken.jsonl"),
                  "--force"]) == 0
+
+
+def test_a_blank_line_is_a_row_of_its_own(tagger, classifier, tmp_path):
+    (tmp_path / "in.txt").write_text("the film\n\nvery great\n")
+    got = ptmkit.predict(tagger / "ft" / "pretrained-seed0", ["the film", "", "very great"])
+    assert [r["tokens"] for r in got] == [["the", "film"], [], ["very", "great"]] and got[1]["tags"] == []
+    assert main(["predict", str(tagger / "ft" / "pretrained-seed0"), "--input", str(tmp_path / "in.txt"),
+                 "-o", str(tmp_path / "t.conll")]) == 0
+    conll = "".join("".join(f"{w}\t{t}\n" for w, t in zip(r["tokens"], r["tags"])) + "\n" for r in got)
+    assert (tmp_path / "t.conll").read_text() == conll  # an empty row: its blank line alone
+    got = ptmkit.predict(classifier / "ft" / "pretrained-seed0", ["the film", "", "awful"])
+    assert len(got) == 3 and got[1]["text"] == ""
