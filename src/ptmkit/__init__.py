@@ -37,6 +37,8 @@ _EXPORTS = {
     "load_preset": "ptmkit.presets",
     "finetune": "ptmkit.tasks.finetune",
     "generate": "ptmkit.workflows.generate",
+    "predict": "ptmkit.workflows.predict",
+    "encode": "ptmkit.workflows.encode",
     "GenerationConfig": "ptmkit.generation",
     "FinetuneConfig": "ptmkit.tasks.finetune",
     "load_task": "ptmkit.data.tasks",

@@ -27,6 +27,8 @@ COMMANDS = (
     "prepare",
     "pretrain",
     "finetune",
+    "predict",
+    "encode",
     "distil",
     "prune",
     "quantize",
@@ -53,6 +55,8 @@ typical flow:
   ptm prepare CORPUS.txt -t TOK -o DIR     tokenize into memory-mapped shards
   ptm pretrain bert-tiny --data DIR -o RUN pre-train (key=value overrides)
   ptm finetune RUN --task mr               fine-tune and evaluate
+  ptm predict FT_RUN --input F -o OUT      a fine-tuned model on new text (JSONL, CoNLL)
+  ptm encode RUN --input F -o V.npy        sentence vectors (mean / cls / last pooling, SIF)
   ptm compare bert-tiny electra-tiny ...   objectives at equal compute
   ptm distil / prune / quantize RUN ...    compress a fine-tuned model and measure it
   ptm analyse RUN ...                      probes, contextuality, attention heads

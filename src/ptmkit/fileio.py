@@ -275,6 +275,37 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool 
     return record(path)
 
 
+@contextlib.contextmanager
+def atomic_stream(path: str | os.PathLike[str], durable: bool = True) -> Iterator[io.BufferedRandom]:
+    """A binary file object for writing ``path`` piece by piece (an output too large to hold in
+    memory): it writes a temporary file in the same directory, which replaces ``path`` only when
+    the block ends without an error (else it is removed and ``path`` is unchanged)."""
+    path = Path(path)
+    make_dirs(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
+    except OSError as exc:
+        raise (write_error(exc, path) or exc) from exc
+    record(tmp, temporary=True)
+    try:
+        os.fchmod(fd, file_mode())
+        with os.fdopen(fd, "w+b") as f:
+            yield f  # type: ignore[misc]
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if err := write_error(exc, path, "the previous file is unchanged"):
+            raise err from exc
+        raise
+    if durable:
+        fsync_path(path.parent)
+    record(path)
+
+
 def append_text(path: str | os.PathLike[str], text: str) -> Path:
     """Append UTF-8 ``text`` to ``path`` (a log that grows line by line; a line cut by a kill is
     the reader's to skip) and record the write."""

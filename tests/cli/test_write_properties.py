@@ -275,6 +275,23 @@ def _quantize(c: Ctx) -> list:
     return ["quantize", run, "--int8", *files, "--rounds", "1", "--threads", "1", "-o", c.out]
 
 
+def _predict(c: Ctx) -> list:
+    run, _ = _teacher(c)  # its labels ../up and a/b are values in the output, never path parts
+    (c.inp / "new.txt").write_text("the film was great\nthe plot was awful\n")
+    return ["predict", run, "--input", c.inp / "new.txt", "-o", c.out / "predictions.jsonl"]
+
+
+def _encode(c: Ctx) -> list:
+    (c.inp / "new.txt").write_text("the film was great\nthe plot was awful\n")
+    return ["encode", c.copy("run"), "--input", c.inp / "new.txt", "-o", c.out / "vectors.npy", "--normalize"]
+
+
+def _encode_sif(c: Ctx) -> list:
+    (c.inp / "new.txt").write_text("the film was great\nthe plot was awful\n")
+    vectors = next(p for p in c.copy("w2v").iterdir() if p.name.startswith("vectors."))
+    return ["encode", vectors, "--input", c.inp / "new.txt", "-o", c.out / "sif.npy"]
+
+
 def _analyse(c: Ctx) -> list:
     corpus = c.copy("corpus.txt")
     c.copy("run")
@@ -406,6 +423,9 @@ ROWS = [
     Row("distil-general", ("distil",), _distil_general),
     Row("prune", ("prune",), _prune),
     Row("quantize", ("quantize",), _quantize),
+    Row("predict", ("predict",), _predict),
+    Row("encode", ("encode",), _encode),
+    Row("encode-sif", ("encode",), _encode_sif),
     Row("analyse", ("analyse",), _analyse),
     Row("analyse-label", ("analyse",), _analyse_label),
     Row("export", ("export",), _export),

@@ -18,7 +18,9 @@ nearest valid key).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -120,6 +122,36 @@ class TaskType:
 
     def write_predictions(self, path: Path, split: str, predictions: Any) -> None:
         raise NotImplementedError
+
+    # -- prediction on new, unlabelled rows (``ptm predict``, :mod:`ptmkit.workflows.predict`) ---
+    # the columns a prediction input needs (names of :attr:`columns`; none: not offered yet), the
+    # optional ones, and the column one line of a plain text file fills (``None``: tables only)
+    input_columns: ClassVar[tuple[str, ...]] = ()
+    optional_columns: ClassVar[tuple[str, ...]] = ()
+    line_column: ClassVar[str | None] = None
+    formats: ClassVar[tuple[str, ...]] = ("jsonl",)  # output formats of ``ptm predict`` (the first: default)
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> Any:
+        """The task data of a saved model (``info``: its ``task_model.json``) whose ``test`` split is
+        ``rows`` (dicts keyed by this type's column names, no labels) and whose other splits are
+        empty; with no rows, what builds the model."""
+        raise PtmError(f"ptm predict does not run {cls.name} models yet; score them with ptm finetune RUN "
+                       f"--eval-only")
+
+    def bound(self, data: Any) -> "TaskType":
+        """This task type bound to other data of the same task (caches kept)."""
+        other = copy.copy(self)
+        other.data = data
+        return other
+
+    def records(self, predictions: Any) -> list[dict[str, Any]]:
+        """One JSON-able object per row of the ``test`` split: the inputs and the prediction."""
+        raise NotImplementedError
+
+    def format_record(self, record: dict[str, Any], fmt: str) -> str:
+        """``record`` as text in output format ``fmt`` (one of :attr:`formats`), newline included."""
+        return json.dumps(record, ensure_ascii=False) + "\n"
 
 
 def _options_hint(cls: type[TaskType]) -> str:

@@ -443,3 +443,40 @@ class Classification(TaskType):
 
     def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
         write_predictions(path, self.data.split(split), self.data.label_names, predictions)
+
+    # -- prediction on new rows (ptm predict) ----------------------------------------------------
+    input_columns = ("text",)
+    optional_columns = ("text_pair",)
+    line_column = "text"
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> TaskData:
+        labels = [label_value(x) for x in info.get("labels") or []]
+        test = unlabelled_split(rows)
+        empty = TaskSplit([], np.zeros(0, np.int64), None if test.text_pairs is None else [])
+        return TaskData(str(info.get("task", "task")), labels, empty, empty, test)
+
+    def records(self, predictions: np.ndarray) -> list[dict[str, Any]]:
+        part, names = self.data.test, self.data.label_names
+        out = []
+        for i, text in enumerate(part.texts):
+            row: dict[str, Any] = {"text": text}
+            if part.text_pairs is not None:
+                row["text_pair"] = part.text_pairs[i]
+            row["prediction"] = names[int(predictions[i].argmax())]
+            row["probabilities"] = {str(n): round(float(p), 6) for n, p in zip(names, predictions[i])}
+            out.append(row)
+        return out
+
+
+def label_value(name: str) -> Any:
+    """A label as ``task_model.json`` records it (a string) back as the training data had it: an
+    integer label (MR's ``0`` / ``1``) is an integer again."""
+    return int(name) if name.lstrip("-").isdigit() and str(int(name)) == name else name
+
+
+def unlabelled_split(rows: list[dict[str, Any]]) -> TaskSplit:
+    """Rows with a ``text`` (and ``text_pair``) as a split without labels (zeros)."""
+    texts = [str(r["text"]) for r in rows]
+    pairs = [str(r["text_pair"]) for r in rows] if rows and "text_pair" in rows[0] else None
+    return TaskSplit(texts, np.zeros(len(texts), np.int64), pairs)

@@ -261,3 +261,31 @@ class MultipleChoice(TaskType):
 
     def write_predictions(self, path: Path, split: str, predictions: list[np.ndarray]) -> None:
         write_choice_predictions(path, self.data.split(split), predictions)
+
+    # -- prediction on new rows (ptm predict) ----------------------------------------------------
+    input_columns = ("text", "choices")
+    optional_columns = ("prefix",)  # put before every choice as "PREFIX: choice", as the files' prefix column
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> ChoiceData:
+        choices = []
+        for n, r in enumerate(rows, 1):
+            c = r["choices"]
+            if isinstance(c, str):  # a CSV / TSV cell: a JSON list
+                try:
+                    c = json.loads(c)
+                except ValueError:
+                    c = None
+            if not isinstance(c, list) or not c:
+                raise PtmError(f"row {n}: choices must be a non-empty list (in CSV / TSV: a JSON list such as "
+                               f'["yes", "no"]), got {r["choices"]!r}')
+            head = f"{r['prefix']}: " if r.get("prefix") is not None else ""
+            choices.append([head + str(x) for x in c])
+        empty = ChoiceSplit([], [], np.zeros(0, np.int64))
+        test = ChoiceSplit([str(r["text"]) for r in rows], choices, np.zeros(len(rows), np.int64))
+        return ChoiceData(str(info.get("task", "task")), empty, empty, test)
+
+    def records(self, predictions: list[np.ndarray]) -> list[dict[str, Any]]:
+        part = self.data.test
+        return [{"text": t, "choices": c, "prediction": int(p.argmax()), "answer": c[int(p.argmax())],
+                 "probabilities": [round(float(x), 6) for x in p]} for t, c, p in zip(part.texts, part.choices, predictions)]

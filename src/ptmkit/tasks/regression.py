@@ -25,7 +25,7 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 from ptmkit.tasks.batches import by_length
-from ptmkit.tasks.classification import Classification, SequenceClassifier, collate
+from ptmkit.tasks.classification import Classification, SequenceClassifier, collate, unlabelled_split
 from ptmkit.train.step import StepOutput, input_tokens
 
 
@@ -134,7 +134,9 @@ class Regression(Classification):
 
     def build(self, backbone: nn.Module) -> Regressor:
         c, y = self.cfg, self.data.train.labels
-        return Regressor(float(np.mean(y)), float(np.std(y)), backbone=backbone, pooling=c.pooling, dropout=c.dropout,
+        # (no training split: a saved model's prediction data; its loaded buffers hold the values)
+        mean, sd = (float(np.mean(y)), float(np.std(y))) if len(y) else (0.0, 1.0)
+        return Regressor(mean, sd, backbone=backbone, pooling=c.pooling, dropout=c.dropout,
                          causal=self.causal, mix=c.resolved_mix, head=c.head, head_hidden=c.head_hidden,
                          frozen=c.mode == "features", aux_lm_weight=c.aux_lm_weight)
 
@@ -146,3 +148,21 @@ class Regression(Classification):
 
     def write_predictions(self, path: Path, split: str, predictions: np.ndarray) -> None:
         write_values(path, self.data.split(split), predictions)
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> RegressionData:
+        test = unlabelled_split(rows)
+        test = TaskSplit(test.texts, np.zeros(len(test), np.float64), test.text_pairs)
+        empty = TaskSplit([], np.zeros(0, np.float64), None if test.text_pairs is None else [])
+        return RegressionData(str(info.get("task", "task")), empty, empty, test)
+
+    def records(self, predictions: np.ndarray) -> list[dict[str, Any]]:
+        part = self.data.test
+        out = []
+        for i, text in enumerate(part.texts):
+            row: dict[str, Any] = {"text": text}
+            if part.text_pairs is not None:
+                row["text_pair"] = part.text_pairs[i]
+            row["prediction"] = round(float(predictions[i]), 6)
+            out.append(row)
+        return out

@@ -327,6 +327,20 @@ class Seq2Seq(TaskType):
                 for s, t, p in zip(part.sources, part.targets, predictions[0]))
         atomic_write_text(path, "\n".join(rows) + "\n")
 
+    # -- prediction on new rows (ptm predict): decoded with the model's own settings (greedy unless
+    # it was fine-tuned with num_beams), the target-side loss of an empty target ignored
+    input_columns = ("source",)
+    line_column = "source"
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> Seq2SeqData:
+        empty = Seq2SeqSplit([], [], [])
+        test = Seq2SeqSplit([str(r["source"]) for r in rows], [""] * len(rows), [f"row {n}" for n in range(1, len(rows) + 1)])
+        return Seq2SeqData(str(info.get("task", "task")), empty, empty, test)
+
+    def records(self, predictions: tuple[list[str], float]) -> list[dict[str, Any]]:
+        return [{"source": s, "prediction": p} for s, p in zip(self.data.test.sources, predictions[0])]
+
 
 __all__ = ["EncodedPairs", "Seq2Seq", "Seq2SeqData", "Seq2SeqModel", "Seq2SeqOptions", "Seq2SeqSplit", "SPLITS",
            "collate_pairs", "encode_pairs", "load_pair_files", "read_pairs", "text_scores"]

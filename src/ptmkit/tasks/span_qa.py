@@ -241,8 +241,9 @@ class SpanExtractor(nn.Module):
 
 @torch.no_grad()
 def predict_answers(model: SpanExtractor, win: Windows, split: QASplit, pad_id: int, batch_size: int, with_token_types: bool,
-                    n_best: int = 20, max_answer_len: int = 30, device: Any = "cpu") -> list[str]:
-    """The best answer text of every example, over all its windows (see the module docstring)."""
+                    n_best: int = 20, max_answer_len: int = 30, device: Any = "cpu") -> "Answers":
+    """The best answer text of every example, over all its windows (see the module docstring);
+    ``.scores``: each answer's start + end score (``None`` where no span qualified)."""
     model.eval()
     best: list[tuple[float, str]] = [(-math.inf, "")] * len(split)
     rows = lambda index: collate_windows(win, index, pad_id, with_token_types)  # noqa: E731
@@ -265,7 +266,15 @@ def predict_answers(model: SpanExtractor, win: Windows, split: QASplit, pad_id: 
             if score > best[ex][0]:
                 off = win.offsets[i]
                 best[ex] = (score, split.contexts[ex][int(off[a, 0]) : int(off[b, 1])])
-    return [text for _, text in best]
+    return Answers([text for _, text in best], [None if score == -math.inf else score for score, _ in best])
+
+
+class Answers(list):
+    """The answer texts (a list of strings), with ``scores``: the start + end score of each."""
+
+    def __init__(self, texts: list[str], scores: list[float | None]) -> None:
+        super().__init__(texts)
+        self.scores = scores
 
 
 # --------------------------------------------------------------------------------------- metrics
@@ -366,3 +375,17 @@ class SpanQA(TaskType):
 
     def write_predictions(self, path: Path, split: str, predictions: list[str]) -> None:
         write_answers(path, self.data.split(split), predictions)
+
+    # -- prediction on new rows (ptm predict) ----------------------------------------------------
+    input_columns = ("question", "context")
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> QAData:
+        empty = QASplit([], [], [])
+        test = QASplit([str(r["question"]) for r in rows], [str(r["context"]) for r in rows], [[("", 0)] for _ in rows])
+        return QAData(str(info.get("task", "task")), empty, empty, test)
+
+    def records(self, predictions: Answers) -> list[dict[str, Any]]:
+        scores = getattr(predictions, "scores", [None] * len(predictions))
+        return [{"question": q, "context": c, "answer": a, "score": None if s is None else round(float(s), 6)}
+                for q, c, a, s in zip(self.data.test.questions, self.data.test.contexts, predictions, scores)]

@@ -194,7 +194,7 @@ def encode_words(words: list[list[str]], labels: list[np.ndarray], tokenizer: An
         per_word = [list(pieces[k + i]) or [tokenizer.unk_id] for i in range(len(sent))]
         k += len(sent)
         counts = np.fromiter((len(p) for p in per_word), dtype=np.int64, count=len(per_word))
-        first = start + np.concatenate([[0], np.cumsum(counts)[:-1]])  # [W] position of each first piece
+        first = start + np.cumsum(counts) - counts  # [W] position of each first piece
         ids = np.array(head + [t for p in per_word for t in p][:budget] + [tokenizer.sep_id], dtype=np.int64)
         out.ids.append(ids)
         out.word_pos.append(np.where(first < start + budget, first, -1))
@@ -406,8 +406,11 @@ class Tagging(TaskType):
         if self.cfg.gpt_transform:
             raise PtmError("gpt_transform frames whole sequences for one prediction; tagging predicts every word: "
                            "set gpt_transform=false")
-        counts = np.bincount(np.concatenate(self.data.label_ids(self.data.train)), minlength=self.data.num_labels)
-        self.fallback = int(counts.argmax())  # predicted for words cut off by max_seq_len
+        # predicted for words cut off by max_seq_len: the most frequent training tag (without a
+        # training split, a saved model's prediction data: the first tag)
+        ids = self.data.label_ids(self.data.train)
+        counts = np.bincount(np.concatenate(ids), minlength=self.data.num_labels) if ids else np.zeros(1, np.int64)
+        self.fallback = int(counts.argmax())
 
     @classmethod
     def read_files(cls, train: Any, dev: Any, test: Any, name: str | None = None, tokens: str = "tokens",
@@ -441,6 +444,27 @@ class Tagging(TaskType):
 
     def write_predictions(self, path: Path, split: str, predictions: tuple[list[np.ndarray], float]) -> None:
         write_tag_predictions(path, self.data, self.data.split(split), predictions[0])
+
+    # -- prediction on new rows (ptm predict) ----------------------------------------------------
+    input_columns = ("tokens",)
+    line_column = "tokens"  # a line of a text file: its words, split at white space
+    formats = ("jsonl", "conll")
+
+    @classmethod
+    def unlabelled(cls, info: dict[str, Any], rows: list[dict[str, Any]]) -> TaggingData:
+        words = [r["tokens"].split() if isinstance(r["tokens"], str) else [str(w) for w in r["tokens"]] for r in rows]
+        empty = TaggingSplit([], [])
+        return TaggingData(str(info.get("task", "task")), [str(t) for t in info.get("labels") or []], empty, empty,
+                           TaggingSplit(words, [[""] * len(w) for w in words]))  # "": no tag (not scored)
+
+    def records(self, predictions: tuple[list[np.ndarray], float]) -> list[dict[str, Any]]:
+        names = self.data.label_names
+        return [{"tokens": w, "tags": [names[int(i)] for i in p]} for w, p in zip(self.data.test.words, predictions[0])]
+
+    def format_record(self, record: dict[str, Any], fmt: str) -> str:
+        if fmt == "conll":  # word<TAB>tag lines, a blank line after each sentence
+            return "".join(f"{w}\t{t}\n" for w, t in zip(record["tokens"], record["tags"])) + "\n"
+        return super().format_record(record, fmt)
 
 
 __all__ = [
