@@ -249,30 +249,9 @@ def make_tmp_dir(parent: str | os.PathLike[str], prefix: str = TMP_PREFIX) -> Pa
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, durable: bool = True) -> Path:
     """Replace ``path`` with ``data`` atomically (temporary file in the same directory + ``os.replace``)."""
-    path = Path(path)
-    make_dirs(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX + path.name + ".", dir=path.parent)
-    except OSError as exc:
-        raise (write_error(exc, path) or exc) from exc
-    record(tmp, temporary=True)
-    try:
-        os.fchmod(fd, file_mode())  # mkstemp's 0o600 would make the output private
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if err := write_error(exc, path, "the previous file is unchanged"):
-            raise err from exc
-        raise
-    if durable:
-        fsync_path(path.parent)
-    return record(path)
+    with atomic_stream(path, durable) as f:
+        f.write(data)
+    return Path(path)
 
 
 @contextlib.contextmanager
@@ -288,7 +267,7 @@ def atomic_stream(path: str | os.PathLike[str], durable: bool = True) -> Iterato
         raise (write_error(exc, path) or exc) from exc
     record(tmp, temporary=True)
     try:
-        os.fchmod(fd, file_mode())
+        os.fchmod(fd, file_mode())  # mkstemp's 0o600 would make the output private
         with os.fdopen(fd, "w+b") as f:
             yield f  # type: ignore[misc]
             f.flush()
