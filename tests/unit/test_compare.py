@@ -14,6 +14,7 @@ from ptmkit.data.corpus import Corpus
 from ptmkit.data.tasks import TaskData, TaskSplit
 from ptmkit.errors import PtmError
 from ptmkit.flops import counter
+from ptmkit.train.checkpoint import latest_checkpoint
 from ptmkit.workflows.compare import (
     Budget,
     Contender,
@@ -25,6 +26,7 @@ from ptmkit.workflows.compare import (
     shared_corpus,
 )
 from ptmkit.workflows.evaluate import Protocol
+from ptmkit.workflows.pretrain import pretrain
 
 TINY = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32",
         "model.max_position=32", "tokenizer.vocab_size=120", "train.seq_len=16", "train.batch_size=4",
@@ -109,15 +111,19 @@ def test_probe_counts_what_each_objective_runs(corpus_dir):
     assert 0.3 < cost["mlm"]["flops_per_step"] / (6 * cost["mlm"]["non_embedding_parameters"] * tokens) < 3
 
 
-def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
+def toy_task() -> TaskData:
+    """A two-label task the tiny models learn in one epoch: "good fun film plot" / "bad dull ..."."""
     rng = np.random.default_rng(1)
 
     def split(n):
         y = rng.integers(0, 2, n)
         return TaskSplit([("good fun " if v else "bad dull ") + "film plot" for v in y], y)
 
-    data = TaskData("toy", [0, 1], split(24), split(12), split(12))
-    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: data)
+    return TaskData("toy", [0, 1], split(24), split(12), split(12))
+
+
+def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
+    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: toy_task())
     contenders = [parse_contender("mlm=bert-tiny:objective.nsp=false"), parse_contender("clm=gpt2-tiny:model.max_position=32")]
     budget = Budget(flops=6e7)
     protocol = Protocol(train_size=16, eval_size=12, seeds=(1, 2), lrs=(1e-3,), epochs=1, modes=("finetune",))
@@ -129,8 +135,6 @@ def test_compare_at_equal_flops_then_one_protocol(corpus_dir, monkeypatch):
         assert r["steps_done"] * r["flops_per_step"] <= budget.flops < (r["steps_done"] + 1) * r["flops_per_step"]
         assert len(r["checkpoints"]) == 2 and r["eval_curve"]
     # the same tokenizer for every contender
-    from ptmkit.train.checkpoint import latest_checkpoint
-
     tokenizers = {(latest_checkpoint(out / "runs" / c.label) / "tokenizer.json").read_text() for c in contenders}
     assert len(tokenizers) == 1
     models = {(s["model"], s["step"]) for s in result["scores"]}
@@ -172,17 +176,7 @@ def test_bad_comparisons_fail_before_training(corpus_dir):
 def test_compare_continuing_one_run(corpus_dir, monkeypatch):
     """``init_from``: every contender continues the same run (its tokenizer and encoder), another
     objective included, and the baseline row is that run fine-tuned as it is."""
-    from ptmkit.train.checkpoint import latest_checkpoint
-    from ptmkit.workflows.pretrain import pretrain
-
-    rng = np.random.default_rng(1)
-
-    def split(n):
-        y = rng.integers(0, 2, n)
-        return TaskSplit([("good fun " if v else "bad dull ") + "film plot" for v in y], y)
-
-    data = TaskData("toy", [0, 1], split(24), split(12), split(12))
-    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: data)
+    monkeypatch.setattr("ptmkit.workflows.compare.load_task", lambda name: toy_task())
     start = pretrain("bert-tiny", corpus_dir / "text.txt", corpus_dir / "start",
                      [*TINY, "objective.nsp=false", "train.max_steps=2"], verbose=False)
     (corpus_dir / "pairs.tsv").write_text("good\tfun\nbad\tdull\nfilm\tstory\nactor\tscene\n")
