@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,22 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return [row for _, row in read_numbered_rows(path)]
 
 
+
+def json_objects(lines: Iterable[tuple[int, str]], source: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of JSONL ``lines`` (numbered); a line
+    that is not a JSON object is an error naming ``source`` and the line."""
+    for n, line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PtmError(f"{source}:{n}: not valid JSON ({exc.msg}); expected one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise PtmError(f"{source}:{n}: expected a JSON object per line, got {type(row).__name__}")
+        yield n, row
+
+
 def read_numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line, row)`` of every row of a JSONL/CSV/TSV file, for messages naming the line."""
     path = require_file(path, "data file")
@@ -129,16 +146,7 @@ def read_numbered_rows(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     fmt = _sniff_format(path)
     rows: list[tuple[int, dict[str, Any]]] = []
     if fmt == "jsonl":
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PtmError(f"{path}:{n}: not valid JSON ({exc.msg}); expected one JSON object per line") from exc
-            if not isinstance(row, dict):
-                raise PtmError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
-            rows.append((n, row))
+        rows.extend(json_objects(enumerate(text.splitlines(), 1), path))
     else:
         reader = csv.DictReader(io.StringIO(text), delimiter="\t" if fmt == "tsv" else ",")
         if not reader.fieldnames:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import logging
 import sys
 from collections.abc import Iterable, Iterator
@@ -30,6 +29,7 @@ from typing import IO, Any
 
 import torch
 
+from ptmkit.data.tasks import json_objects
 from ptmkit.devices import resolve_device
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_stream
@@ -228,16 +228,7 @@ def _decoded(numbered: Iterator[tuple[int, dict[str, Any]]], source: str) -> Ite
 
 
 def _json_rows(stream: IO[bytes], source: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for n, line in read_lines(stream, source):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PtmError(f"{source}:{n}: not valid JSON ({exc.msg}); expected one JSON object per line") from None
-        if not isinstance(row, dict):
-            raise PtmError(f"{source}:{n}: expected a JSON object per line, got {type(row).__name__}")
-        yield n, row
+    yield from json_objects(read_lines(stream, source), source)
 
 
 # ----------------------------------------------------------------------------------- the output
