@@ -5,6 +5,12 @@ directory, builds the model with :mod:`ptmkit.build` and loads its weights.  Dow
 (fine-tuning, features) passes ``heads=False``: only the encoder is built and read, so an
 objective's pre-training machinery (an ELECTRA generator, an MLM head) is never constructed.
 
+An objective that adds to the encoder's input embeddings in pre-training
+(``Objective.adds_input_embeddings``: SenseBERT's supersense embeddings) is built too when the
+encoder alone is asked for, and its addition folded into the encoder's word embeddings
+(:func:`fold_input_embeddings`): the encoder then computes, alone, what it computed in
+pre-training.
+
 A pruned encoder (``prune_heads``) is saved with its ``pruned_heads`` in the config's ``model``
 section, so loading rebuilds the smaller attention weights before reading them.
 """
@@ -19,7 +25,7 @@ import torch
 from torch import nn
 
 from ptmkit.artefacts import check_vocab
-from ptmkit.build import build_encoder, build_model, is_causal, serving_config
+from ptmkit.build import build_encoder, build_model, is_causal, objective_class, serving_config
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.objectives.base import PretrainModel
@@ -77,6 +83,39 @@ def with_pruned_heads(config: dict[str, Any], encoder: nn.Module) -> dict[str, A
     return {**config, "model": {**config["model"], "pruned_heads": {str(k): list(v) for k, v in pruned.items()}}}
 
 
+def fold_input_embeddings(backbone: nn.Module, objective: nn.Module) -> None:
+    """Add ``objective.input_embedding_offsets() [V, H]`` to ``backbone``'s word embeddings, in
+    place: afterwards the encoder alone computes what the encoder plus the objective computed.
+    Word embeddings tied to an output layer change with them, so the objective's own heads must
+    not be used with the folded encoder (they would add the offsets twice)."""
+    offsets = objective.input_embedding_offsets()
+    if offsets is None:
+        return
+    table = backbone.input_embeddings().weight
+    with torch.no_grad():
+        table[: offsets.shape[0]] += offsets.detach().to(table.dtype)
+
+
+def encoder_for_use(pretrained: Pretrained) -> Pretrained:
+    """``pretrained`` without its heads, as downstream use and an export see it: the same object
+    when its objective adds nothing to the encoder's input; otherwise a new encoder with the
+    objective's input embeddings folded in (``pretrained`` itself is left unchanged)."""
+    objective = pretrained.objective
+    if objective is None or not getattr(objective, "adds_input_embeddings", False):
+        return pretrained
+    encoder = build_encoder(pretrained.config.get("model"), pretrained.tokenizer)
+    encoder.load_state_dict(pretrained.backbone.state_dict())
+    fold_input_embeddings(encoder, objective)
+    return Pretrained(pretrained.config, pretrained.tokenizer, encoder.eval(), None, pretrained.path)
+
+
+def _adds_input_embeddings(config: dict[str, Any]) -> bool:
+    if not isinstance(config.get("objective"), dict):
+        return False
+    _, cls, _ = objective_class(config["objective"])
+    return bool(getattr(cls, "adds_input_embeddings", False))
+
+
 def save_pretrained(directory: Path | str, config: dict[str, Any], model: nn.Module, tokenizer: Any) -> Path:
     """Write ``config.json``, ``model.safetensors`` and ``tokenizer.json`` into ``directory`` atomically.
     The config's ``pruned_heads`` are taken from the encoder (``model.backbone``, or ``model`` itself),
@@ -117,8 +156,14 @@ def load_pretrained(path: Path | str, device: str | torch.device = "cpu", heads:
             model.to(device).eval()
             config = served
             return Pretrained(config, tokenizer, model.backbone, model.objective, ck, model)
-        encoder = build_encoder(config.get("model"), tokenizer)
-        ckpt.load_submodule_weights(encoder, ck, "backbone.")
+        if _adds_input_embeddings(config):  # the heads are read to fold their input part in, then dropped
+            model = build_model(config, tokenizer)
+            ckpt.load_model_weights(model, ck)
+            fold_input_embeddings(model.backbone, model.objective)
+            encoder = model.backbone
+        else:
+            encoder = build_encoder(config.get("model"), tokenizer)
+            ckpt.load_submodule_weights(encoder, ck, "backbone.")
     except PtmError as exc:
         raise PtmError(
             f"checkpoint {ck} cannot be loaded as the {encoder_name!r} encoder its config.json names "

@@ -19,7 +19,7 @@ from ptmkit import outputs, registry
 from ptmkit.errors import PtmError, suggest
 from ptmkit.interop.hf_common import check_unpruned, require_transformers
 from ptmkit.interop.task_export import export_task_hf
-from ptmkit.pretrained import load_pretrained
+from ptmkit.pretrained import encoder_for_use, load_pretrained
 from ptmkit.tasks.saved import TaskModel, is_task_model
 from ptmkit.train import checkpoint as ckpt
 
@@ -77,6 +77,7 @@ def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -
         return export_task_hf(pretrained, out_dir, format)
     if isinstance(pretrained, (str, Path)):
         pretrained = load_pretrained(pretrained)
+    pretrained = encoder_for_use(pretrained)  # an objective's input embeddings (SenseBERT) folded in
     check_unpruned(pretrained.backbone)
     fmt = format or infer_format(pretrained)
     return _family_of_format(fmt).export(pretrained, out_dir, fmt)

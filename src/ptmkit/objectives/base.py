@@ -71,6 +71,11 @@ class Objective(nn.Module):
     * ``serves_as``: the objective a trained model is loaded with for use (export, generation),
       when this one's extra parts serve in training only (a distillation objective's teacher:
       ``"mlm"``, ``"clm"``); ``None``: this one.
+    * ``adds_input_embeddings``: in pre-training the objective adds a vector of its own to each
+      vocabulary entry's input embedding (SenseBERT's supersense embeddings ``S M x``), given by
+      :meth:`input_embedding_offsets`.  The encoder alone, loaded for use, has it folded into its
+      word embeddings (:func:`ptmkit.pretrained.fold_input_embeddings`), so it computes what it
+      computed in pre-training.
     * ``perplexity``: what the logs' ``ppl`` is the exponential of: ``"loss"`` when the loss is a
       mean token negative log-likelihood, the metric that is one when the loss adds other terms
       (``"mlm_loss"`` beside NSP or a teacher's signals), ``None`` when no term is one;
@@ -98,6 +103,7 @@ class Objective(nn.Module):
     perplexity: ClassVar[str | None] = "loss"
     perplexities: ClassVar[tuple[str, ...]] = ()
     serves_as: ClassVar[str | None] = None
+    adds_input_embeddings: ClassVar[bool] = False
 
     def __init__(self, cfg: Any, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__()
@@ -141,6 +147,12 @@ class Objective(nn.Module):
     def exported_heads(self) -> tuple[str, ...]:
         """The heads of ``hf_heads`` this instance has (an HF export writes these)."""
         return tuple(self.hf_heads)
+
+    def input_embedding_offsets(self) -> torch.Tensor | None:
+        """``[V, H]``: what this objective adds to each vocabulary entry's input embedding in
+        pre-training (differentiable: the objective's forward uses it), or ``None`` when this
+        instance adds nothing; only called where ``adds_input_embeddings`` is declared."""
+        return None
 
     # -- state carried across training steps --------------------------------------------------
     # the setting that switches the carried state off, named in errors (e.g. under DDP)

@@ -31,7 +31,7 @@ from ptmkit.data.prepare import prepare
 from ptmkit.errors import PtmError
 from ptmkit.fileio import read_record
 from ptmkit.presets import load_preset
-from ptmkit.pretrained import Pretrained
+from ptmkit.pretrained import Pretrained, load_pretrained
 from ptmkit.runcard import write_run_card
 from ptmkit.static.init_embeddings import init_word_embeddings
 from ptmkit.tokenization import Tokenizer
@@ -389,7 +389,8 @@ def _initial_weights(model, source: ContinuedStart | None, corpus, train_spans, 
     """Step 0: every weight of the source run (continued pre-training), or fresh weights plus
     :func:`init_from_corpus`."""
     if source is not None and source.switched_from is not None:
-        ckpt.load_submodule_weights(model.backbone, source.checkpoint, "backbone.")
+        # the encoder as the source run uses it (its objective's input embeddings folded in)
+        model.backbone.load_state_dict(load_pretrained(source.checkpoint, heads=False).backbone.state_dict())
         kept, fresh = ckpt.load_fitting_weights(model.objective, source.checkpoint, "objective.")
         model.objective.init_from_corpus(corpus, train_spans)  # its new parts' data-dependent start
         if verbose:
