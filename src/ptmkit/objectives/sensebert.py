@@ -16,10 +16,17 @@ the hidden state ``h`` and ``S [S, H]`` the supersense embedding matrix.  The to
 
 The allowed sets come from a lexicon (:func:`ptmkit.objectives.lexicon.read_supersenses`):
 a masked token has them when its vocabulary entry spells a whole lexicon word (SenseBERT, too,
-predicts senses for whole-word tokens only).  Not included: the paper's supersense-aware *input*
-embeddings (``(W + S M) x``), which change the encoder's input layer and would have to travel
-with the encoder into fine-tuning; here the supersense signal shapes the encoder through the
-loss alone.
+predicts senses for whole-word tokens only).
+
+Supersense-aware input embeddings (``objective.input_senses``, on by default as in the paper):
+the encoder reads ``(W + S M) x + p`` instead of ``W x + p``, where ``M [S, V]`` is the fixed
+0/1 map from each vocabulary entry to its allowed supersenses, so a word's input embedding is
+its own plus the sum of its allowed supersenses' embeddings; ``S`` is the same matrix the
+supersense head predicts with (input and output tied, as ``W`` is for words).  ``[MASK]`` has
+no supersenses, so nothing of a masked word's senses reaches the input.  The MLM head keeps
+predicting with ``W`` alone.  Because ``S M`` depends on the vocabulary entry only, the encoder
+loaded for use (fine-tuning, features, an export) has it folded into its word embeddings
+(``adds_input_embeddings``): it computes exactly what it computed in pre-training.
 
 Metrics: ``sense_loss``, ``sense_acc`` (the arg-max is an allowed supersense) beside MLM's.
 """
@@ -51,6 +58,7 @@ class SenseBERTConfig(MLMConfig):
     nsp: bool = False
     lexicon: str | None = None  # word<TAB>supersense lines (ptmkit.objectives.lexicon)
     sense_weight: float = 1.0
+    input_senses: bool = True  # the paper's supersense-aware input embeddings (W + S M) x
 
     def __post_init__(self) -> None:
         if isinstance(self.sense_weight, (str, int)) and not isinstance(self.sense_weight, bool):
@@ -111,6 +119,7 @@ class SenseBERT(MaskedLM):
 
     config_class = SenseBERTConfig
     hf_heads = ("mlm",)
+    adds_input_embeddings = True
 
     def __init__(self, cfg: SenseBERTConfig, encoder: Encoder, tokenizer: TokenizerLike) -> None:
         super().__init__(cfg, encoder, tokenizer)
@@ -126,11 +135,39 @@ class SenseBERT(MaskedLM):
         self.register_buffer("allowed", torch.from_numpy(table), persistent=False)  # [V, S]
         mc = encoder.config
         self.sense_head = SenseHead(mc, len(self.sense_names))
+        # the qualified name of the encoder's word-embedding table, which the forward pass
+        # replaces by W + S M (the encoder is not changed: its own W stays the MLM output layer)
+        table_param = encoder.input_embeddings().weight
+        self._table_name = next(n for n, p in encoder.named_parameters() if p is table_param)
+
+    def input_embedding_offsets(self) -> torch.Tensor | None:
+        """``S M [V, H]``: each vocabulary entry's allowed supersense embeddings, summed (zero for
+        entries without supersenses); ``None`` with ``objective.input_senses=false``."""
+        if not self.cfg.input_senses:
+            return None
+        senses = self.sense_head.supersenses  # [S, H]
+        return self.allowed.to(senses.dtype) @ senses
+
+    def exported_heads(self) -> tuple[str, ...]:
+        # an HF BERT ties its input and output word embeddings: with W + S M folded into the
+        # input, its MLM head would predict with W + S M, not the W it was trained with
+        return () if self.cfg.input_senses else super().exported_heads()
+
+    def encode(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The encoder's last hidden states ``[B, T, H]``, reading ``(W + S M) x`` when
+        ``input_senses`` is on."""
+        kwargs = {"attention_mask": batch.get("attention_mask"), "token_type_ids": batch.get("token_type_ids")}
+        offsets = self.input_embedding_offsets()
+        if offsets is None:
+            return backbone(batch["input_ids"], **kwargs).last_hidden_state
+        table = backbone.get_parameter(self._table_name)
+        table = torch.cat([table[: offsets.shape[0]] + offsets.to(table.dtype), table[offsets.shape[0]:]])
+        out = torch.func.functional_call(backbone, {self._table_name: table}, (batch["input_ids"],), kwargs,
+                                         strict=False)
+        return out.last_hidden_state
 
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
-        out = backbone(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                       token_type_ids=batch.get("token_type_ids"))
-        h = out.last_hidden_state
+        h = self.encode(backbone, batch)
         loss, metrics, n_predictions = self.mlm_loss(h, batch, backbone.output_embeddings())
         labels, positions = batch["mlm_labels"], batch["mlm_positions"]
         rows, slots = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
