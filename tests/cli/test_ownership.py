@@ -270,3 +270,14 @@ def test_compare_resume_refuses_other_settings(tmp_path):
     other = {**settings, "budget": {"flops": 2e12, "minutes": None}}
     with pytest.raises(PtmError, match=r"budget.flops: 1000000000000.0 in the run, 2000000000000.0 now"):
         check_settings(out, other, resume=True)
+    # tasks may be added after the recorded ones (and are recorded); dropped or reordered ones are refused
+    with_tasks = {**settings, "tasks": ["mr", "sst2"]}
+    (out / SETTINGS).write_text(json.dumps(with_tasks))
+    more = {**settings, "tasks": ["mr", "sst2", "wordnet-wic"]}
+    check_settings(out, more, resume=True)
+    assert json.loads((out / SETTINGS).read_text()) == more
+    for tasks in (["mr"], ["sst2", "mr", "wordnet-wic"], ["wordnet-wic", "mr", "sst2"]):
+        with pytest.raises(PtmError, match="tasks may be added after the recorded ones"):
+            check_settings(out, {**settings, "tasks": tasks}, resume=True)
+    with pytest.raises(PtmError, match="budget.flops"):  # an added task does not excuse another change
+        check_settings(out, {**other, "tasks": ["mr", "sst2", "wordnet-wic", "wordnet-wsd"]}, resume=True)

@@ -86,7 +86,8 @@ def add_protocol_args(p: argparse.ArgumentParser, epochs: int = 10) -> None:
     p.add_argument("--lrs", nargs="+", type=float, default=[3e-4, 1e-3], help="LR grid, chosen on dev")
     p.add_argument("--epochs", type=int, default=epochs)
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run in OUT: finished runs are read back, not trained again")
+                   help="continue an interrupted run in OUT: finished runs are read back, not trained again; "
+                        "--tasks may add tasks after the recorded ones (only those are fine-tuned)")
     p.add_argument("--no-baseline", action="store_true", help="skip the from-scratch row")
 
 

@@ -226,19 +226,26 @@ SETTINGS = "settings.json"  # what a comparison was asked for; --resume must ask
 
 def check_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
     """``ptm compare``'s output directory: record the comparison's settings, or on --resume refuse
-    other ones (other data, budget, contenders, tasks or protocol would mix two comparisons in one table)."""
+    other ones (other data, budget, contenders or protocol would mix two comparisons in one table).
+    Tasks may be added on --resume (the recorded ones kept, in their order): the pre-trained runs
+    and the finished fine-tuning are read back, and only the new tasks are fine-tuned."""
     path = out / SETTINGS
     if resume and path.is_file():
         try:
             recorded = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise PtmError(f"cannot resume: {path} is unreadable ({exc}); start a new comparison directory") from exc
-        diffs = differences(recorded, settings)
+        before, now = list(recorded.get("tasks") or []), list(settings.get("tasks") or [])
+        added = before != now and now[: len(before)] == before
+        diffs = differences({**recorded, "tasks": now} if added else recorded, settings)
         if diffs:
             raise PtmError(
                 f"cannot resume {out}: the comparison was started with other settings ({'; '.join(diffs[:6])}"
-                f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones, or start a new output directory"
+                f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones (tasks may be added after "
+                f"the recorded ones), or start a new output directory"
             )
+        if added:
+            atomic_write_text(path, json.dumps(settings, indent=1) + "\n")
         return
     if resume and (out / "runs").exists():
         raise PtmError(f"cannot resume {out}: it records no settings ({SETTINGS}); start a new output directory")
