@@ -18,7 +18,7 @@ The allowed sets come from a lexicon (:func:`ptmkit.objectives.lexicon.read_supe
 a masked token has them when its vocabulary entry spells a whole lexicon word (SenseBERT, too,
 predicts senses for whole-word tokens only).
 
-Supersense-aware input embeddings (``objective.input_senses``, on by default as in the paper):
+Supersense-aware input embeddings (``objective.input_senses``, on in the presets as in the paper):
 the encoder reads ``(W + S M) x + p`` instead of ``W x + p``, where ``M [S, V]`` is the fixed
 0/1 map from each vocabulary entry to its allowed supersenses, so a word's input embedding is
 its own plus the sum of its allowed supersenses' embeddings; ``S`` is the same matrix the
@@ -58,7 +58,9 @@ class SenseBERTConfig(MLMConfig):
     nsp: bool = False
     lexicon: str | None = None  # word<TAB>supersense lines (ptmkit.objectives.lexicon)
     sense_weight: float = 1.0
-    input_senses: bool = True  # the paper's supersense-aware input embeddings (W + S M) x
+    # the paper's supersense-aware input embeddings (W + S M) x; the presets turn them on, the
+    # default keeps runs whose config predates the option meaning what they were trained as
+    input_senses: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.sense_weight, (str, int)) and not isinstance(self.sense_weight, bool):
