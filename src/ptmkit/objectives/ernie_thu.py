@@ -11,11 +11,23 @@ them through one shared hidden layer:
     h_j  = GELU(W_t w~_j + W_e e~_k + b)        (token j aligned to entity k; W_e term absent otherwise)
     w_j' = LayerNorm(w~_j + W_t' h_j + b_t')     e_k' = LayerNorm(e~_k + W_e' h_j + b_e')
 
-Here the T-encoder is the trained encoder (any registered Transformer, an imported MiniLM
-included) and the ``objective.k_layers`` aggregators are this objective's own module: the encoder
-learns to serve them, and the MLM and dEA heads read the K-encoder's output.  What is exported and
-fine-tuned is the T-encoder (``ptm finetune`` feeds text only; the paper's fine-tuning feeds the
-entities through the K-encoder too, which is not built here).
+Two ways to build the K-encoder:
+
+* ``objective.k_from_top=N`` (the paper's split): the encoder's top ``N`` layers are the
+  K-encoder's token side, the layers below the T-encoder.  In each of those layers the token
+  attention is the layer's own, and the fusion is the layer's feed-forward network with the entity
+  term added to its inner layer: ``W_t``, ``b`` are the layer's ``fc1``, ``W_t'`` its ``fc2``, the
+  LayerNorms its own; only the entity side (entity attention, ``W_e``, ``W_e'``, their norms) is
+  this objective's.  ``W_e`` starts at zero, so at step 0 the K-encoder computes exactly the
+  encoder it was built from (continuing a pre-trained BERT or MiniLM loses nothing), and without
+  entities it always does: the exported encoder (all layers) is what the K-encoder's token side
+  computes for text without entities.  Needs a post-LN Transformer (BERT, MiniLM) without layer
+  sharing.
+* ``objective.k_from_top=0``: ``objective.k_layers`` new aggregators on top of the whole encoder,
+  randomly initialised, this objective's own (not exported).
+
+What is fine-tuned is the encoder; ``ptm finetune`` feeds text only (the paper's fine-tuning feeds
+the entities through the K-encoder too, which is not built here).
 
 **Alignment.**  The entities come from ``objective.entities`` (a KG-embedding run directory of
 ``ptm pretrain transe-wn18rr`` or a word2vec-format file); a token is aligned in one of two ways:
@@ -69,7 +81,8 @@ class ErnieTHUConfig(MLMConfig):
     nsp: bool = False
     entities: str | None = None  # entity vectors: a KG-embedding run directory (vectors.bin) or a vectors file
     alignment: str = "wordnet"  # word<TAB>entity lines, a graph's name (ptmkit.knowledge.lexicons), or "corpus"
-    k_layers: int = 1  # aggregator layers of the K-encoder
+    k_layers: int = 1  # new aggregator layers on top of the encoder (with k_from_top=0)
+    k_from_top: int = 0  # > 0: the encoder's top layers are the K-encoder's token side (the paper's split)
     entity_heads: int = 1  # attention heads over the entity states (must divide the entity dimension)
     dea_weight: float = 1.0
     dea_random: float = 0.05  # aligned tokens given a random entity
@@ -86,6 +99,8 @@ class ErnieTHUConfig(MLMConfig):
         if not self.entities:
             raise PtmError("ERNIE needs objective.entities=RUN_DIR or FILE: entity embeddings, e.g. the output of "
                            "`ptm pretrain transe-wn18rr` (its vectors.bin)")
+        if not isinstance(self.k_from_top, int) or isinstance(self.k_from_top, bool) or self.k_from_top < 0:
+            raise PtmError(f"objective.k_from_top must be an integer >= 0, got {self.k_from_top!r}")
         if self.k_layers < 1 or self.entity_heads < 1:
             raise PtmError(f"objective.k_layers and objective.entity_heads must be >= 1, got {self.k_layers} and "
                            f"{self.entity_heads}")
@@ -179,6 +194,52 @@ class Aggregator(nn.Module):
         return w, e
 
 
+class EntitySide(nn.Module):
+    """The entity half of an aggregator whose token half is one of the encoder's own layers
+    (``objective.k_from_top``): entity self-attention, ``W_e`` into the layer's feed-forward
+    inner layer, ``W_e'`` out of it, and their LayerNorms.  ``W_e`` starts at zero."""
+
+    def __init__(self, cfg, entity_dim: int, entity_heads: int) -> None:
+        super().__init__()
+        eps = cfg.layer_norm_eps
+        self.entity_attention = SelfAttention(entity_dim, entity_heads, cfg.attention_dropout)
+        self.entity_norm, self.entity_out_norm = nn.LayerNorm(entity_dim, eps=eps), nn.LayerNorm(entity_dim, eps=eps)
+        self.fuse_entity = nn.Linear(entity_dim, cfg.intermediate_size, bias=False)  # W_e
+        self.entity_out = nn.Linear(cfg.intermediate_size, entity_dim)  # W_e'
+        self.drop = nn.Dropout(cfg.dropout)
+        for m in (self.entity_attention.qkv, self.entity_attention.out, self.entity_out):
+            nn.init.normal_(m.weight, 0.0, cfg.init_std)
+            nn.init.zeros_(m.bias)
+        nn.init.zeros_(self.fuse_entity.weight)  # the layer starts as the encoder's own
+
+    def forward(self, layer: nn.Module, w: torch.Tensor, e: torch.Tensor, token_mask: torch.Tensor | None,
+                entity_mask: torch.Tensor, aligned: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``layer`` (a post-LN :class:`ptmkit.encoders.transformer.TransformerLayer`) with the
+        entity states fused into its feed-forward network; shapes as :class:`Aggregator`'s."""
+        w = layer.attn_norm(w + layer.dropout(layer.attn(w, token_mask, False)))
+        e = self.entity_norm(e + self.drop(self.entity_attention(e, entity_mask))) * aligned
+        ffn = layer.ffn
+        fused = ffn.act(ffn.fc1(w) + self.fuse_entity(e))  # h_j = GELU(W_t w + W_e e + b)  [B, T, I]
+        w = layer.ffn_norm(w + layer.dropout(ffn.fc2(fused)))
+        e = self.entity_out_norm(e + self.drop(self.entity_out(fused))) * aligned
+        return w, e
+
+
+def top_layer_refusal(encoder: Encoder, n: int) -> str | None:
+    """Why the encoder's top ``n`` layers cannot be the K-encoder's token side, or ``None``."""
+    cfg = encoder.config
+    layers = getattr(encoder, "layers", None)
+    if layers is None or not hasattr(encoder, "embed"):
+        return f"the {type(encoder).__name__} has no Transformer layers to take the K-encoder from"
+    if n >= len(layers):
+        return f"objective.k_from_top={n} leaves no T-encoder below it (the encoder has {len(layers)} layers)"
+    if getattr(cfg, "norm", "post") != "post" or getattr(encoder, "relative_bias", None) is not None:
+        return "it needs a post-LN Transformer with absolute or no positions (BERT, MiniLM)"
+    if getattr(cfg, "sharing", "none") != "none" or any(layer.ffn.fc1_linear is not None for layer in layers):
+        return "it needs layers of their own (no cross-layer sharing) with plain feed-forward networks"
+    return None
+
+
 @register("objective", "ernie_thu")
 class ErnieTHU(MaskedLM):
     """MLM + dEA through a K-encoder over the encoder's states (see the module docstring)."""
@@ -207,7 +268,14 @@ class ErnieTHU(MaskedLM):
         self.register_buffer("entity_table", torch.from_numpy(vectors), persistent=False)  # [N, E]
         mc = encoder.config
         entity_dim = int(vectors.shape[1])
-        self.k_encoder = nn.ModuleList(Aggregator(mc, entity_dim, cfg.entity_heads) for _ in range(cfg.k_layers))
+        if cfg.k_from_top:
+            refusal = top_layer_refusal(encoder, cfg.k_from_top)
+            if refusal:
+                raise PtmError(f"objective.k_from_top={cfg.k_from_top}: {refusal}; use objective.k_from_top=0 "
+                               f"(new aggregator layers on top)")
+            self.k_encoder = nn.ModuleList(EntitySide(mc, entity_dim, cfg.entity_heads) for _ in range(cfg.k_from_top))
+        else:
+            self.k_encoder = nn.ModuleList(Aggregator(mc, entity_dim, cfg.entity_heads) for _ in range(cfg.k_layers))
         self.dea_dense = nn.Linear(mc.hidden_size, entity_dim)  # w_j^o -> the entity space
         self.dea_norm = nn.LayerNorm(entity_dim, eps=mc.layer_norm_eps)
         self.act = get_activation(mc.activation)
@@ -258,8 +326,10 @@ class ErnieTHU(MaskedLM):
     def exported_heads(self) -> tuple[str, ...]:
         return ()
 
-    def knowledge_states(self, h: torch.Tensor, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The K-encoder: ``h [B, T, H]`` (the encoder's output) -> fused token states ``[B, T, H]``."""
+    def knowledge_states(self, h: torch.Tensor, batch: dict[str, torch.Tensor],
+                         layers: list[nn.Module] | None = None) -> torch.Tensor:
+        """The K-encoder: ``h [B, T, H]`` (the T-encoder's output) -> fused token states
+        ``[B, T, H]``; ``layers``: the encoder's top layers (``k_from_top``), else the aggregators."""
         ids = batch["entity_ids"]
         aligned = ids >= 0  # [B, T]
         e = self.entity_table[ids.clamp(min=0)] * aligned[..., None]  # [B, T, E]
@@ -268,10 +338,29 @@ class ErnieTHU(MaskedLM):
         token_mask = real[:, None, None, :]  # [B, 1, 1, T]
         eye = torch.eye(t, dtype=torch.bool, device=h.device)
         entity_mask = (aligned[:, None, None, :] | eye)  # [B, 1, T, T]: the sequence's entities (and itself)
-        w = h
-        for layer in self.k_encoder:
-            w, e = layer(w, e, token_mask, entity_mask, aligned[..., None].to(h.dtype))
+        w, keep = h, aligned[..., None].to(h.dtype)
+        for i, side in enumerate(self.k_encoder):
+            if layers is None:
+                w, e = side(w, e, token_mask, entity_mask, keep)
+            else:
+                w, e = side(layers[i], w, e, token_mask, entity_mask, keep)
         return w
+
+    def encode(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """T-encoder then K-encoder: the fused token states ``[B, T, H]`` the heads read."""
+        ids, kwargs = batch["input_ids"], {"attention_mask": batch.get("attention_mask"),
+                                            "token_type_ids": batch.get("token_type_ids")}
+        if not self.cfg.k_from_top:
+            return self.knowledge_states(backbone(ids, **kwargs).last_hidden_state, batch)
+        # the encoder's layers run here one by one: the bottom ones as the T-encoder, the top
+        # ones with the entity side fused in (the encoder's forward would run them without it)
+        top = len(backbone.layers) - self.cfg.k_from_top
+        x = backbone.embed(ids, kwargs["token_type_ids"])
+        padding = kwargs["attention_mask"]
+        mask = None if padding is None else padding.bool()[:, None, None, :]  # [B, 1, 1, T]
+        for layer in backbone.layers[:top]:
+            x = layer(x, mask, False)
+        return self.knowledge_states(x, batch, list(backbone.layers[top:]))
 
     def dea_loss(self, w: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Cross-entropy of each aligned token's entity among the batch's distinct entities."""
@@ -283,9 +372,7 @@ class ErnieTHU(MaskedLM):
         return cross_entropy_and_accuracy(logits, target)
 
     def forward(self, backbone: Encoder, batch: dict[str, torch.Tensor]) -> StepOutput:
-        out = backbone(batch["input_ids"], attention_mask=batch.get("attention_mask"),
-                       token_type_ids=batch.get("token_type_ids"))
-        w = self.knowledge_states(out.last_hidden_state, batch)
+        w = self.encode(backbone, batch)
         loss, metrics, n_predictions = self.mlm_loss(w, batch, backbone.output_embeddings())
         targets = batch["entity_targets"]
         real = batch["attention_mask"].bool() if "attention_mask" in batch else torch.ones_like(targets, dtype=torch.bool)
@@ -297,4 +384,4 @@ class ErnieTHU(MaskedLM):
         return StepOutput(loss=loss, metrics=metrics, n_tokens=input_tokens(batch), n_predictions=n_predictions)
 
 
-__all__ = ["Aggregator", "ErnieTHU", "ErnieTHUConfig", "dea_corruption", "entity_vectors", "token_entities"]
+__all__ = ["Aggregator", "EntitySide", "ErnieTHU", "ErnieTHUConfig", "dea_corruption", "entity_vectors", "token_entities"]
