@@ -4,11 +4,16 @@ The linker of knowledge-enhanced PTMs in its simplest, deterministic form (KnowB
 ERNIE-THU's candidate generators are dictionary matches too): at each word, the longest surface
 form that starts there wins ("hot dog" before "hot"), spans are taken left to right without
 overlap (maximal munch), and a span's candidates come in prior order, so the first is the most
-frequent sense.  The last word of a span may be inflected: ``hot dogs``, ``mice``, ``running``
-match ``hot dog``, ``mouse``, ``run`` through the graph's exception lists (WordNet's ``noun.exc``
-...) and then WordNet's ``morphy`` detachment rules (:data:`RULES`, plus the undoubling of a final
-consonant, ``dogged`` -> ``dog``, which morphy leaves to the exception lists); the words before it must
-match exactly (lower-cased), as multi-word lemmas inflect at their head.
+frequent sense.  The last word of a span may be inflected: ``hot dogs``, ``mice``, ``doing``
+match ``hot dog``, ``mouse``, ``do`` through the graph's exception lists (WordNet's ``noun.exc``
+...) and then WordNet's ``morphy`` detachment rules, each base checked against the rule's part of
+speech (:mod:`ptmkit.knowledge.morphy`: ``doing`` is not the noun ``doe``); the words before it
+must match exactly (lower-cased), as multi-word lemmas inflect at their head.  A word that is a
+lemma itself as well as an inflection (``making``, ``running``, ``lying``, ``saw``) is read as its
+base when the base's prior count is more than :data:`INFLECTIONS` times its own: the base's count
+pools all its inflected forms, and the gerund ``making`` (7 tags in WordNet's counts) is mostly
+the verb ``make`` (508 for its first sense alone), while ``building`` (48) stays a building
+rather than ``build`` (123).
 
 A word of :data:`STOP_WORDS`, English function words, is not linked *alone*: WordNet names ``a``
 (ångström, vitamin A), ``in`` (inch), ``it`` (information technology), ``i`` (iodine), ``be``
@@ -50,33 +55,19 @@ from ptmkit import fileio
 from ptmkit.data.corpus import Corpus
 from ptmkit.errors import PtmError
 from ptmkit.knowledge.graph import KnowledgeGraph
+from ptmkit.knowledge.morphy import RULES, base_forms, lemma_parts, ranked_bases  # RULES, base_forms: re-exported
 from ptmkit.knowledge.stopwords import FUNCTION_WORDS
 from ptmkit.tokenization import Tokenizer
 
 log = logging.getLogger(__name__)
 
-# WordNet's morphy detachment rules (morph.c), noun, verb and adjective suffixes in that order.
-RULES = (
-    ("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"), ("ies", "y"),
-    ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"), ("ing", ""),
-    ("er", ""), ("est", ""), ("er", "e"), ("est", "e"),
-)
+# A base's prior count pools about this many forms (a verb's base, -s, -ed and -ing): a word
+# that is a lemma itself is read as its base only when the base's count is more than this many
+# times its own.
+INFLECTIONS = 4
 STOP_WORDS = FUNCTION_WORDS  # the default of Linker(stop_words=...): not linked as one-word spans
 PRIME = np.uint64(1_000_003)  # > any graph vocabulary here, so keys of up to 3 words are exact
 CHUNK_WORDS = 1 << 18  # words per chunk: about 40 MB of fixed-width words with WordNet's width
-
-
-def base_forms(word: str, exceptions: dict[str, list[str]]) -> list[str]:
-    """Candidate lemmas of an inflected ``word`` (lower-cased): its exceptions, then each rule's."""
-    out = list(exceptions.get(word, ()))
-    for suffix, ending in RULES:
-        if word.endswith(suffix) and len(word) > len(suffix) + 1:
-            stem = word[: -len(suffix)]
-            bases = [stem + ending]
-            if not ending and len(stem) > 2 and stem[-1] == stem[-2] and stem[-1] not in "aeiouy":
-                bases.append(stem[:-1])  # a doubled final consonant: dogged, running, bigger
-            out.extend(b for b in bases if b not in out)
-    return out
 
 
 @dataclass
@@ -148,8 +139,10 @@ class Linker:
             if len(np.unique(keys)) != len(keys):
                 raise PtmError(f"two {n}-word surface forms of the graph share a linking key; report this graph")
             self.tables[n] = (keys[order], ids[order])
-        self._types: dict[str, tuple[int, int, int]] = {}  # word type -> (graph word id, base-form id, stop), -1 = none
+        # word type -> (graph word id, base-form id, stop, the base wins over the word itself), -1 = none
+        self._types: dict[str, tuple[int, int, int, int]] = {}
         self.single = set(s for s in graph.surfaces if " " not in s)
+        self.lemmas = lemma_parts(graph)  # one-word surface -> {part of speech: prior count}
         # Words are held in fixed-width arrays of this width: a longer word is cut to it and can
         # match nothing (a rule strips at most 4 characters and adds at most 2, so no base form of
         # a word this long is as short as the longest graph word), and one long token cannot
@@ -164,37 +157,50 @@ class Linker:
             key = key * PRIME + (words[:, j].astype(np.uint64) + np.uint64(1))
         return key
 
-    def _type_ids(self, word: str) -> tuple[int, int, int]:
+    def _type_ids(self, word: str) -> tuple[int, int, int, int]:
         hit = self._types.get(word)
         if hit is None and len(word) >= self.width:
-            return -1, -1, 0  # cut to the width: longer than any word a graph word can come from
+            return -1, -1, 0, 0  # cut to the width: longer than any word a graph word can come from
         if hit is None:
             exact = self.vocab.get(word, -1)
-            base = -1
-            if word not in self.single:
-                found = [b for b in base_forms(word, self.graph.exceptions) if b in self.vocab]
-                preferred = [b for b in found if b in self.single]  # a base that is itself a surface
-                base = self.vocab[(preferred or found)[0]] if found else -1
-            hit = self._types[word] = (exact, base, int(word in self.stop_words))
+            base, wins = -1, 0
+            found = [(b, c) for b, c in ranked_bases(word, self.graph.exceptions, self.lemmas)
+                     if b in self.vocab and b != word]
+            preferred = [(b, c) for b, c in found if b in self.single]  # a base that is itself a surface
+            if found:
+                name, count = (preferred or found)[0]
+                base = self.vocab[name]
+                # a word that is a lemma too (making, lying): the base wins when it is far more frequent
+                own = sum(self.lemmas.get(word, {}).values())
+                wins = int(word in self.single and bool(preferred) and count > INFLECTIONS * own)
+            hit = self._types[word] = (exact, base, int(word in self.stop_words), wins)
         return hit
 
-    def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Lower-cased words (str array ``[T]``) -> ``(exact, base, stop)``: int64 ``[T]`` graph-word
-        ids and bool ``[T]``, the words of the stop list."""
+    def word_ids(self, words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Lower-cased words (str array ``[T]``) -> ``(exact, base, stop, base_wins)``: int64 ``[T]``
+        graph-word ids, bool ``[T]`` the words of the stop list and bool ``[T]`` the words read
+        as their base rather than as themselves."""
         types, inverse = np.unique(words, return_inverse=True)
         return self.type_ids(types, inverse)
 
-    def type_ids(self, types: Iterable[str], inverse: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def type_ids(self, types: Iterable[str], inverse: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Distinct lower-cased words ``[U]`` and each word's index among them ``[T]`` -> ``(exact,
-        base, stop)``: int64 ``[T]`` graph-word ids and bool ``[T]`` (the lookups are per distinct word)."""
-        table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 3)
-        return table[inverse, 0], table[inverse, 1], table[inverse, 2].astype(bool)
+        base, stop, base_wins)`` as :meth:`word_ids` (the lookups are per distinct word)."""
+        table = np.array([self._type_ids(str(w)) for w in types], dtype=np.int64).reshape(-1, 4)
+        return table[inverse, 0], table[inverse, 1], table[inverse, 2].astype(bool), table[inverse, 3].astype(bool)
 
     def link_ids(self, exact: np.ndarray, base: np.ndarray, segment: np.ndarray | None = None,
-                 stop: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 stop: np.ndarray | None = None, base_wins: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Spans over graph-word ids ``[T]`` (``segment [T]``: spans never cross a change of it,
-        e.g. a line; ``stop`` bool ``[T]``: words never linked as a one-word span) -> ``(starts [M],
-        lengths [M], surfaces [M])`` as int64 arrays."""
+        e.g. a line; ``stop`` bool ``[T]``: words never linked as a one-word span; ``base_wins``
+        bool ``[T]``: a span ending there prefers the word's base to the word itself, which
+        otherwise wins) -> ``(starts [M], lengths [M], surfaces [M])`` as int64 arrays."""
+        if base_wins is not None:  # the reading tried last wins a tie: put the preferred one there
+            base, last_exact = np.where(base_wins, exact, base), np.where(base_wins, base, exact)
+        else:
+            last_exact = exact
         t_len = len(exact)
         longest = np.zeros(t_len, dtype=np.int32)
         surface = np.full(t_len, -1, dtype=np.int64)
@@ -212,7 +218,7 @@ class Linker:
                 ok = ok & ~stop
             if n in self.tables:
                 keys, ids = self.tables[n]
-                for last_ids in (base[last], exact[last]):  # exact written last, so it wins a tie
+                for last_ids in (base[last], last_exact[last]):  # written last, so it wins a tie
                     valid = ok & (last_ids >= 0)
                     key = prefix[:m] * PRIME + (last_ids.astype(np.uint64) + np.uint64(1))
                     pos = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
@@ -237,8 +243,8 @@ class Linker:
         if not len(inverse):
             empty = np.zeros(0, dtype=np.int64)
             return Links(empty, empty, empty, self.graph)
-        exact, base, stop = self.type_ids(types, inverse)
-        starts, lengths, surfaces = self.link_ids(exact, base, segment, stop)
+        exact, base, stop, base_wins = self.type_ids(types, inverse)
+        starts, lengths, surfaces = self.link_ids(exact, base, segment, stop, base_wins)
         return Links(starts, starts + lengths, surfaces, self.graph)
 
 
@@ -345,3 +351,6 @@ def link_corpus(source: str | os.PathLike | Iterable[str], graph: KnowledgeGraph
                     "check that the graph and the text are in the same language and tokenised alike", empty)
     entities = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
     return CorpusLinks(entities, spans, linked, empty)
+
+
+__all__ = ["INFLECTIONS", "RULES", "STOP_WORDS", "CorpusLinks", "Linker", "Links", "base_forms", "link", "link_corpus"]

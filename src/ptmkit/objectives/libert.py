@@ -10,8 +10,11 @@ paper's negatives are corrupted constraints).  The loss is ``L_MLM + lrc_weight 
 
 The pairs come from ``objective.pairs`` (:func:`ptmkit.objectives.lexicon.read_pairs`: one
 ``word<TAB>word`` per line; ``ptm data get wordnet-kg`` writes WordNet's synonyms and
-hypernyms).  Which pairs a step reads is a function of the step's random generator, as the MLM
-masks are, so a resumed run continues exactly.
+hypernyms).  ``objective.pairs_exclude=TASK[,TASK...]`` leaves out every pair that is an example of
+a built-in task's dev or test split (:mod:`ptmkit.objectives.pair_exclusion`), so that the
+model is not fine-tuned and scored on pairs it was told are related.  Which pairs a step reads
+is a function of the step's random generator, as the MLM masks are, so a resumed run continues
+exactly.
 
 Batch keys: MaskedLM's, plus ``lrc_input_ids``, ``lrc_attention_mask``, ``lrc_token_type_ids``
 ``[2 * lrc_batch, L]`` and ``lrc_labels [2 * lrc_batch]``.  Metrics: ``lrc_loss``, ``lrc_acc``.
@@ -19,6 +22,7 @@ Batch keys: MaskedLM's, plus ``lrc_input_ids``, ``lrc_attention_mask``, ``lrc_to
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +34,10 @@ from ptmkit.errors import PtmError
 from ptmkit.objectives.base import CorpusLike, StepOutput, TokenizerLike, input_tokens
 from ptmkit.objectives.lexicon import read_pairs
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig
+from ptmkit.objectives.pair_exclusion import exclude_pairs, task_names, task_pairs
 from ptmkit.registry import register
+
+log = logging.getLogger(__name__)
 
 MAX_WORD_TOKENS = 8  # tokens kept of one word (a multi-word lexicon entry may be longer)
 
@@ -41,11 +48,16 @@ class LIBERTConfig(MLMConfig):
     pairs: str | None = None  # word<TAB>word lines of related words (ptmkit.objectives.lexicon)
     lrc_weight: float = 1.0
     lrc_batch: int = 16  # related pairs per step (plus as many unrelated ones)
+    pairs_exclude: str | None = None  # TASK[,TASK...]: leave out the pairs of these tasks' dev and test splits
 
     def __post_init__(self) -> None:
         if isinstance(self.lrc_weight, (str, int)) and not isinstance(self.lrc_weight, bool):
             object.__setattr__(self, "lrc_weight", float(self.lrc_weight))
+        if isinstance(self.pairs_exclude, (list, tuple)):  # a YAML list of task names
+            object.__setattr__(self, "pairs_exclude", ",".join(map(str, self.pairs_exclude)))
         super().__post_init__()
+        if self.pairs_exclude is not None:
+            task_names(self.pairs_exclude)  # a malformed list fails before anything is built
         if not self.pairs:
             raise PtmError("LIBERT needs objective.pairs=FILE: related words, one word<TAB>word per line "
                            "(ptm data get wordnet-kg writes WordNet's synonyms and hypernyms)")
@@ -81,6 +93,8 @@ class LIBERT(MaskedLM):
         if encoder.config.type_vocab_size < 2:
             raise PtmError("LIBERT reads word pairs as two segments: it needs model.type_vocab_size >= 2")
         words, self.pairs = read_pairs(cfg.pairs)
+        if cfg.pairs_exclude:
+            self.pairs = self._without_task_pairs(words, self.pairs, cfg)
         encoded = tokenizer.encode_batch([w.replace("_", " ") for w in words])
         self.word_ids = [np.asarray(e[:MAX_WORD_TOKENS], dtype=np.int64) for e in encoded]
         empty = [w for w, e in zip(words, self.word_ids) if not len(e)]
@@ -90,6 +104,20 @@ class LIBERT(MaskedLM):
         with torch.no_grad():
             self.lrc_head.weight.normal_(0.0, encoder.config.init_std)
             self.lrc_head.bias.zero_()
+
+    @staticmethod
+    def _without_task_pairs(words: list[str], pairs: np.ndarray, cfg: LIBERTConfig) -> np.ndarray:
+        """``pairs`` int64 ``[P, 2]`` less the dev and test pairs of ``cfg.pairs_exclude``'s tasks."""
+        excluded: set[tuple[str, str]] = set()
+        for name in task_names(cfg.pairs_exclude or ""):
+            excluded |= task_pairs(name)
+        kept = exclude_pairs(words, pairs, excluded)
+        log.info("objective.pairs_exclude=%s: removed %d of %d related pairs (the tasks' dev and test splits "
+                 "hold %d word pairs)", cfg.pairs_exclude, len(pairs) - len(kept), len(pairs), len(excluded))
+        if not len(kept):
+            raise PtmError(f"objective.pairs_exclude={cfg.pairs_exclude} removes every pair of objective.pairs="
+                           f"{cfg.pairs}: LIBERT has no related pair left to learn from")
+        return kept
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         batch = super().collate(corpus, spans, rng)
