@@ -54,9 +54,10 @@ from ptmkit.runcard import write_run_card
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE, AuxWeightDecay, DevSelection, StagedFreezing
 from ptmkit.tasks.classification import SequenceClassifier, classifier_on
+from ptmkit.tasks.efficient import base_record, is_merged, make_efficient, merge, method
 from ptmkit.tasks.finetune_config import MODES, RECIPES, SCHEDULES, FinetuneConfig, recipe_config
 from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
-from ptmkit.tasks.saved import save_task_model, uses_token_types
+from ptmkit.tasks.saved import encoder_of, save_task_model, uses_token_types
 from ptmkit.tasks.training import Training
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.budget import few_steps, warn_once
@@ -277,6 +278,9 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if cfg.adapter_size:
         clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
         freeze_for_adapters(clf.backbone)
+    make_efficient(clf, encoder_of(clf), cfg)  # LoRA or BitFit, when asked for
+    # the base the small weights will be saved against: its path and the digest of its encoder's weights
+    base = base_record(pretrained, init) if method(cfg) and out is not None else None
     trained, batches = training.wrap(clf, task, encoded, task.batches(encoded["train"], seed), seed)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
     warn_once(few_steps(train_cfg.max_steps, batches.steps_per_epoch, cfg.epochs, cfg.batch_size))
@@ -299,6 +303,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
 
     clf.load_state_dict(selection.best_state())
+    if cfg.lora_merge:  # before predicting: the predictions written are the saved (merged) model's
+        merge(clf, encoder_of(clf))
     device = trainer.device
     dev_pred = task.predict_split(clf, "dev", encoded["dev"], device)
     test_pred = task.predict_split(clf, "test", encoded["test"], device)
@@ -330,7 +336,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if out is not None and trainer.is_main:
         save_task_model(out, clf, task, pretrained.config, tokenizer, cfg,
                         derived_from={"model": result["model"], "init": init, **training.derived_from()},
-                        compression=training.compression(), weights=selection.best_state())
+                        compression=training.compression(),
+                        weights=None if is_merged(clf, cfg) else selection.best_state(), base=base)
         task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         outputs.discard(out / ckpt.CHECKPOINTS)  # the run is complete: its resume state has served
