@@ -145,3 +145,25 @@ def test_bad_combinations_are_refused():
         with pytest.raises(PtmError, match=msg):
             FinetuneConfig(**kw)
     assert FinetuneConfig(lora_rank=2, lora_targets=["q", " k"]).lora_targets == "q,k"
+
+
+def test_bitfit_frees_exactly_the_bias_terms():
+    from ptmkit.encoders import TransformerConfig, TransformerEncoder
+    from ptmkit.encoders.encoder_decoder import EncoderDecoder
+    from ptmkit.encoders.encoder_decoder_config import EncoderDecoderConfig
+    from ptmkit.encoders.lstm import LSTMConfig, LSTMEncoder
+    from ptmkit.nn.bitfit import freeze_for_bitfit
+
+    enc = TransformerEncoder(TransformerConfig(vocab_size=30, hidden_size=8, num_layers=1, num_heads=2,
+                                               intermediate_size=16, max_position=8))
+    assert freeze_for_bitfit(enc) == ["embeddings.norm.bias", "layers.0.attn.out.bias", "layers.0.attn.qkv.bias",
+                                      "layers.0.attn_norm.bias", "layers.0.ffn.fc1.bias", "layers.0.ffn.fc2.bias",
+                                      "layers.0.ffn_norm.bias", "pooler.dense.bias"]
+    assert {n for n, p in enc.named_parameters() if p.requires_grad} == set(freeze_for_bitfit(enc))
+    lstm = LSTMEncoder(LSTMConfig(vocab_size=20, hidden_size=8, num_layers=1, projection_size=None, char_cnn=False))
+    assert freeze_for_bitfit(lstm) and all("bias_" in n for n in freeze_for_bitfit(lstm))
+    t5 = EncoderDecoder(EncoderDecoderConfig(vocab_size=30, hidden_size=8, encoder_layers=1, decoder_layers=1,
+                                             num_heads=2, intermediate_size=16, max_position=8, bias=False,
+                                             norm="pre", norm_type="rms", positions="relative"))
+    with pytest.raises(PtmError, match="has none"):
+        freeze_for_bitfit(t5)

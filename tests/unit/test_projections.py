@@ -57,5 +57,5 @@ def test_encoder_decoder_lists_self_and_cross_attention_and_the_fused_kv():
 
 
 def test_an_encoder_without_attention_refuses():
-    with pytest.raises(PtmError, match="LoRA needs a Transformer"):
+    with pytest.raises(PtmError, match="lstm encoder declares no named projections for LoRA"):
         LSTMEncoder(LSTMConfig(vocab_size=20, hidden_size=8, num_layers=1, projection_size=None, char_cnn=False)).projections()

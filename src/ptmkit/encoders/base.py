@@ -137,8 +137,8 @@ class Encoder(nn.Module):
     def projections(self) -> dict[str, Projection]:
         """The encoder's linear projections by name (see the module docstring), each once (a
         shared module under its first layer's name).  Encoders without such projections refuse."""
-        raise PtmError(f"the {type(self).__name__} encoder declares no named projections; LoRA needs a Transformer "
-                       f"encoder or an encoder-decoder")
+        raise PtmError(f"the {self.name} encoder declares no named projections for LoRA to adapt; the transformer and "
+                       f"encoder_decoder encoders do (or fine-tune this one with bitfit=true or in full)")
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

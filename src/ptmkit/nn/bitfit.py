@@ -3,8 +3,8 @@
 Every other encoder weight stays at its pre-trained value; the bias terms (of the attention's
 query, key, value and output projections, of both feed-forward layers, of the layer norms and of
 the pooler) and the task head learn: about 0.1 % of BERT-base's parameters.  A bias term is a
-parameter named ``bias``; T5's relative position table (``relative_bias.bias.weight``) is an
-embedding, not one.
+parameter named ``bias`` (or ``bias_*``: an LSTM's ``bias_ih_l0``); T5's relative position table
+(``relative_bias.bias.weight``) is an embedding, not one.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from ptmkit.errors import PtmError
 
 
 def bias_names(encoder: nn.Module) -> list[str]:
-    """The names of ``encoder``'s bias terms (parameters whose own name is ``bias``)."""
-    return [n for n, _ in encoder.named_parameters() if n.rsplit(".", 1)[-1] == "bias"]
+    """The names of ``encoder``'s bias terms (parameters whose own name is ``bias`` or ``bias_*``)."""
+    leaf = lambda n: n.rsplit(".", 1)[-1]  # noqa: E731
+    return [n for n, _ in encoder.named_parameters() if leaf(n) == "bias" or leaf(n).startswith("bias_")]
 
 
 def freeze_for_bitfit(encoder: nn.Module) -> list[str]:
