@@ -49,6 +49,14 @@ def test_a_lora_model_scores_and_predicts_on_its_base_and_is_refused_once_the_ba
     rc, err = run_cli(["export", run, "-o", tmp_path / "hf"], capsys)
     assert rc == 2 and "lora_merge=true" in err and len(err.strip().splitlines()) == 1
 
+    # pruning and quantizing edit the weights: they start from the merged model and save a plain one
+    rc, err = run_cli(["prune", run, *files, "--fraction", "0.25", "--rounds", "1", "--threads", "1",
+                       "-o", tmp_path / "pruned"], capsys)
+    assert rc == 0, err
+    assert ptm("finetune", tmp_path / "pruned", "--eval-only", *files, "-o", tmp_path / "pruned-eval") == 0
+    rc, err = run_cli(["quantize", run, "--int8", *files, "--rounds", "1", "-o", tmp_path / "int8"], capsys)
+    assert rc == 0, err
+
     weights = load_file(str(base / "model.safetensors"))
     key = next(k for k in weights if k.endswith("attn.out.weight"))
     weights[key] = weights[key] * 1.01

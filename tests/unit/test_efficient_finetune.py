@@ -79,6 +79,9 @@ def test_lora_trains_only_its_updates_and_the_head_and_saves_only_those(base, mo
     merge(tm.model, encoder_of(tm.model))
     assert not hasattr(tm.model, "lora")
     torch.testing.assert_close(torch.as_tensor(tm.predict("dev")), before, rtol=1e-5, atol=1e-6)
+    folded = load_task_model(tmp_path / "lora", task, merged=True)  # merged as it loads
+    assert not hasattr(folded.model, "lora") and not any(m._forward_hooks for m in folded.model.modules())
+    torch.testing.assert_close(torch.as_tensor(folded.predict("dev")), before, rtol=1e-5, atol=1e-6)
 
 
 def test_a_small_save_is_refused_on_another_base_naming_both(base, monkeypatch, tmp_path):

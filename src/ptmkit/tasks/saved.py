@@ -48,7 +48,7 @@ from ptmkit.nn.adapters import add_adapters
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.base import TaskType, task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE
-from ptmkit.tasks.efficient import is_merged, make_efficient, method, small_names, small_state
+from ptmkit.tasks.efficient import is_merged, make_efficient, merge, method, small_names, small_state
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.checkpoint import check_safetensors
@@ -233,12 +233,13 @@ def _load_on_base(model: nn.Module, record: dict[str, Any], run: Path, header: d
 
 
 def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | torch.device = "cpu",
-                    base: str | os.PathLike | None = None) -> TaskModel:
+                    base: str | os.PathLike | None = None, merged: bool = False) -> TaskModel:
     """Load the task model saved in ``run_dir`` (a fine-tuning run such as ``OUT/pretrained-seed0``,
     or a compressed model), in eval mode.  ``task_data``: the task to bind it to (default: the
     built-in task it was trained on).  base: for a LoRA or BitFit model saved with only its small
     weights, the base checkpoint to read the encoder from (default: the recorded path); its weights
-    must be the ones the model was fine-tuned on."""
+    must be the ones the model was fine-tuned on.  merged: fold LoRA's updates into the weights
+    once loaded (a plain model computing the same, at the base model's cost)."""
     run = Path(run_dir)
     file = run / TASK_MODEL_FILE
     if not file.is_file():
@@ -275,6 +276,8 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
         check_state(model, {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, run / BEST_FILE,
                     what=f"the model {TASK_MODEL_FILE} describes")
         load_state(model, load_file(str(run / BEST_FILE)), run / BEST_FILE, what=f"the model {TASK_MODEL_FILE} describes")
+    if merged and getattr(model, "lora", None) is not None:
+        merge(model, encoder_of(model))
     model.to(device).eval()
     return TaskModel(model, task, config, tokenizer, cfg, info, task_data, run)
 
