@@ -56,6 +56,14 @@ def test_a_lora_model_scores_and_predicts_on_its_base_and_is_refused_once_the_ba
     assert ptm("finetune", tmp_path / "pruned", "--eval-only", *files, "-o", tmp_path / "pruned-eval") == 0
     rc, err = run_cli(["quantize", run, "--int8", *files, "--rounds", "1", "-o", tmp_path / "int8"], capsys)
     assert rc == 0, err
+    # a distilled student learns every weight: LoRA is not carried over from the teacher
+    rc, err = run_cli(["distil", run, *files, "-o", tmp_path / "distil", "--layers", "1", "epochs=1", "batch_size=8",
+                       "max_seq_len=16", "--quiet"], capsys)
+    assert rc == 0, err
+    student = tmp_path / "distil" / "student-seed0"
+    info = json.loads((student / "task_model.json").read_text())
+    assert info["finetune"]["lora_rank"] == 0 and "parameter_efficient" not in info
+    assert ptm("finetune", student, "--eval-only", *files, "-o", tmp_path / "student-eval") == 0
 
     weights = load_file(str(base / "model.safetensors"))
     key = next(k for k in weights if k.endswith("attn.out.weight"))

@@ -11,6 +11,7 @@ saved instead.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from torch import nn
 
 from ptmkit.identity import tensors_sha256
 from ptmkit.nn.bitfit import freeze_for_bitfit
-from ptmkit.nn.lora import add_lora, merge_lora
+from ptmkit.nn.lora import DEFAULT_TARGETS, add_lora, merge_lora
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.train.checkpoint import CONFIG_FILE
 
@@ -67,6 +68,13 @@ def small_state(model: nn.Module, encoder: nn.Module, state: dict[str, torch.Ten
     return {k: v for k, v in state.items() if k in keep}
 
 
+def without_method(cfg: FinetuneConfig) -> FinetuneConfig:
+    """``cfg`` with LoRA and BitFit off (their settings at the defaults): what a model trained
+    from this one's weights starts from, such as a distilled student, which learns every weight."""
+    return replace(cfg, lora_rank=0, lora_alpha=None, lora_dropout=0.0, lora_targets=DEFAULT_TARGETS, lora_merge=False,
+                   bitfit=False)
+
+
 def base_record(pretrained: Any, init: str) -> dict[str, str] | None:
     """``{"path", "sha256"}`` of the pre-trained checkpoint ``pretrained`` was loaded from, for a
     save of the small weights only; ``None`` where no checkpoint rebuilds the base (a fresh
@@ -78,4 +86,5 @@ def base_record(pretrained: Any, init: str) -> dict[str, str] | None:
     return {"path": str(Path(path).resolve()), "sha256": tensors_sha256(pretrained.backbone.state_dict())}
 
 
-__all__ = ["base_record", "is_merged", "make_efficient", "merge", "method", "small_names", "small_state"]
+__all__ = ["base_record", "is_merged", "make_efficient", "merge", "method", "small_names", "small_state",
+           "without_method"]
