@@ -122,8 +122,10 @@ def test_bitfit_changes_only_the_encoder_biases(base, monkeypatch, tmp_path):
 def test_lora_merge_saves_a_plain_model_with_the_unmerged_predictions(base, monkeypatch, tmp_path):
     root, task, ck = base
     _run(monkeypatch, ck, task, tmp_path / "lora", lora_rank=2, lora_alpha=4, lora_targets="q,k,v,o", epochs=1)
-    _run(monkeypatch, ck, task, tmp_path / "merged", lora_rank=2, lora_alpha=4, lora_targets="q,k,v,o", epochs=1,
-         lora_merge=True)
+    r, _ = _run(monkeypatch, ck, task, tmp_path / "merged", lora_rank=2, lora_alpha=4, lora_targets="q,k,v,o", epochs=1,
+                lora_merge=True)
+    lora = 2 * 4 * 2 * (32 + 32)  # layers x (q, k, v, o) x (A [2, 32] + B [32, 2])
+    assert r["trainable_parameters"] == lora + 32 * 2 + 2  # what trained: the updates and the head
     saved = load_file(str(tmp_path / "merged" / "best.safetensors"))
     assert not any(k.startswith("lora.") for k in saved) and "backbone.layers.0.attn.qkv.weight" in saved
     torch.testing.assert_close(_probs(tmp_path / "merged" / "predictions.jsonl"),

@@ -303,6 +303,10 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
 
     clf.load_state_dict(selection.best_state())
+    # counted as trained, before LoRA's updates are merged away
+    num_parameters = sum(p.numel() for p in clf.parameters())
+    trainable_parameters = sum(p.numel() for n, p in clf.named_parameters()
+                               if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone.")))
     if cfg.lora_merge:  # before predicting: the predictions written are the saved (merged) model's
         merge(clf, encoder_of(clf))
     device = trainer.device
@@ -324,9 +328,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         "history": selection.history,
         "config": to_dict(cfg),
         "data_sha256": data_sha256,
-        "num_parameters": sum(p.numel() for p in clf.parameters()),
-        "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters()
-                                    if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone."))),
+        "num_parameters": num_parameters,
+        "trainable_parameters": trainable_parameters,
         "time_s": round(time.time() - started, 2),
     }
     for key, value in (("training", training.describe()), ("derived_from", training.derived_from()),
