@@ -172,3 +172,30 @@ def test_bitfit_frees_exactly_the_bias_terms():
                                              norm="pre", norm_type="rms", positions="relative"))
     with pytest.raises(PtmError, match="has none"):
         freeze_for_bitfit(t5)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_an_interrupted_lora_run_resumes_exactly(base, monkeypatch, tmp_path):
+    from ptmkit.tasks import callbacks
+
+    root, task, ck = base
+    cfg = FinetuneConfig(**{**SMALL, "epochs": 3}, lora_rank=2, lora_dropout=0.1)
+    full = finetune(ck, task, tmp_path / "full", cfg, seed=0, progress=False)
+    original = callbacks.DevSelection.on_step_end
+
+    def killed_in_epoch_two(self, trainer, step):
+        original(self, trainer, step)
+        if step > trainer.cfg.max_steps // 3 + 2:
+            raise Killed
+
+    monkeypatch.setattr(callbacks.DevSelection, "on_step_end", killed_in_epoch_two)
+    with pytest.raises(Killed):
+        finetune(ck, task, tmp_path / "cut", cfg, seed=0, progress=False)
+    monkeypatch.undo()
+    resumed = finetune(ck, task, tmp_path / "cut", cfg, seed=0, progress=False, resume=True)
+    assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
+    assert load_file(str(tmp_path / "cut" / "best.safetensors")).keys() == \
+        load_file(str(tmp_path / "full" / "best.safetensors")).keys()
