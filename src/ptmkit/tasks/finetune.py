@@ -12,6 +12,9 @@ the same architecture, config and tokenizer, freshly initialised.
 Two transfer modes (Peters et al. 2018; Devlin et al. 2019): ``mode="finetune"`` trains every
 weight; ``mode="features"`` keeps the encoder fixed and trains only a scalar mix of its layers
 and a small task network (``head="mlp"`` or ``"bilstm"``).
+Parameter-efficient fine-tuning keeps the encoder's weights fixed too and trains a small part
+beside the head: Houlsby adapters (``adapter_size``), LoRA (``lora_rank``) or BitFit (``bitfit``;
+:mod:`ptmkit.tasks.efficient`: LoRA and BitFit save only their weights, on a recorded base).
 
 Several tasks at once (MT-DNN, :mod:`ptmkit.tasks.multitask`): pass a ``MultiTaskData``
 (``load_tasks("mr,brown-pos")``); the shared encoder gets one head per task and the run is
