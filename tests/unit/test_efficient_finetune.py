@@ -145,6 +145,7 @@ def test_bad_combinations_are_refused():
                     (dict(lora_rank=4, lora_alpha=0), "lora_alpha must be a positive"),
                     (dict(lora_rank=4, lora_dropout=1.0), r"lora_dropout must be in \[0, 1\)"),
                     (dict(lora_rank=4, gradual_unfreeze=True), "gradual_unfreeze"),
+                    (dict(lora_rank=4, layer_decay=0.8), "set layer_decay=1"),
                     (dict(bitfit=True, gpt_transform=True), "gpt_transform=false"),
                     (dict(lora_rank=2, lora_targets="q,,v"), "comma-separated")):
         with pytest.raises(PtmError, match=msg):

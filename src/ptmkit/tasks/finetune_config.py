@@ -240,6 +240,9 @@ class FinetuneConfig:
         if self.gradual_unfreeze or self.freeze_embeddings:
             raise PtmError(f"{method} decides what trains inside a fixed encoder; leave gradual_unfreeze and "
                            f"freeze_embeddings off")
+        if self.lora_rank and self.layer_decay != 1.0:
+            raise PtmError(f"layer_decay={self.layer_decay:g} lowers the learning rate of the encoder's lower layers, "
+                           f"which LoRA keeps fixed (its updates all train at lr); set layer_decay=1")
         if self.gpt_transform:
             raise PtmError(f"{method} keeps the embeddings fixed, so gpt_transform's new start, delimiter and extract "
                            f"tokens would never learn; set gpt_transform=false")
