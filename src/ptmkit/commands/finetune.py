@@ -48,6 +48,16 @@ fixed; a scalar mix of all its layers and a small task network learn); mix (auto
 scalar | layer:K, one hidden state: 0 = embeddings, negative from the top), head (linear | mlp |
 bilstm), head_hidden.  Training loop: precision, device, num_threads.
 
+Parameter-efficient fine-tuning, the encoder's weights fixed: adapter_size=M (Houlsby adapters of
+M units after every attention and feed-forward sub-layer); lora_rank=R (LoRA: a rank-R update
+(lora_alpha / R) B A on the projections lora_targets names, default q,v, the attention's query
+and value; lora_alpha defaults to R; lora_dropout; lora_targets=q,k,v,o,fc1,fc2 or globs over
+full names such as layers.1[01].attn.*); bitfit=true (BitFit: only the encoder's bias terms).
+LoRA and BitFit save only their weights and the head, with the base checkpoint's path and a
+digest of its weights: --eval-only and ptm predict load the model on that base and refuse one
+whose weights changed.  lora_merge=true saves the model with the updates folded into the
+weights instead (full size, loads without the base, predicts at the base model's speed).
+
 GPT's input transformations for a model pre-trained left to right (clm): gpt_transform=true reads
 [CLS] a [SEP] b [MASK] (start, delimiter, extract; per answer for multiple choice) with the head
 on the extract token; symmetric_pairs=true adds the representations of both orders of a pair
@@ -68,6 +78,8 @@ examples:
   ptm finetune runs/tiny --task mr -o out/ulmfit layer_decay=0.385 gradual_unfreeze=true
   ptm finetune runs/lm-task --task mr -o out/ulmfit-all --recipe ulmfit epochs=8
   ptm finetune runs/elmo --task mr -o out/elmo-features mode=features head=bilstm
+  ptm finetune runs/tiny --task mr -o out/lora lora_rank=8 lr=5e-4
+  ptm finetune runs/tiny --task mr -o out/bitfit bitfit=true lr=1e-3
   ptm finetune runs/tiny --task mr --seeds 1 2 3 -o out/mr --resume     continue an interrupted grid
   ptm finetune runs/tiny --tasks mr,brown-pos -o out/mtdnn task_schedule=round_robin
   ptm finetune runs/tiny --task mr --after out/mtdnn/pretrained-seed0 -o out/mtdnn-mr

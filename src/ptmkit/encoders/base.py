@@ -33,6 +33,10 @@ class of its own; presets name it (``model: {encoder: transformer, ...}``) and
   layers, ``L + 1`` = anything on top, such as a pooler).
 * ``bind_tokenizer(tokenizer)``: encoders that derive buffers from the vocabulary (a char-CNN's
   spelling table) fill them here; the builder calls it for every encoder.
+* ``projections()``: the linear projections by name (``layers.3.attn.q``), each the block of
+  output rows of the ``nn.Linear`` that computes it (:mod:`ptmkit.nn.projections`; fused q/k/v
+  modules hold several), for methods that adapt chosen projections (LoRA).  Encoders without
+  attention layers declare none.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from torch import nn
 from ptmkit.errors import PtmError
 from ptmkit.nn.heads import no_heads_error
 from ptmkit.nn.host import host_reads_cheap
+from ptmkit.nn.projections import Projection
 
 
 @dataclass
@@ -128,6 +133,12 @@ class Encoder(nn.Module):
         al. 2019: each attention and feed-forward sub-layer, before its residual connection).
         Encoders without such sites cannot take adapters."""
         raise PtmError(f"the {type(self).__name__} encoder declares no adapter sites; adapters need a Transformer encoder")
+
+    def projections(self) -> dict[str, Projection]:
+        """The encoder's linear projections by name (see the module docstring), each once (a
+        shared module under its first layer's name).  Encoders without such projections refuse."""
+        raise PtmError(f"the {self.name} encoder declares no named projections for LoRA to adapt; the transformer and "
+                       f"encoder_decoder encoders do (or fine-tune this one with bitfit=true or in full)")
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

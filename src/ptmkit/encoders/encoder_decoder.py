@@ -113,6 +113,7 @@ from ptmkit.nn.heads import PrunableHeads, check_heads, head_gates, merge_heads
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
+from ptmkit.nn.projections import Projection, attention_projections, ffn_projections, first_names
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 
@@ -189,6 +190,20 @@ class EncoderDecoder(Encoder):
     # -- the Encoder contract ---------------------------------------------------------------
     def input_embeddings(self) -> nn.Embedding:
         return self.word_embeddings
+
+    def projections(self) -> dict[str, Projection]:
+        """``encoder.layers.{i}.attn.{q,k,v,o}``, ``decoder.layers.{j}.self_attn.{q,k,v,o}``,
+        ``decoder.layers.{j}.cross_attn.{q,k,v,o}`` (k, v: the blocks of the fused ``kv``) and each
+        layer's ``ffn.{fc1,fc2}`` (``fc1_linear`` too with ``gated_ffn``)."""
+        out: dict[str, Projection] = {}
+        for i, layer in enumerate(self.encoder.layers):
+            out.update(attention_projections(f"encoder.layers.{i}.attn.", layer.attn))
+            out.update(ffn_projections(f"encoder.layers.{i}.ffn.", layer.ffn))
+        for j, layer in enumerate(self.decoder.layers):
+            out.update(attention_projections(f"decoder.layers.{j}.self_attn.", layer.self_attn))
+            out.update(attention_projections(f"decoder.layers.{j}.cross_attn.", layer.cross_attn))
+            out.update(ffn_projections(f"decoder.layers.{j}.ffn.", layer.ffn))
+        return first_names(out)
 
     def max_positions(self) -> int:
         """``max_position`` per side, with relative positions too (the model's stated limit, which

@@ -92,6 +92,12 @@ def _early_refusals(info: dict[str, Any], cfg: FinetuneConfig) -> list[str]:
     if cfg.adapter_size:
         out.append(f"it has adapters (adapter_size={cfg.adapter_size}), layers inside the encoder that HF's encoder "
                    f"classes lack")
+    efficient = info.get("parameter_efficient") or {}
+    if efficient.get("base") and not efficient.get("merged"):
+        hint = ("fine-tune with lora_merge=true to save a plain model" if efficient.get("method") == "lora"
+                else "export a model fine-tuned without bitfit")
+        out.append(f"it holds only its {efficient.get('method')} weights and head, the encoder being the base checkpoint "
+                   f"{(efficient.get('base') or {}).get('path')}: {hint}")
     return out
 
 

@@ -12,6 +12,9 @@ the same architecture, config and tokenizer, freshly initialised.
 Two transfer modes (Peters et al. 2018; Devlin et al. 2019): ``mode="finetune"`` trains every
 weight; ``mode="features"`` keeps the encoder fixed and trains only a scalar mix of its layers
 and a small task network (``head="mlp"`` or ``"bilstm"``).
+Parameter-efficient fine-tuning keeps the encoder's weights fixed too and trains a small part
+beside the head: Houlsby adapters (``adapter_size``), LoRA (``lora_rank``) or BitFit (``bitfit``;
+:mod:`ptmkit.tasks.efficient`: LoRA and BitFit save only their weights, on a recorded base).
 
 Several tasks at once (MT-DNN, :mod:`ptmkit.tasks.multitask`): pass a ``MultiTaskData``
 (``load_tasks("mr,brown-pos")``); the shared encoder gets one head per task and the run is
@@ -54,9 +57,10 @@ from ptmkit.runcard import write_run_card
 from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE, AuxWeightDecay, DevSelection, StagedFreezing
 from ptmkit.tasks.classification import SequenceClassifier, classifier_on
+from ptmkit.tasks.efficient import base_record, is_merged, make_efficient, merge, method
 from ptmkit.tasks.finetune_config import MODES, RECIPES, SCHEDULES, FinetuneConfig, recipe_config
 from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
-from ptmkit.tasks.saved import save_task_model, uses_token_types
+from ptmkit.tasks.saved import encoder_of, save_task_model, uses_token_types
 from ptmkit.tasks.training import Training
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.budget import few_steps, warn_once
@@ -277,6 +281,9 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if cfg.adapter_size:
         clf.adapters = add_adapters(clf.backbone, cfg.adapter_size)
         freeze_for_adapters(clf.backbone)
+    make_efficient(clf, encoder_of(clf), cfg)  # LoRA or BitFit, when asked for
+    # the base the small weights will be saved against: its path and the digest of its encoder's weights
+    base = base_record(pretrained, init) if method(cfg) and out is not None else None
     trained, batches = training.wrap(clf, task, encoded, task.batches(encoded["train"], seed), seed)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
     warn_once(few_steps(train_cfg.max_steps, batches.steps_per_epoch, cfg.epochs, cfg.batch_size))
@@ -299,6 +306,12 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     trainer.fit(resume=resume and out is not None and ckpt.latest_checkpoint(out) is not None)
 
     clf.load_state_dict(selection.best_state())
+    # counted as trained, before LoRA's updates are merged away
+    num_parameters = sum(p.numel() for p in clf.parameters())
+    trainable_parameters = sum(p.numel() for n, p in clf.named_parameters()
+                               if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone.")))
+    if cfg.lora_merge:  # before predicting: the predictions written are the saved (merged) model's
+        merge(clf, encoder_of(clf))
     device = trainer.device
     dev_pred = task.predict_split(clf, "dev", encoded["dev"], device)
     test_pred = task.predict_split(clf, "test", encoded["test"], device)
@@ -318,9 +331,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
         "history": selection.history,
         "config": to_dict(cfg),
         "data_sha256": data_sha256,
-        "num_parameters": sum(p.numel() for p in clf.parameters()),
-        "trainable_parameters": sum(p.numel() for n, p in clf.named_parameters()
-                                    if p.requires_grad and not (cfg.mode == "features" and n.startswith("backbone."))),
+        "num_parameters": num_parameters,
+        "trainable_parameters": trainable_parameters,
         "time_s": round(time.time() - started, 2),
     }
     for key, value in (("training", training.describe()), ("derived_from", training.derived_from()),
@@ -330,7 +342,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if out is not None and trainer.is_main:
         save_task_model(out, clf, task, pretrained.config, tokenizer, cfg,
                         derived_from={"model": result["model"], "init": init, **training.derived_from()},
-                        compression=training.compression(), weights=selection.best_state())
+                        compression=training.compression(),
+                        weights=None if is_merged(clf, cfg) else selection.best_state(), base=base)
         task.write_predictions(out / "predictions.jsonl", "test", test_pred)
         atomic_write_text(out / RESULTS_FILE, json.dumps(result, indent=2) + "\n")
         outputs.discard(out / ckpt.CHECKPOINTS)  # the run is complete: its resume state has served

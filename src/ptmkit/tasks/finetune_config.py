@@ -8,6 +8,7 @@ from typing import Any
 
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.layer_mix import MIXES, normalize_mix
+from ptmkit.nn.lora import DEFAULT_TARGETS, parse_targets
 from ptmkit.tasks.classification import HEADS, POOLINGS
 from ptmkit.train.config import REPORT_TO, TrainConfig
 
@@ -70,6 +71,25 @@ class FinetuneConfig:
     adapter_size: bottleneck adapters of this many units after every attention and feed-forward
         sub-layer (Houlsby et al. 2019); the encoder's other weights stay fixed (layer norms
         train); 0 = off.
+    lora_rank: LoRA (Hu et al. 2021; :mod:`ptmkit.nn.lora`): every projection ``lora_targets``
+        names gets a trainable low-rank update ``W x + (lora_alpha / r) B A x`` of rank ``r``
+        (``A [r, d_in]`` Kaiming-uniform, ``B [d_out, r]`` zero, so step 0 is the pre-trained
+        model); the encoder's weights stay fixed and only the updates and the task head learn.
+        0 = off.  For Transformer encoders and encoder-decoders.
+    lora_alpha: the update's scale is ``lora_alpha / r``; ``None`` (default) sets ``alpha = r``,
+        scale 1, as the paper does (it sets alpha to the first r tried and does not tune it).
+    lora_dropout: dropout on the updates' input, in [0, 1) (0 = off).
+    lora_targets: comma-separated projection names or patterns (default ``q,v``: the attention's
+        query and value, the paper's choice; also ``k``, ``o``, ``fc1``, ``fc2``).  A name without
+        a dot matches that projection in every layer (``fc*``); one with dots is a glob over the
+        full name (``layers.1[01].attn.*``; encoder-decoders: ``encoder.layers.*``,
+        ``decoder.layers.*.cross_attn.q``).  A fused ``qkv`` module is updated on the blocks
+        named only (``q,v``: the key block is untouched).
+    lora_merge: save the model with the updates folded into the weights (``W + (alpha / r) B A``):
+        a full-size model that loads without its base and predicts at the base model's speed.
+        Default: only the updates and the head are saved, with a record of the base they apply to.
+    bitfit: BitFit (Ben Zaken et al. 2022; :mod:`ptmkit.nn.bitfit`): only the encoder's bias terms
+        and the task head learn; only they are saved, with a record of the base.
     layerdrop: LayerDrop while fine-tuning (Fan et al. 2020): each encoder layer is skipped in a
         training step with this probability (the backbone's ``layerdrop``; evaluation runs every
         layer), which makes the model robust to removing layers afterwards (``ptm prune --method
@@ -104,6 +124,12 @@ class FinetuneConfig:
     aux_lm_weight: float = 0.0
     aux_lm_decay: float = 1.0
     adapter_size: int = 0
+    lora_rank: int = 0
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.0
+    lora_targets: str = DEFAULT_TARGETS
+    lora_merge: bool = False
+    bitfit: bool = False
     layerdrop: float = 0.0
     gpt_transform: bool = False
     symmetric_pairs: bool = False
@@ -162,6 +188,7 @@ class FinetuneConfig:
         if self.adapter_size and (self.mode == "features" or self.gradual_unfreeze or self.freeze_embeddings):
             raise PtmError("adapter_size > 0 trains adapters inside a fixed encoder; it needs mode=finetune without "
                            "gradual_unfreeze or freeze_embeddings")
+        self._check_efficient()
         for name in ("gpt_transform", "symmetric_pairs"):
             if not isinstance(getattr(self, name), bool):
                 raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -175,6 +202,50 @@ class FinetuneConfig:
                            f"(0 = off; Fan et al. use 0.2), got {self.layerdrop!r}")
         if not isinstance(self.head_hidden, int) or self.head_hidden <= 0:
             raise PtmError(f"head_hidden must be a positive integer, got {self.head_hidden!r}")
+
+    def _check_efficient(self) -> None:
+        """LoRA and BitFit: their own values, then the combinations that would not mean what they say."""
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
+            raise PtmError(f"lora_rank must be an integer >= 0 (0 = no LoRA; 8 is a common choice), "
+                           f"got {self.lora_rank!r}")
+        if self.lora_alpha is not None and (isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float))
+                                            or self.lora_alpha <= 0):
+            raise PtmError(f"lora_alpha must be a positive number (the update is scaled by lora_alpha / lora_rank; "
+                           f"unset, it equals lora_rank), got {self.lora_alpha!r}")
+        if isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float)) \
+                or not 0.0 <= self.lora_dropout < 1.0:
+            raise PtmError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if isinstance(self.lora_targets, (list, tuple)):  # YAML's [q, v]
+            object.__setattr__(self, "lora_targets", ",".join(str(t) for t in self.lora_targets))
+        if not isinstance(self.lora_targets, str):
+            raise PtmError(f"lora_targets is a comma-separated list of projection names, got {self.lora_targets!r}")
+        object.__setattr__(self, "lora_targets", ",".join(parse_targets(self.lora_targets)))
+        for name in ("lora_merge", "bitfit"):
+            if not isinstance(getattr(self, name), bool):
+                raise PtmError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not self.lora_rank:
+            changed = [n for n, default in (("lora_alpha", None), ("lora_dropout", 0.0), ("lora_targets", DEFAULT_TARGETS),
+                                            ("lora_merge", False)) if getattr(self, n) != default]
+            if changed:
+                raise PtmError(f"{changed[0]} sets up LoRA, which is off: set lora_rank (e.g. lora_rank=8) as well")
+        method = "lora_rank > 0" if self.lora_rank else "bitfit=true" if self.bitfit else None
+        if method is None:
+            return
+        if self.lora_rank and self.bitfit:
+            raise PtmError("lora_rank > 0 and bitfit=true are two ways of choosing what trains; use one of them")
+        if self.adapter_size:
+            raise PtmError(f"{method} and adapter_size > 0 are two ways of choosing what trains; use one of them")
+        if self.mode == "features":
+            raise PtmError(f"{method} fine-tunes part of the encoder; mode=features keeps all of it fixed: use mode=finetune")
+        if self.gradual_unfreeze or self.freeze_embeddings:
+            raise PtmError(f"{method} decides what trains inside a fixed encoder; leave gradual_unfreeze and "
+                           f"freeze_embeddings off")
+        if self.lora_rank and self.layer_decay != 1.0:
+            raise PtmError(f"layer_decay={self.layer_decay:g} lowers the learning rate of the encoder's lower layers, "
+                           f"which LoRA keeps fixed (its updates all train at lr); set layer_decay=1")
+        if self.gpt_transform:
+            raise PtmError(f"{method} keeps the embeddings fixed, so gpt_transform's new start, delimiter and extract "
+                           f"tokens would never learn; set gpt_transform=false")
 
     @property
     def resolved_mix(self) -> str:

@@ -11,7 +11,12 @@ cut or quantized model) writes, beside ``results.json``:
   left to right), the task (name, type, labels), the fine-tuning settings (pooling, head, task-type
   options), and where the model came from (``derived_from``) and how it was compressed
   (``compression``; a ``quantization`` entry makes the loader rebuild int8 modules through
-  :func:`ptmkit.compress.quantize.restore`).
+  :func:`ptmkit.compress.quantize.restore`), and for LoRA or BitFit (:mod:`ptmkit.tasks.efficient`)
+  ``parameter_efficient``: the method, whether LoRA's updates were merged, and the ``base``
+  checkpoint (``path``, ``sha256`` of its encoder's weights).  With a base and no merge,
+  ``best.safetensors`` holds only the small weights (LoRA's ``lora.*``, or the encoder's bias
+  terms, and the head); the loader reads the encoder from the base, which must still hold the
+  weights it held (another is refused, naming both).
 
 ``load_task_model(run_dir)`` returns a :class:`TaskModel`: the module in eval mode, its task type
 bound to the task's data (a built-in task is read by name; the user's own task needs its data
@@ -30,7 +35,7 @@ import torch
 from safetensors.torch import load_file, save
 from torch import nn
 
-from ptmkit.artefacts import check_state, check_vocab, load_state, need
+from ptmkit.artefacts import check_state, check_vocab, load_state, need, state_problem
 from ptmkit.build import build_encoder, is_causal
 from ptmkit.compress.quantize import restore
 from ptmkit.config import from_dict, to_dict
@@ -38,9 +43,12 @@ from ptmkit.data.tasks import builtin_tasks, load_task
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_bytes, atomic_write_text
+from ptmkit.identity import tensors_sha256
 from ptmkit.nn.adapters import add_adapters
+from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.base import TaskType, task_type_of
 from ptmkit.tasks.callbacks import BEST_FILE
+from ptmkit.tasks.efficient import is_merged, make_efficient, merge, method, small_names, small_state
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train.checkpoint import check_safetensors
@@ -76,13 +84,15 @@ def uses_token_types(backbone: nn.Module, task_data: Any) -> bool:
 def save_task_model(out_dir: str | Path, model: nn.Module, task: TaskType, config: dict[str, Any], tokenizer: Any,
                     cfg: FinetuneConfig, derived_from: dict[str, Any] | None = None,
                     compression: dict[str, Any] | None = None,
-                    weights: dict[str, torch.Tensor] | None = None) -> Path:
+                    weights: dict[str, torch.Tensor] | None = None, base: dict[str, str] | None = None) -> Path:
     """Write ``task_model.json``, ``tokenizer.json`` and ``best.safetensors`` into ``out_dir``
     (each atomically; ``task_model.json`` last, so a directory that has it is complete).
 
     config: the pre-training config the model descends from (its ``model`` section is replaced by
     the encoder's own, :func:`encoder_config`).  weights: the tensors to store (a quantized
-    model's plain tensors); ``None`` stores ``model.state_dict()``."""
+    model's plain tensors); ``None`` stores ``model.state_dict()``.  base: for LoRA (unmerged) or
+    BitFit, the pre-trained checkpoint the encoder's weights are (``{"path", "sha256"}``,
+    :func:`ptmkit.tasks.efficient.base_record`): only the small weights are stored."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     backbone = encoder_of(model)
@@ -102,6 +112,11 @@ def save_task_model(out_dir: str | Path, model: nn.Module, task: TaskType, confi
     if "train_size" in meta:  # trained on a fixed subset (--train-size): distillation reuses the same one
         info["train_subset"] = {"size": int(meta["train_size"]), "seed": int(meta.get("train_subset_seed", 0))}
     state = weights if weights is not None else {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if method(cfg):
+        merged = is_merged(model, cfg)
+        info["parameter_efficient"] = {"method": method(cfg), "merged": merged, "base": base}
+        if base is not None and not merged:
+            state = small_state(model, backbone, state)
     # tensors that share storage (tied embeddings) are stored once each: safetensors refuses aliases
     state = {k: v.clone() if v.is_contiguous() else v.contiguous() for k, v in state.items()}
     atomic_write_bytes(out / BEST_FILE, save(state))
@@ -190,10 +205,41 @@ def read_task_info(run: Path) -> dict[str, Any]:
     return info
 
 
-def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | torch.device = "cpu") -> TaskModel:
+def _load_on_base(model: nn.Module, record: dict[str, Any], run: Path, header: dict[str, Any],
+                  base: str | os.PathLike | None) -> None:
+    """A LoRA or BitFit model saved without its encoder: the encoder from the base checkpoint (the
+    recorded one, or ``base``), refused unless its weights are those fine-tuned on; then the small
+    weights from ``run``."""
+    recorded = need(record, "base", dict, run / TASK_MODEL_FILE)
+    kind = record.get("method", "parameter-efficient")
+    path = Path(base) if base is not None else Path(str(recorded.get("path")))
+    if not path.exists():
+        raise PtmError(f"{run} holds only its {kind} weights and task head, for the base checkpoint {path}, which is "
+                       f"not there: restore it, or give its new place (load_task_model(..., base=PATH))")
+    pretrained = load_pretrained(path, heads=False)
+    digest = tensors_sha256(pretrained.backbone.state_dict())
+    if digest != recorded.get("sha256"):
+        raise PtmError(f"{run} was fine-tuned ({kind}) on the base {recorded.get('path')} (weights sha256 "
+                       f"{str(recorded.get('sha256'))[:12]}), and {pretrained.path} holds other weights (sha256 "
+                       f"{digest[:12]}): load it on the base it was fine-tuned on")
+    encoder = encoder_of(model)
+    load_state(encoder, pretrained.backbone.state_dict(), pretrained.path, what=f"the encoder {TASK_MODEL_FILE} describes")
+    own = model.state_dict(keep_vars=True)
+    expected = {k: own[k] for k in small_names(model, encoder) if k in own}
+    problem = state_problem(expected, {k: v["shape"] for k, v in header.items() if k != "__metadata__"})
+    if problem:
+        raise PtmError(f"the weights in {run / BEST_FILE} do not fit the {kind} model {TASK_MODEL_FILE} describes: {problem}")
+    model.load_state_dict(load_file(str(run / BEST_FILE)), strict=False)
+
+
+def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | torch.device = "cpu",
+                    base: str | os.PathLike | None = None, merged: bool = False) -> TaskModel:
     """Load the task model saved in ``run_dir`` (a fine-tuning run such as ``OUT/pretrained-seed0``,
     or a compressed model), in eval mode.  ``task_data``: the task to bind it to (default: the
-    built-in task it was trained on)."""
+    built-in task it was trained on).  base: for a LoRA or BitFit model saved with only its small
+    weights, the base checkpoint to read the encoder from (default: the recorded path); its weights
+    must be the ones the model was fine-tuned on.  merged: fold LoRA's updates into the weights
+    once loaded (a plain model computing the same, at the base model's cost)."""
     run = Path(run_dir)
     file = run / TASK_MODEL_FILE
     if not file.is_file():
@@ -216,15 +262,22 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
     model = task.build(backbone)
     if cfg.adapter_size:
         model.adapters = add_adapters(encoder_of(model), cfg.adapter_size)
+    efficient = info.get("parameter_efficient") or {}
+    if not efficient.get("merged"):
+        make_efficient(model, encoder_of(model), cfg)
     header = check_safetensors(run / BEST_FILE, "fine-tune again")
     spec = (info.get("compression") or {}).get("quantization")
-    if spec:
+    if efficient.get("base") and not efficient.get("merged") and not spec:
+        _load_on_base(model, efficient, run, header, base)
+    elif spec:
         model = restore(model, spec, load_file(str(run / BEST_FILE)), run / BEST_FILE)
     else:
         # the header's shapes first: one line naming the first mismatching tensor, nothing read yet
         check_state(model, {k: v["shape"] for k, v in header.items() if k != "__metadata__"}, run / BEST_FILE,
                     what=f"the model {TASK_MODEL_FILE} describes")
         load_state(model, load_file(str(run / BEST_FILE)), run / BEST_FILE, what=f"the model {TASK_MODEL_FILE} describes")
+    if merged and getattr(model, "lora", None) is not None:
+        merge(model, encoder_of(model))
     model.to(device).eval()
     return TaskModel(model, task, config, tokenizer, cfg, info, task_data, run)
 

@@ -36,6 +36,7 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.runcard import CARD_FILE, write_run_card
 from ptmkit.tasks.base import task_type_of
+from ptmkit.tasks.efficient import without_method
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
@@ -89,7 +90,8 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
            progress: bool = True, inputs: Sequence[Any] = (), replacing: tuple[float, float] | None = None,
            augment: int | AugmentSettings = 0, augment_seed: int = 0) -> dict[str, Any]:
     """Distil the task model in ``teacher_run`` into ``student`` students, one per seed, under ``out_dir``.
-    cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's.
+    cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's (LoRA and
+    BitFit not carried over: a student trains every weight unless they are given again).
     augment: synthetic sentences per training sentence (Tang et al. 2019; 0: none), drawn with
     ``augment_seed``, or :class:`AugmentSettings` (the rules' probabilities too).
     replacing: ``(rate, full_at)``: BERT-of-Theseus module replacing instead of the distillation
@@ -103,9 +105,11 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     out = Path(out_dir)
     inputs = [teacher_run, unlabelled, *inputs]
     outputs.check(out, "distil", inputs, overwrite, reuse=resume)
-    teacher = load_task_model(teacher_run, load_data() if load_data is not None else None)
+    # students are made from the teacher's weights: LoRA's updates, if any, are folded into them first
+    teacher = load_task_model(teacher_run, load_data() if load_data is not None else None, merged=True)
     if not isinstance(cfg, FinetuneConfig):
-        cfg = parse_overrides(list(cfg), base=teacher.cfg)
+        # a student learns every weight unless the overrides ask for LoRA or BitFit again
+        cfg = parse_overrides(list(cfg), base=without_method(teacher.cfg))
     data, labelled, augmented = teacher.task_data, None, None
     extra = read_unlabelled(unlabelled, unlabelled_limit) if unlabelled else []
     if unlabelled and not extra:

@@ -105,7 +105,8 @@ def prune_run(run: str | Path, out: str | Path, method: str = "heads", fraction:
     before_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        tm = load_task_model(run, load_data() if load_data is not None else None)
+        # pruning edits the weights themselves: LoRA's updates, if any, are folded into them first
+        tm = load_task_model(run, load_data() if load_data is not None else None, merged=True)
         if (tm.info.get("compression") or {}).get("quantization"):
             raise PtmError(f"{run} is quantized (int8); prune the float32 fine-tuned model it was made from "
                            f"({tm.info['compression'].get('source', 'its source run')})")

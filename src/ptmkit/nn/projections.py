@@ -1,0 +1,76 @@
+"""An encoder's linear projections by name, whatever module computes them: what LoRA (Hu et al.
+2021) adapts.
+
+Attention fuses projections for speed (``qkv``: query, key and value in one ``[3H, H]`` matmul;
+cross-attention's ``kv``), so a projection is a block of output rows of an ``nn.Linear``: the
+query of ``attn.qkv`` is ``rows 0 .. H`` of its output, the value ``2H .. 3H``.  Adapting ``q``
+and ``v`` of a fused ``qkv`` must change those two blocks and leave the key's alone.
+
+Names end in the projection's name from the Transformer paper: ``q``, ``k``, ``v``, ``o`` (the
+attention output ``W_O``), and the feed-forward network's ``fc1`` (``fc1_linear``: the gated
+variant's second input projection) and ``fc2``: ``layers.3.attn.q``, ``decoder.layers.0.cross_attn.v``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Rows ``rows`` of ``linear``'s output ``[..., out_features]``: the projection
+    ``x [..., in_features] -> [..., rows.stop - rows.start]`` (weight ``linear.weight[rows]``)."""
+
+    linear: nn.Linear
+    rows: slice
+
+    @property
+    def in_features(self) -> int:
+        return self.linear.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.rows.stop - self.rows.start
+
+
+def fused(prefix: str, linear: nn.Linear, names: tuple[str, ...]) -> dict[str, Projection]:
+    """``linear``'s output split into ``len(names)`` equal blocks named ``prefix + name`` in order
+    (``qkv``: ``("q", "k", "v")``; a pruned attention's blocks are ``h' d`` rows each)."""
+    size = linear.out_features // len(names)
+    return {prefix + n: Projection(linear, slice(i * size, (i + 1) * size)) for i, n in enumerate(names)}
+
+
+def attention_projections(prefix: str, attn: nn.Module) -> dict[str, Projection]:
+    """``q``, ``k``, ``v``, ``o`` of a self-attention (a fused ``qkv``) or a cross-attention
+    (``q`` and a fused ``kv``), each as ``prefix + name``."""
+    if hasattr(attn, "qkv"):
+        out = fused(prefix, attn.qkv, ("q", "k", "v"))
+    else:
+        out = {**fused(prefix, attn.q, ("q",)), **fused(prefix, attn.kv, ("k", "v"))}
+    return {**out, **fused(prefix, attn.out, ("o",))}
+
+
+def ffn_projections(prefix: str, ffn: nn.Module) -> dict[str, Projection]:
+    """``fc1`` (and the gated variant's ``fc1_linear``) and ``fc2`` of a feed-forward network."""
+    out = fused(prefix, ffn.fc1, ("fc1",))
+    if getattr(ffn, "fc1_linear", None) is not None:
+        out.update(fused(prefix, ffn.fc1_linear, ("fc1_linear",)))
+    return {**out, **fused(prefix, ffn.fc2, ("fc2",))}
+
+
+def first_names(projections: dict[str, Projection]) -> dict[str, Projection]:
+    """Each projection once, under its first name: shared layers (ALBERT) list one module under
+    every layer's name, and adapting it twice would apply the update twice."""
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for name, p in projections.items():
+        key = (id(p.linear), p.rows.start)
+        if key not in seen:
+            seen.add(key)
+            out[name] = p
+    return out
+
+
+__all__ = ["Projection", "attention_projections", "ffn_projections", "first_names", "fused"]
