@@ -68,19 +68,6 @@ def _short(v: Any) -> str:
 
 
 
-def tensors_sha256(state: Any) -> str:
-    """SHA-256 of named tensors (a ``state_dict``: name -> tensor), in name order, each with its
-    dtype, shape and bytes: the identity of a model's weights whatever file they were read from."""
-    import torch  # imported here: the rest of this module needs none
-
-    h = hashlib.sha256()
-    for name in sorted(state):
-        t = state[name].detach().to("cpu").contiguous()
-        h.update(b"T" + name.encode() + b"\0" + str(t.dtype).encode() + str(tuple(t.shape)).encode() + b"\n")
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 def content_sha256(obj: Any) -> str:
     """SHA-256 of a task's data in memory (dataclasses, lists, dicts, strings, numbers, numpy
     arrays), walked in field order: the same examples give the same digest whatever file they
@@ -114,4 +101,4 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(b"S" + repr(obj).encode("utf-8", "surrogatepass") + b"\0")
 
 
-__all__ = ["content_sha256", "differences", "file_sha256", "fingerprint", "tensors_sha256"]
+__all__ = ["content_sha256", "differences", "file_sha256", "fingerprint"]

@@ -23,8 +23,9 @@ T5 (Raffel et al. 2020) is a configuration of the same encoder (``presets/t5-*.y
 defaults to BART's behaviour:
 
 * ``norm="pre"``: pre-LN blocks, ``x = x + drop(SubLayer(LN(x)))``, and a final LayerNorm + dropout
-  on each stack (``{encoder,decoder}.final_norm``); ``norm_type="rms"``: T5's RMS norm,
-  ``x / sqrt(mean(x^2) + eps) * g`` (no mean subtraction, no bias; ``torch.nn.RMSNorm``).
+  on each stack (``{encoder,decoder}.final_norm``; each half's last hidden state is the output after
+  it, as HF T5 reports); ``norm_type="rms"``: T5's RMS norm, ``x / sqrt(mean(x^2) + eps) * g`` (no
+  mean subtraction, no bias; ``torch.nn.RMSNorm``).
 * ``bias=false``: no biases in any attention or FFN projection.
 * ``positions="relative"``: no position tables; each stack owns one learned bias per head and
   bucketed offset (:class:`ptmkit.nn.positions.RelativePositionBias`, ``relative_buckets``,
@@ -37,9 +38,6 @@ defaults to BART's behaviour:
   T5 v1.0 is the plain ReLU FFN.
 * ``scale_decoder_output``: the decoder output is multiplied by ``H^-1/2`` before the tied output
   projection (T5 with tied embeddings), in :meth:`EncoderDecoder.lm_input`.
-
-With ``norm="pre"`` the last entry of each half's hidden states is the stack's output after the
-final norm (the layer's raw output is not listed), as HF T5 reports them.
 
 Attention is :func:`ptmkit.nn.attention.attend` (SDPA; with dropout on CPU, the product written
 out around :mod:`ptmkit.nn.dropout`'s fast mask); padding masks go through
@@ -78,9 +76,8 @@ Parameter names (the HF key map relies on them): ``word_embeddings.weight [V, H]
 ``decoder.layers.{j}.cross_attn.q.{weight [H, H], bias}``, ``decoder.layers.{j}.cross_attn.kv.{weight [2H, H], bias}``
 (k, v stacked), ``decoder.layers.{j}.cross_attn.out.*``, ``decoder.layers.{j}.cross_attn_norm.*``,
 ``decoder.layers.{j}.ffn.*``, ``decoder.layers.{j}.ffn_norm.*``; buffer ``final_logits_bias [V]``.
-With the T5 options: ``{encoder,decoder}.relative_bias.bias.weight [buckets, h]`` instead of the
-position tables, ``{encoder,decoder}.final_norm.weight``, ``....ffn.fc1_linear.weight`` (gated), and
-no ``bias`` tensors.
+With the T5 options: ``{encoder,decoder}.relative_bias.bias.weight [buckets, h]`` instead of the position
+tables, ``{encoder,decoder}.final_norm.weight``, ``....ffn.fc1_linear.weight`` (gated), no ``bias`` tensors.
 """
 
 from __future__ import annotations
@@ -113,7 +110,7 @@ from ptmkit.nn.heads import PrunableHeads, check_heads, head_gates, merge_heads
 from ptmkit.nn.masks import build_attention_mask
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
-from ptmkit.nn.projections import Projection, attention_projections, ffn_projections, first_names
+from ptmkit.nn.projections import Projection, stack_projections
 from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 
@@ -192,18 +189,8 @@ class EncoderDecoder(Encoder):
         return self.word_embeddings
 
     def projections(self) -> dict[str, Projection]:
-        """``encoder.layers.{i}.attn.{q,k,v,o}``, ``decoder.layers.{j}.self_attn.{q,k,v,o}``,
-        ``decoder.layers.{j}.cross_attn.{q,k,v,o}`` (k, v: the blocks of the fused ``kv``) and each
-        layer's ``ffn.{fc1,fc2}`` (``fc1_linear`` too with ``gated_ffn``)."""
-        out: dict[str, Projection] = {}
-        for i, layer in enumerate(self.encoder.layers):
-            out.update(attention_projections(f"encoder.layers.{i}.attn.", layer.attn))
-            out.update(ffn_projections(f"encoder.layers.{i}.ffn.", layer.ffn))
-        for j, layer in enumerate(self.decoder.layers):
-            out.update(attention_projections(f"decoder.layers.{j}.self_attn.", layer.self_attn))
-            out.update(attention_projections(f"decoder.layers.{j}.cross_attn.", layer.cross_attn))
-            out.update(ffn_projections(f"decoder.layers.{j}.ffn.", layer.ffn))
-        return first_names(out)
+        """``{encoder,decoder}.layers.{i}.{attn,self_attn,cross_attn}.{q,k,v,o}`` and ``...ffn.{fc1,fc2}``."""
+        return stack_projections({"encoder": self.encoder.layers, "decoder": self.decoder.layers})
 
     def max_positions(self) -> int:
         """``max_position`` per side, with relative positions too (the model's stated limit, which

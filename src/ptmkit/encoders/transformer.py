@@ -68,7 +68,7 @@ from ptmkit.nn.kv_cache import KV, KVCache, KVSlot
 from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
-from ptmkit.nn.projections import Projection, attention_projections, ffn_projections, first_names
+from ptmkit.nn.projections import Projection, stack_projections
 from ptmkit.registry import register
 
 
@@ -254,11 +254,7 @@ class TransformerEncoder(Encoder):
     def projections(self) -> dict[str, Projection]:
         """``layers.{i}.attn.{q,k,v,o}`` (q, k, v: the blocks of the fused ``qkv``) and
         ``layers.{i}.ffn.{fc1,fc2}``; a shared sub-layer under its first layer's name."""
-        out: dict[str, Projection] = {}
-        for i, layer in enumerate(self.layers):
-            out.update(attention_projections(f"layers.{i}.attn.", layer.attn))
-            out.update(ffn_projections(f"layers.{i}.ffn.", layer.ffn))
-        return first_names(out)
+        return stack_projections({"": self.layers})
 
     def input_embeddings(self) -> nn.Embedding:
         return self.embeddings.word_embeddings

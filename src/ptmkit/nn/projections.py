@@ -14,6 +14,7 @@ variant's second input projection) and ``fc2``: ``layers.3.attn.q``, ``decoder.l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from torch import nn
 
@@ -74,3 +75,21 @@ def first_names(projections: dict[str, Projection]) -> dict[str, Projection]:
 
 
 __all__ = ["Projection", "attention_projections", "ffn_projections", "first_names", "fused"]
+
+
+ATTENTIONS = ("attn", "self_attn", "cross_attn")  # the attention sub-layers a layer may have
+
+
+def stack_projections(stacks: dict[str, Iterable[nn.Module]]) -> dict[str, Projection]:
+    """Every layer's attention projections (``q``, ``k``, ``v``, ``o`` of each sub-layer in
+    :data:`ATTENTIONS` it has) and ``ffn`` projections, named ``{stack}.layers.{i}.{sub}.{name}``
+    (``layers.{i}...`` for the stack named ``""``); a shared module under its first name."""
+    out: dict[str, Projection] = {}
+    for stack, layers in stacks.items():
+        for i, layer in enumerate(layers):
+            prefix = f"{stack}.layers.{i}." if stack else f"layers.{i}."
+            for sub in ATTENTIONS:
+                if isinstance(getattr(layer, sub, None), nn.Module):
+                    out.update(attention_projections(f"{prefix}{sub}.", getattr(layer, sub)))
+            out.update(ffn_projections(prefix + "ffn.", layer.ffn))
+    return first_names(out)

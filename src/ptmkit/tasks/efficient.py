@@ -4,7 +4,7 @@
 The encoder's own weights stay those of the pre-trained model (the *base*), so a task needs only
 its small weights kept: the LoRA updates or the bias terms, and the task head.  The saved task
 model records the base by path and by the SHA-256 of its encoder's weights
-(:func:`ptmkit.identity.tensors_sha256`), and loads only on that base (:mod:`ptmkit.tasks.saved`).
+(:func:`ptmkit.train.checkpoint.tensors_sha256`), and loads only on that base (:mod:`ptmkit.tasks.saved`).
 With ``lora_merge`` the updates are folded into the weights before saving and the whole model is
 saved instead.
 """
@@ -18,11 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ptmkit.identity import tensors_sha256
 from ptmkit.nn.bitfit import freeze_for_bitfit
 from ptmkit.nn.lora import DEFAULT_TARGETS, add_lora, merge_lora
 from ptmkit.tasks.finetune_config import FinetuneConfig
-from ptmkit.train.checkpoint import CONFIG_FILE
+from ptmkit.train.checkpoint import CONFIG_FILE, tensors_sha256
 
 
 def method(cfg: FinetuneConfig) -> str | None:

@@ -43,7 +43,6 @@ from ptmkit.data.tasks import builtin_tasks, load_task
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_bytes, atomic_write_text
-from ptmkit.identity import tensors_sha256
 from ptmkit.nn.adapters import add_adapters
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.base import TaskType, task_type_of
@@ -51,7 +50,7 @@ from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.efficient import is_merged, make_efficient, merge, method, small_names, small_state
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tokenization import Tokenizer
-from ptmkit.train.checkpoint import check_safetensors
+from ptmkit.train.checkpoint import check_safetensors, tensors_sha256
 
 TASK_MODEL_FILE = "task_model.json"
 TOKENIZER_FILE = "tokenizer.json"

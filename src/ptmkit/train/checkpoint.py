@@ -16,6 +16,7 @@ Tied weights (the MLM/LM decoder shares the word embeddings) are stored once:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -363,6 +364,17 @@ def load_fitting_weights(module: nn.Module, ck: Path, prefix: str) -> tuple[list
     if fits:
         load_state(module, fits, f, strict=False)
     return sorted(fits), sorted(k for k in own if k not in fits)
+
+
+def tensors_sha256(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of named tensors (a ``state_dict``: name -> tensor), in name order, each with its
+    dtype, shape and bytes: the identity of a model's weights whatever file they were read from."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(b"T" + name.encode() + b"\0" + str(t.dtype).encode() + str(tuple(t.shape)).encode() + b"\n")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def load_trainer_state(ck: Path) -> dict[str, Any]:
