@@ -41,6 +41,15 @@ each begins).  A shard ends at the first sentence end at or past its size; a doc
 into the next shard.  `ptm pretrain --data DIR` reads the set as the one corpus it was cut from.
 Without --shard-size DIR is one corpus, as before.
 
+--dedup exact drops every document whose normalised text (Unicode NFKC, lower-cased, whitespace
+runs as one space) repeats an earlier one's (an 8-byte hash of each kept document is remembered).
+--dedup near drops every document whose word 5-grams resemble an earlier one's: MinHash LSH with
+128 permutations, in bands chosen for --dedup-threshold (the Jaccard similarity, default 0.8;
+about 0.6 KB remembered per kept document).  The first of a group of duplicates is kept, across
+all FILEs.  What was removed (count and share) is logged and recorded in DIR/meta.json as
+"dedup".  With --dedup each document is held whole while it is compared (under --memory-budget a
+document longer than a block is refused).
+
 DIR must be new, empty, or a corpus ptm prepared (marked by .ptmkit-output.json); an input file
 inside DIR is refused.  The corpus is written to a scratch directory inside DIR and moved into
 place only when complete, so a failure leaves DIR as it was.
@@ -54,8 +63,8 @@ example:
   ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 2G         # bounded memory
   ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 512M --shard-size 50M
                                                                              # shards of ~50M tokens
-  ptm prepare crawl/*.jsonl.zst -t tok.json -o corpora/crawl --field content
-  ptm prepare reviews.csv.gz -t tok.json -o corpora/reviews --column review
+  ptm prepare crawl/*.jsonl.zst -t tok.json -o corpora/crawl --field content --dedup near
+  ptm prepare reviews.csv.gz -t tok.json -o corpora/reviews --column review --dedup exact
   ptm prepare wiki/*.parquet -t tok.json -o corpora/wiki                      # the field "text"
   ptm pretrain bert-tiny --data corpora/web -o runs/web                      # reads every shard
 """
@@ -97,6 +106,17 @@ def shard_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard-size: ")) from None
 
 
+def jaccard(text: str) -> float:
+    """argparse type of ``--dedup-threshold``: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a Jaccard similarity such as 0.8, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,6 +146,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the field holding the text in JSON Lines and Parquet files (default text)")
     p.add_argument("--column", default="text", metavar="NAME",
                    help="the column (header name) holding the text in CSV and TSV files (default text)")
+    p.add_argument("--dedup", choices=("exact", "near"), default=None,
+                   help="drop duplicate documents: exact (normalised text) or near (MinHash LSH of word 5-grams)")
+    p.add_argument("--dedup-threshold", type=jaccard, default=0.8, metavar="J",
+                   help="--dedup near: the Jaccard similarity from which a document is a near duplicate (default 0.8)")
     p.set_defaults(func=run)
 
 
@@ -133,9 +157,12 @@ def run(args: argparse.Namespace) -> int:
     from ptmkit.data.prepare import prepare
     from ptmkit.data.textfiles import TextFormat
 
+    if args.dedup != "near" and args.dedup_threshold != 0.8:
+        raise PtmError("--dedup-threshold is the similarity of --dedup near; give --dedup near with it")
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=int(args.chunk_mb * (1 << 20)), overwrite=args.overwrite,
                      segmenter=args.segmenter, user_dict=args.user_dict, memory_budget=args.memory_budget,
-                     shard_tokens=args.shard_size, link=args.link, fmt=TextFormat(args.field, args.column))
+                     shard_tokens=args.shard_size, link=args.link, fmt=TextFormat(args.field, args.column),
+                     dedup=args.dedup, dedup_threshold=args.dedup_threshold)
     print(f"{corpus}")
     return 0

@@ -36,6 +36,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from ptmkit import outputs
 from ptmkit.data import memory
 from ptmkit.data.corpus import FORMAT_VERSION, TOKENIZER, WORD_STARTS, Corpus, token_dtype
+from ptmkit.data.dedup import DEFAULT_THRESHOLD, Dedup, unique_lines
 from ptmkit.data.sources.base import sha256
 from ptmkit.data.textfiles import TextFile, TextFormat, describe
 from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter
@@ -185,18 +186,21 @@ def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 # ---------------------------------------------------------------------------- reader
 def _chunks(files: Sequence[Path], chunk_bytes: int, max_line: int | None = None, budget: int | None = None,
-            fmt: TextFormat = TextFormat()) -> Iterator[_Chunk]:
+            fmt: TextFormat = TextFormat(), dedup: Dedup | None = None) -> Iterator[_Chunk]:
     """Blocks of whole lines of the files' text (:mod:`ptmkit.data.textfiles`), ``chunk_bytes`` or a
     little more (a long line is never cut; with ``max_line``, a line longer than that is refused:
     the memory budget has no room for it).  Plain text is cut from its bytes as they are; the
-    other formats are read line by line."""
+    other formats, and any text with ``dedup``, are read line by line."""
     hint = _limit_hint(max_line, budget)
     for path in files:
         with TextFile(path, fmt, max_line, hint) as f:
-            if f.plain:
+            if f.plain and dedup is None:
                 yield from _plain_chunks(f, chunk_bytes, max_line, hint)
-            else:
-                yield from _line_chunks(f, f.lines(), chunk_bytes, max_line, hint)
+                continue
+            lines = f.lines()
+            if dedup is not None:
+                lines = unique_lines(lines, dedup, max_line, str(path), _document_hint(budget))
+            yield from _line_chunks(f, lines, chunk_bytes, max_line, hint)
 
 
 def _plain_chunks(f: TextFile, chunk_bytes: int, max_line: int | None, hint: str) -> Iterator[_Chunk]:
@@ -246,6 +250,14 @@ def _line_chunks(f: TextFile, lines: Iterator[str], chunk_bytes: int, max_line: 
     yield _Chunk(str(f.path), offset, line, b"".join(held), True, f.size - read)
 
 
+def _document_hint(budget: int | None) -> str:
+    """How a document too long for the memory budget to hold for --dedup is explained."""
+    if budget is None:
+        return ""
+    return (f" within --memory-budget {memory.format_size(budget)}: separate its documents by blank lines, or give "
+            f"a larger --memory-budget")
+
+
 def _limit_hint(max_line: int | None, budget: int | None) -> str:
     """How a line too long for the memory budget is explained (after the limit itself)."""
     if max_line is None:
@@ -269,6 +281,8 @@ def prepare(
     shard_tokens: int | str | None = None,
     link: str | None = None,
     fmt: TextFormat | None = None,
+    dedup: str | None = None,
+    dedup_threshold: float = DEFAULT_THRESHOLD,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -290,7 +304,9 @@ def prepare(
 
     ``files`` may be plain text, JSON Lines, CSV/TSV or Parquet, compressed by suffix (gzip, bzip2,
     xz, zstd): :mod:`ptmkit.data.textfiles`; ``fmt`` says where their text is (default: the field or
-    column ``text``), and a row is one document.
+    column ``text``), and a row is one document.  ``dedup``: ``"exact"`` or ``"near"`` drops the
+    documents that repeat an earlier one (:mod:`ptmkit.data.dedup`; ``dedup_threshold``: the Jaccard
+    similarity of word 5-grams from which ``near`` drops), recorded in ``meta.json`` as ``dedup``.
     """
     paths = [Path(f) for f in files]
     if not paths:
@@ -299,6 +315,7 @@ def prepare(
         require_file(p, "input file")
         describe(p)  # an archive or an unknown compression fails before any work
     fmt = fmt or TextFormat()
+    dedup_filter = Dedup(dedup, dedup_threshold) if dedup is not None else None
     budget = memory.parse_size(memory_budget) if memory_budget is not None else None
     shard_size = memory.parse_count(shard_tokens) if shard_tokens is not None else None
     if chunk_bytes < 1:
@@ -324,7 +341,7 @@ def prepare(
                  memory.format_size(plan.estimate))
     n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
     workers = max(1, min(plan.workers if plan is not None else cores, n_blocks))
-    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record, fmt)
+    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record, fmt, dedup_filter)
 
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
@@ -340,7 +357,7 @@ def prepare(
 @dataclass(frozen=True)
 class _Run:
     """How one prepare runs: block size, processes, the memory plan, shards, progress, segmenter,
-    and where the text is in structured files."""
+    where the text is in structured files, and the duplicate filter."""
 
     chunk_bytes: int
     workers: int
@@ -350,6 +367,7 @@ class _Run:
     segmenter: str | Segmenter | None
     seg_record: dict | str | None
     fmt: TextFormat = TextFormat()
+    dedup: Dedup | None = None
 
     @property
     def in_flight(self) -> int:
@@ -382,7 +400,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
         bar = progress_display(total_bytes, desc="prepare", unit="B", unit_scale=True, disable=not run.progress)
         max_line = run.plan.max_line if run.plan is not None else None
         chunks = _chunks(paths, run.chunk_bytes, max_line, run.plan.budget if run.plan is not None else None,
-                         run.fmt)
+                         run.fmt, run.dedup)
         meter = memory.Meter()
         with bar:
             for enc in _encode_all(chunks, tok, run, dtype, meter):
@@ -394,10 +412,12 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
                      memory.format_size(run.plan.budget))
         else:
             log.debug("prepare: peak memory for the text in flight %s, no budget", meter.describe())
+        if run.dedup is not None:
+            log.info("%s", run.dedup.describe())
         counts = writer.counts()
         if counts["n_tokens"] == 0:
             raise PtmError(f"no tokens in {', '.join(map(str, paths))}: the corpus is empty")
-        writer.write_meta(common)
+        writer.write_meta({**common, "dedup": run.dedup.record()} if run.dedup is not None else common)
         n_unk, n_tokens = counts["unk_tokens"], counts["n_tokens"]
         if n_unk > UNK_WARNING * n_tokens:
             log.warning(
