@@ -223,3 +223,16 @@ def test_missing_packages_are_named_with_the_extra(corpora, monkeypatch):
         with pytest.raises(PtmError, match=rf"needs {package}: pip install 'ptmkit\[corpus\]'"):
             with TextFile(corpora[name]) as f:
                 next(f.lines())
+
+
+def test_static_models_read_any_format_as_the_plain_copy(corpora):
+    """word2vec, GloVe, fastText and the NNLM read ``--data`` files through the same reader."""
+    from ptmkit.static.vocab import iter_line_chunks
+
+    def sentences(path):
+        return [line for lines in iter_line_chunks([path], lowercase=True) for line in lines if line.strip()]
+
+    ref = sentences(corpora["plain"])
+    assert len(ref) == 8
+    for name in ("jsonl.gz", "parquet", "txt.bz2"):
+        assert sentences(corpora[name]) == ref, name
