@@ -162,6 +162,8 @@ BAD = {
     "compressed-named-as-text": ("c.txt", gzip.compress(b"a b\n"), [],
                                  r"c\.txt holds gzip data, not text; name it with its suffix \(c\.txt\.gz\)"),
     "not-gzip": ("c.txt.gz", "plain text\n", [], r"c\.txt\.gz: cannot decompress it as gzip"),
+    "not-bzip2": ("c.csv.bz2", "plain text\n", [], r"c\.csv\.bz2: cannot decompress it as bzip2"),
+    "not-zstd": ("c.jsonl.zst", "plain text\n", [], r"c\.jsonl\.zst: cannot decompress it as zstd"),
     "truncated-xz": ("c.txt.xz", lzma.compress(b"a b c\n" * 1000)[:40], [], r"c\.txt\.xz: cannot decompress it as xz"),
     "parquet-compressed": ("c.parquet.gz", b"x", [], r"a Parquet file compresses its own columns"),
     "not-parquet": ("c.parquet", "a b\n", [], r"c\.parquet: not a readable Parquet file"),
@@ -236,3 +238,15 @@ def test_static_models_read_any_format_as_the_plain_copy(corpora):
     assert len(ref) == 8
     for name in ("jsonl.gz", "parquet", "txt.bz2"):
         assert sentences(corpora[name]) == ref, name
+
+
+def test_a_csv_document_longer_than_csvs_default_limit_reads(tok, tmp_path):
+    long_row = " ".join(["the cat sat on the mat."] * 8000)  # 190 KB in one field
+    path = tmp_path / "long.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([["text"], [long_row]])
+    plain = tmp_path / "long.txt"
+    plain.write_text(long_row + "\n", encoding="utf-8")
+    got = prepare([path], tok, tmp_path / "csv", workers=1, progress=False)
+    ref = prepare([plain], tok, tmp_path / "plain", workers=1, progress=False)
+    np.testing.assert_array_equal(got.tokens, ref.tokens)

@@ -211,9 +211,9 @@ class TextFile:
 
     def _csv_rows(self) -> Iterator[tuple[Any, str]]:
         assert self._stream is not None
-        if self.max_line is not None or csv.field_size_limit() < sys.maxsize:
-            # csv's default limit (128 KiB) would refuse a long document; a budget sets its own
-            csv.field_size_limit(self.max_line if self.max_line is not None else sys.maxsize)
+        # csv's default limit (128 KiB) would refuse a long document; under a budget a field is
+        # held whole, so the budget's line bound is the limit (csv keeps one limit per process)
+        csv.field_size_limit(self.max_line or sys.maxsize)
         text = io.TextIOWrapper(self._stream, encoding="utf-8-sig", newline="")
         reader = csv.reader(text, dialect="excel-tab" if self.kind == TSV else "excel")
         try:
