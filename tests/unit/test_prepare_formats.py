@@ -159,6 +159,7 @@ BAD = {
     "unknown-compression": ("c.txt.lz4", b"\x04\x22\x4d\x18rest", [],
                             r"c\.txt\.lz4: \.lz4 files are not read; decompress it, or recompress it as one of"),
     "archive": ("c.zip", b"PK\x03\x04rest", [], r"c\.zip: \.zip files are not read"),
+    "compressed-archive": ("c.tar.gz", gzip.compress(b"x"), [], r"c\.tar\.gz: \.tar files are not read"),
     "compressed-named-as-text": ("c.txt", gzip.compress(b"a b\n"), [],
                                  r"c\.txt holds gzip data, not text; name it with its suffix \(c\.txt\.gz\)"),
     "not-gzip": ("c.txt.gz", "plain text\n", [], r"c\.txt\.gz: cannot decompress it as gzip"),

@@ -70,7 +70,7 @@ def detect(path: str | Path) -> tuple[str, str | None]:
     compression = None
     if suffixes and suffixes[-1] in COMPRESSIONS:
         compression = COMPRESSIONS[suffixes.pop()]
-    elif suffixes and suffixes[-1] in UNSUPPORTED:
+    if suffixes and suffixes[-1] in UNSUPPORTED:  # corpus.zip, and corpus.tar.gz too
         raise PtmError(f"{p}: {suffixes[-1]} files are not read; decompress it, or recompress it as one of "
                        f"{', '.join(sorted(set(_SUFFIX_OF[c] for c in COMPRESSIONS.values())))} (e.g. `zstd`)")
     kind = FORMATS.get(suffixes[-1], TEXT) if suffixes else TEXT
