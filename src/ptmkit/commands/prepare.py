@@ -8,7 +8,7 @@ import math
 from ptmkit.data.memory import parse_count, parse_size  # light: no numpy, no torch
 from ptmkit.errors import PtmError
 
-HELP = "tokenize text files into a memory-mapped corpus (for pre-training)"
+HELP = "tokenize text files (plain, JSONL, CSV, Parquet; compressed) into a memory-mapped corpus (for pre-training)"
 
 DESCRIPTION = """\
 Tokenize UTF-8 text files into DIR: tokens.bin (uint16/uint32 ids), word_starts.bin (one bit
@@ -16,6 +16,14 @@ per token: does it begin a word, for whole-word and span masking), sentences.npy
 documents.npy (offsets), meta.json and a copy of the tokenizer.  One line is one sentence; a
 blank line or the end of a file ends a document.  Streams the input with bounded memory on all
 cores; the result does not depend on --workers.
+
+FILE is read by its suffix: plain UTF-8 text (any suffix not below); JSON Lines (.jsonl, .ndjson,
+.json: one object a line, the text in --field, default "text"); CSV or TSV (.csv, .tsv: a header
+row, the text in --column, default "text"); Parquet (.parquet, .pq: the text in --field).  A row of
+JSON Lines, CSV or Parquet is one document: its lines are its sentences (blank lines inside it do
+not split it).  All but Parquet may be compressed, named by a last suffix: .gz, .bz2, .xz (.lzma),
+.zst (.zstd), as in corpus.jsonl.gz or wiki.txt.zst; they are decompressed as they are read, never
+whole.  Other archives (.zip, .7z, .lz4, .tar, ...) are refused; decompress them first.
 
 --memory-budget SIZE bounds the memory the text in flight takes in all processes together (the
 reader and writer, and the workers while they encode): the block size, the text handed to the
@@ -33,6 +41,15 @@ each begins).  A shard ends at the first sentence end at or past its size; a doc
 into the next shard.  `ptm pretrain --data DIR` reads the set as the one corpus it was cut from.
 Without --shard-size DIR is one corpus, as before.
 
+--dedup exact drops every document whose normalised text (Unicode NFKC, lower-cased, whitespace
+runs as one space) repeats an earlier one's (an 8-byte hash of each kept document is remembered).
+--dedup near drops every document whose word 5-grams resemble an earlier one's: MinHash LSH with
+128 permutations, in bands chosen for --dedup-threshold (the Jaccard similarity, default 0.8;
+about 0.6 KB remembered per kept document).  The first of a group of duplicates is kept, across
+all FILEs.  What was removed (count and share) is logged and recorded in DIR/meta.json as
+"dedup".  With --dedup each document is held whole while it is compared (under --memory-budget a
+document longer than a block is refused).
+
 DIR must be new, empty, or a corpus ptm prepared (marked by .ptmkit-output.json); an input file
 inside DIR is refused.  The corpus is written to a scratch directory inside DIR and moved into
 place only when complete, so a failure leaves DIR as it was.
@@ -46,6 +63,9 @@ example:
   ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 2G         # bounded memory
   ptm prepare web/*.txt -t tok.json -o corpora/web --memory-budget 512M --shard-size 50M
                                                                              # shards of ~50M tokens
+  ptm prepare crawl/*.jsonl.zst -t tok.json -o corpora/crawl --field content --dedup near
+  ptm prepare reviews.csv.gz -t tok.json -o corpora/reviews --column review --dedup exact
+  ptm prepare wiki/*.parquet -t tok.json -o corpora/wiki                      # the field "text"
   ptm pretrain bert-tiny --data corpora/web -o runs/web                      # reads every shard
 """
 
@@ -86,10 +106,22 @@ def shard_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shard-size: ")) from None
 
 
+def jaccard(text: str) -> float:
+    """argparse type of ``--dedup-threshold``: a number strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a Jaccard similarity such as 0.8, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("prepare", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text files")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="text, JSON Lines, CSV/TSV or Parquet files, maybe compressed (.gz .bz2 .xz .zst)")
     p.add_argument("-t", "--tokenizer", required=True, metavar="TOKENIZER_JSON",
                    help="tokenizer.json (from `ptm tokenizer train`) or a model directory with vocab.txt")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="corpus directory to create")
@@ -110,15 +142,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="word segmenter refining the word starts (jieba, for Chinese; pip install 'ptmkit[zh]')")
     p.add_argument("--user-dict", default=None, metavar="FILE",
                    help="jieba user dictionary: one word per line, optionally with a frequency and a POS tag")
+    p.add_argument("--field", default="text", metavar="NAME",
+                   help="the field holding the text in JSON Lines and Parquet files (default text)")
+    p.add_argument("--column", default="text", metavar="NAME",
+                   help="the column (header name) holding the text in CSV and TSV files (default text)")
+    p.add_argument("--dedup", choices=("exact", "near"), default=None,
+                   help="drop duplicate documents: exact (normalised text) or near (MinHash LSH of word 5-grams)")
+    p.add_argument("--dedup-threshold", type=jaccard, default=0.8, metavar="J",
+                   help="--dedup near: the Jaccard similarity from which a document is a near duplicate (default 0.8)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ptmkit.data.prepare import prepare
+    from ptmkit.data.textfiles import TextFormat
 
+    if args.dedup != "near" and args.dedup_threshold != 0.8:
+        raise PtmError("--dedup-threshold is the similarity of --dedup near; give --dedup near with it")
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=int(args.chunk_mb * (1 << 20)), overwrite=args.overwrite,
                      segmenter=args.segmenter, user_dict=args.user_dict, memory_budget=args.memory_budget,
-                     shard_tokens=args.shard_size, link=args.link)
+                     shard_tokens=args.shard_size, link=args.link, fmt=TextFormat(args.field, args.column),
+                     dedup=args.dedup, dedup_threshold=args.dedup_threshold)
     print(f"{corpus}")
     return 0

@@ -22,7 +22,9 @@ tokenizer.json, or a set of shards from `ptm prepare --shard-size`), several suc
 prepared with one tokenizer (read as one; every example stays within its corpus), or one or more
 text files (one sentence per line, a blank line between documents): then a tokenizer is trained
 as the preset's `tokenizer` section says and the text is prepared into RUN_DIR/data.
-model.vocab_size is taken from the tokenizer.
+model.vocab_size is taken from the tokenizer.  Text files may also be JSON Lines, CSV/TSV or
+Parquet with the text in the field or column "text", compressed (.gz, .bz2, .xz, .zst) or not, as
+`ptm prepare` reads them (which also takes other fields and columns, and drops duplicates).
 
 --data-weights W1,W2,... (one per corpus of DATA) blends the corpora: every epoch has as many
 examples as they have together, corpus i filling the share Wi / sum(W) of them exactly; each

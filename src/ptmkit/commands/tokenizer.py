@@ -20,11 +20,16 @@ kinds:
   char       one token per character (CJK included); a space is the token ▁
   word       whitespace-separated words (static embeddings, NNLM)
 All kinds reserve [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4).
+
+`train` reads what `ptm prepare` reads: plain text, JSON Lines (.jsonl: the text in --field),
+CSV/TSV (.csv, .tsv: the text in --column) and Parquet (.parquet: --field), compressed by suffix
+(.gz, .bz2, .xz, .zst) or not; a structured file trains as its plain text copy would.
 """
 
 EPILOG = """\
 examples:
   ptm tokenizer train ptb/train.txt --kind wordpiece --vocab-size 8000 -o tok.json
+  ptm tokenizer train crawl/*.jsonl.zst --field content --kind bpe --vocab-size 32000 -o tok.json
   echo "the cat sat" | ptm tokenizer encode -t tok.json
 """
 
@@ -34,7 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="tokenizer_command", metavar="ACTION", required=True)
     tr = sub.add_parser("train", help="train a tokenizer on text files")
-    tr.add_argument("files", nargs="+", metavar="FILE", help="UTF-8 text, one sentence per line")
+    tr.add_argument("files", nargs="+", metavar="FILE",
+                    help="UTF-8 text (one sentence per line), JSON Lines, CSV/TSV or Parquet, maybe compressed")
+    tr.add_argument("--field", default="text", metavar="NAME",
+                    help="the field holding the text in JSON Lines and Parquet files (default text)")
+    tr.add_argument("--column", default="text", metavar="NAME",
+                    help="the column (header name) holding the text in CSV and TSV files (default text)")
     tr.add_argument("--kind", "-k", default="wordpiece", help="wordpiece | bpe | unigram | char | word (default wordpiece)")
     tr.add_argument("--vocab-size", type=int, default=8000, metavar="N", help="vocabulary size (default 8000)")
     tr.add_argument("--min-frequency", type=int, default=2, metavar="N", help="least count of a kept merge/word (default 2)")
@@ -62,8 +72,11 @@ def run_train(args: argparse.Namespace) -> int:
         raise PtmError(f"{out} is one of the training files; write the tokenizer to another file")
     if out.exists() and not args.force:
         raise PtmError(f"{out} exists; pass --force to overwrite it")
+    from ptmkit.data.textfiles import TextFormat
+
     tok = tokenizer.Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
-                          lowercase=args.lowercase, show_progress=sys.stderr.isatty())
+                                    lowercase=args.lowercase, show_progress=sys.stderr.isatty(),
+                                    fmt=TextFormat(args.field, args.column))
     path = tok.save(out)
     print(f"{tok} -> {path}")
     return 0

@@ -36,7 +36,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from ptmkit import outputs
 from ptmkit.data import memory
 from ptmkit.data.corpus import FORMAT_VERSION, TOKENIZER, WORD_STARTS, Corpus, token_dtype
+from ptmkit.data.dedup import DEFAULT_THRESHOLD, Dedup, unique_lines
 from ptmkit.data.sources.base import sha256
+from ptmkit.data.textfiles import TextFile, TextFormat, describe
 from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter
 from ptmkit.errors import PtmError, require_file
 from ptmkit.knowledge.corpus_entities import load_graph, write_entities
@@ -53,13 +55,15 @@ _BOM = b"\xef\xbb\xbf"
 
 @dataclass(frozen=True)
 class _Chunk:
-    """A block of whole lines of one file: ``data`` starts at byte ``offset``, line ``line`` (1-based)."""
+    """A block of whole lines of one file's text: ``data`` starts at byte ``offset``, line ``line``
+    (1-based) of that text; ``read``: the bytes of the file on disk read for it (progress)."""
 
     path: str
     offset: int
     line: int
     data: bytes
     end_of_file: bool
+    read: int = 0
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ def _encode_chunk(chunk: _Chunk) -> Encoded:
         word_starts=word_starts,
         lengths=lengths[lengths > 0],
         doc_breaks=before[blank],
-        n_bytes=len(chunk.data),
+        n_bytes=chunk.read,
         n_empty=int((lengths == 0).sum()),
         end_of_file=chunk.end_of_file,
     )
@@ -181,40 +185,85 @@ def _encode_lines(lines: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 # ---------------------------------------------------------------------------- reader
-def _chunks(files: Sequence[Path], chunk_bytes: int, max_line: int | None = None,
-            budget: int | None = None) -> Iterator[_Chunk]:
-    """Blocks of whole lines, ``chunk_bytes`` or a little more (a long line is never cut; with
-    ``max_line``, a line longer than that is refused: the memory budget has no room for it)."""
+def _chunks(files: Sequence[Path], chunk_bytes: int, max_line: int | None = None, budget: int | None = None,
+            fmt: TextFormat = TextFormat(), dedup: Dedup | None = None) -> Iterator[_Chunk]:
+    """Blocks of whole lines of the files' text (:mod:`ptmkit.data.textfiles`), ``chunk_bytes`` or a
+    little more (a long line is never cut; with ``max_line``, a line longer than that is refused:
+    the memory budget has no room for it).  Plain text is cut from its bytes as they are; the
+    other formats, and any text with ``dedup``, are read line by line."""
+    hint = _limit_hint(max_line, budget)
     for path in files:
-        offset, line = 0, 1
-        with open(path, "rb") as f:
-            carry: list[bytes] = []  # the start of a line whose newline is not read yet
-            held = 0
-            while True:
-                block = f.read(chunk_bytes)
-                if not block:
-                    break
-                cut = block.rfind(b"\n")
-                if cut < 0:
-                    carry.append(block)
-                    held += len(block)
-                    if max_line is not None and held > max_line:
-                        raise _line_too_long(path, line, max_line, budget)
-                    continue
-                head = b"".join([*carry, block[: cut + 1]])
-                carry, held = [block[cut + 1 :]], len(block) - cut - 1
-                yield _Chunk(str(path), offset, line, head, False)
-                offset += len(head)
-                line += head.count(b"\n")
-            yield _Chunk(str(path), offset, line, b"".join(carry), True)
+        with TextFile(path, fmt, max_line, hint) as f:
+            if f.plain and dedup is None:
+                yield from _plain_chunks(f, chunk_bytes, max_line, hint)
+                continue
+            lines = f.lines()
+            if dedup is not None:
+                lines = unique_lines(lines, dedup, max_line, str(path), _document_hint(budget))
+            yield from _line_chunks(f, lines, chunk_bytes, max_line, hint)
 
 
-def _line_too_long(path: Path, line: int, max_line: int, budget: int | None) -> PtmError:
-    return PtmError(
-        f"{path}: line {line} is longer than {max_line:,} bytes, the longest line --memory-budget "
-        f"{memory.format_size(budget or 0)} leaves room for (one line is one sentence: break the text into lines, "
-        f"or give a larger --memory-budget)"
-    )
+def _plain_chunks(f: TextFile, chunk_bytes: int, max_line: int | None, hint: str) -> Iterator[_Chunk]:
+    """A plain text file's bytes cut after the last newline of each block read."""
+    offset, line, read = 0, 1, 0
+    carry: list[bytes] = []  # the start of a line whose newline is not read yet
+    held = 0
+    while True:
+        block = f.read(chunk_bytes)
+        if not block:
+            break
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            carry.append(block)
+            held += len(block)
+            if max_line is not None and held > max_line:
+                raise PtmError(f"{f.path}: line {line} is longer than {max_line:,} bytes{hint}")
+            continue
+        head = b"".join([*carry, block[: cut + 1]])
+        carry, held = [block[cut + 1 :]], len(block) - cut - 1
+        pos = f.consumed()
+        yield _Chunk(str(f.path), offset, line, head, False, pos - read)
+        offset += len(head)
+        line += head.count(b"\n")
+        read = pos
+    yield _Chunk(str(f.path), offset, line, b"".join(carry), True, f.size - read)
+
+
+def _line_chunks(f: TextFile, lines: Iterator[str], chunk_bytes: int, max_line: int | None,
+                 hint: str) -> Iterator[_Chunk]:
+    """``lines`` (each ending in a newline) packed into blocks of ``chunk_bytes`` or a little more."""
+    offset, line, read = 0, 1, 0
+    held: list[bytes] = []
+    size = 0
+    for text in lines:
+        data = text.encode("utf-8")  # textfiles yields only encodable text
+        if max_line is not None and len(data) > max_line:
+            raise PtmError(f"{f.path}: line {line + len(held)} of its text is longer than {max_line:,} bytes{hint}")
+        held.append(data)
+        size += len(data)
+        if size >= chunk_bytes:
+            head = b"".join(held)
+            pos = f.consumed()
+            yield _Chunk(str(f.path), offset, line, head, False, pos - read)
+            offset, line, read = offset + len(head), line + len(held), pos
+            held, size = [], 0
+    yield _Chunk(str(f.path), offset, line, b"".join(held), True, f.size - read)
+
+
+def _document_hint(budget: int | None) -> str:
+    """How a document too long for the memory budget to hold for --dedup is explained."""
+    if budget is None:
+        return ""
+    return (f" within --memory-budget {memory.format_size(budget)}: separate its documents by blank lines, or give "
+            f"a larger --memory-budget")
+
+
+def _limit_hint(max_line: int | None, budget: int | None) -> str:
+    """How a line too long for the memory budget is explained (after the limit itself)."""
+    if max_line is None:
+        return ""
+    return (f", the longest line --memory-budget {memory.format_size(budget or 0)} leaves room for (one line is "
+            f"one sentence: break the text into lines, or give a larger --memory-budget)")
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -231,6 +280,9 @@ def prepare(
     memory_budget: int | str | None = None,
     shard_tokens: int | str | None = None,
     link: str | None = None,
+    fmt: TextFormat | None = None,
+    dedup: str | None = None,
+    dedup_threshold: float = DEFAULT_THRESHOLD,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -249,12 +301,21 @@ def prepare(
     ``out_dir/meta.json``; the result opens as a :class:`~ptmkit.data.corpus.ShardedCorpus`.
     ``link``: a knowledge graph (``"wordnet"`` or a graph directory) every word is linked to,
     recorded beside the word starts (:mod:`ptmkit.knowledge.corpus_entities`).
+
+    ``files`` may be plain text, JSON Lines, CSV/TSV or Parquet, compressed by suffix (gzip, bzip2,
+    xz, zstd): :mod:`ptmkit.data.textfiles`; ``fmt`` says where their text is (default: the field or
+    column ``text``), and a row is one document.  ``dedup``: ``"exact"`` or ``"near"`` drops the
+    documents that repeat an earlier one (:mod:`ptmkit.data.dedup`; ``dedup_threshold``: the Jaccard
+    similarity of word 5-grams from which ``near`` drops), recorded in ``meta.json`` as ``dedup``.
     """
     paths = [Path(f) for f in files]
     if not paths:
         raise PtmError("no input files given")
     for p in paths:
         require_file(p, "input file")
+        describe(p)  # an archive or an unknown compression fails before any work
+    fmt = fmt or TextFormat()
+    dedup_filter = Dedup(dedup, dedup_threshold) if dedup is not None else None
     budget = memory.parse_size(memory_budget) if memory_budget is not None else None
     shard_size = memory.parse_count(shard_tokens) if shard_tokens is not None else None
     if chunk_bytes < 1:
@@ -280,7 +341,7 @@ def prepare(
                  memory.format_size(plan.estimate))
     n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
     workers = max(1, min(plan.workers if plan is not None else cores, n_blocks))
-    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record)
+    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record, fmt, dedup_filter)
 
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
@@ -295,7 +356,8 @@ def prepare(
 
 @dataclass(frozen=True)
 class _Run:
-    """How one prepare runs: block size, processes, the memory plan, shards, progress, segmenter."""
+    """How one prepare runs: block size, processes, the memory plan, shards, progress, segmenter,
+    where the text is in structured files, and the duplicate filter."""
 
     chunk_bytes: int
     workers: int
@@ -304,6 +366,8 @@ class _Run:
     progress: bool
     segmenter: str | Segmenter | None
     seg_record: dict | str | None
+    fmt: TextFormat = TextFormat()
+    dedup: Dedup | None = None
 
     @property
     def in_flight(self) -> int:
@@ -327,7 +391,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
     try:
         tok_file = tok.save(root / TOKENIZER)
         dtype = token_dtype(tok.vocab_size)
-        common = _common_meta(paths, tok, tok_file, dtype, run.seg_record)
+        common = _common_meta(paths, tok, tok_file, dtype, run.seg_record, run.fmt)
         if run.shard_tokens is not None:
             writer = ShardWriter(root, dtype, tok.unk_id, run.shard_tokens, tok_file, common)
         else:
@@ -335,7 +399,8 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
         total_bytes = sum(p.stat().st_size for p in paths)
         bar = progress_display(total_bytes, desc="prepare", unit="B", unit_scale=True, disable=not run.progress)
         max_line = run.plan.max_line if run.plan is not None else None
-        chunks = _chunks(paths, run.chunk_bytes, max_line, run.plan.budget if run.plan is not None else None)
+        chunks = _chunks(paths, run.chunk_bytes, max_line, run.plan.budget if run.plan is not None else None,
+                         run.fmt, run.dedup)
         meter = memory.Meter()
         with bar:
             for enc in _encode_all(chunks, tok, run, dtype, meter):
@@ -347,10 +412,12 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
                      memory.format_size(run.plan.budget))
         else:
             log.debug("prepare: peak memory for the text in flight %s, no budget", meter.describe())
+        if run.dedup is not None:
+            log.info("%s", run.dedup.describe())
         counts = writer.counts()
         if counts["n_tokens"] == 0:
             raise PtmError(f"no tokens in {', '.join(map(str, paths))}: the corpus is empty")
-        writer.write_meta(common)
+        writer.write_meta({**common, "dedup": run.dedup.record()} if run.dedup is not None else common)
         n_unk, n_tokens = counts["unk_tokens"], counts["n_tokens"]
         if n_unk > UNK_WARNING * n_tokens:
             log.warning(
@@ -365,7 +432,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
 
 
 def _common_meta(paths: list[Path], tok: Tokenizer, tok_file: Path, dtype: np.dtype,
-                 seg_record: dict | str | None) -> dict[str, Any]:
+                 seg_record: dict | str | None, fmt: TextFormat) -> dict[str, Any]:
     """What ``meta.json`` records besides the counts (the same for a corpus, a set and its shards)."""
     return {
         "format": FORMAT_VERSION,
@@ -375,8 +442,15 @@ def _common_meta(paths: list[Path], tok: Tokenizer, tok_file: Path, dtype: np.dt
         "tokenizer_sha256": sha256(tok_file),
         "word_starts": WORD_STARTS,
         "word_segmenter": seg_record,
-        "sources": [{"path": str(p.resolve()), "bytes": p.stat().st_size} for p in paths],
+        "sources": [_source_record(p, fmt) for p in paths],
     }
+
+
+def _source_record(path: Path, fmt: TextFormat) -> dict[str, Any]:
+    """A source file in ``meta.json``: its path, size, format (``jsonl+gzip``) and where its text was."""
+    kind = describe(path)
+    return {"path": str(path.resolve()), "bytes": path.stat().st_size, "format": kind,
+            **fmt.record(kind.split("+")[0])}
 
 
 def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, run: _Run, dtype: np.dtype,

@@ -31,8 +31,8 @@ from ptmkit.data.corpus import DOCUMENTS, META, SENTENCES, SHARDS_DIR, TOKENIZER
 class Encoded:
     """An encoded block: ids [n_ids] (the corpus dtype), word_starts [n_ids] bool, lengths
     [n_sentences] int64 (all > 0), doc_breaks int64 (the block's sentences before each blank line,
-    non-decreasing), its byte count, the non-blank lines that encoded to nothing, and whether the
-    block ends its file (which ends a document)."""
+    non-decreasing), the bytes of its file read for it (progress), the non-blank lines that encoded
+    to nothing, and whether the block ends its file (which ends a document)."""
 
     ids: np.ndarray
     word_starts: np.ndarray

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit import paths
+from ptmkit.data.textfiles import TextFile
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_dir
 
@@ -109,11 +110,16 @@ def _as_files(data: object) -> list[Path] | None:
 
 
 def iter_line_chunks(files: Sequence[Path], lowercase: bool = False) -> Iterator[list[str]]:
-    """Yield lists of text lines, about ``CHUNK_BYTES`` at a time, from UTF-8 ``files``."""
+    """Yield lists of text lines, about ``CHUNK_BYTES`` at a time, from UTF-8 ``files``: plain text
+    or, read as their plain text copies, JSON Lines, CSV/TSV, Parquet and compressed files (the
+    field or column ``text``; :mod:`ptmkit.data.textfiles`)."""
     for path in files:
         if not path.is_file():
             raise PtmError(f"corpus file {path} does not exist")
-        with open(path, "rb") as f:
+        with TextFile(path) as f:
+            if not f.plain:
+                yield from _structured_line_chunks(f, lowercase)
+                continue
             rest = b""
             offset = 0
             while True:
@@ -130,6 +136,20 @@ def iter_line_chunks(files: Sequence[Path], lowercase: bool = False) -> Iterator
                 offset += len(block)
             if rest:
                 yield _decode(rest, path, offset, lowercase)
+
+
+def _structured_line_chunks(f: TextFile, lowercase: bool) -> Iterator[list[str]]:
+    """The lines of a structured file's text (without their newlines), about ``CHUNK_BYTES`` at a time."""
+    lines: list[str] = []
+    size = 0
+    for line in f.lines():
+        lines.append(line.lower()[:-1] if lowercase else line[:-1])
+        size += len(line)
+        if size >= CHUNK_BYTES:
+            yield lines
+            lines, size = [], 0
+    if lines:
+        yield lines
 
 
 def _decode(block: bytes, path: Path, offset: int, lowercase: bool) -> list[str]:

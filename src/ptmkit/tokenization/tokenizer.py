@@ -21,21 +21,13 @@ import numpy as np
 from tokenizers import AddedToken, models
 from tokenizers import Tokenizer as HFTokenizer
 
+from ptmkit.data.textfiles import TEXT, TextFormat, detect, has_text
 from ptmkit.errors import PtmError, require_file, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tokenization import kinds as K
-from ptmkit.tokenization.training import SUBWORD_KINDS, train_subword
+from ptmkit.tokenization.training import SUBWORD_KINDS, text_lines, train_subword
 
 SENTINEL = "<extra_id_{}>"  # T5's sentinel tokens, numbered from 0
-
-
-def _has_text(path: str | os.PathLike[str]) -> bool:
-    """Whether the file holds anything but whitespace (read until the first such byte)."""
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            if block.strip():
-                return True
-    return False
 
 
 def _is_cjk(ch: str) -> bool:
@@ -109,8 +101,12 @@ class Tokenizer:
         lowercase: bool = True,
         show_progress: bool = False,
         extra_ids: int = 0,
+        fmt: TextFormat | None = None,
     ) -> "Tokenizer":
         """Train a tokenizer of ``kind`` on text ``files`` (streamed, line by line).
+
+        ``files`` may also be JSON Lines, CSV/TSV or Parquet, compressed or not, read as the plain
+        text they stand for (:mod:`ptmkit.data.textfiles`; ``fmt``: where their text is).
 
         Deterministic: the same files and arguments give the same ``tokenizer.json`` in every
         process (the subword kinds use ptmkit's trainers, see :mod:`ptmkit.tokenization.training`).
@@ -128,18 +124,24 @@ class Tokenizer:
         paths = [str(f) for f in files]
         if not paths:
             raise PtmError("no training files given")
+        fmt = fmt or TextFormat()
         for p in paths:
             require_file(p, "training file")
-        if not any(_has_text(p) for p in paths):
+            detect(p)  # an archive or an unknown compression fails before any work
+        if not any(has_text(p, fmt) for p in paths):
             # The trainer would return the special tokens alone (or bytes only, for bpe): a
             # tokenizer that turns every text into [UNK].
             raise PtmError(f"no text to train a tokenizer on: {', '.join(paths)} hold only blank lines or nothing")
         tok = K.build(kind, lowercase)
         try:
             if kind in SUBWORD_KINDS:
-                train_subword(tok, kind, paths, vocab_size, min_frequency)
-            else:
+                train_subword(tok, kind, paths, vocab_size, min_frequency, fmt)
+            elif all(detect(p) == (TEXT, None) for p in paths):
                 tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
+            else:  # decompressed or parsed here, the lines handed to HF's trainer
+                tok.train_from_iterator(text_lines(paths, fmt), K.trainer(kind, vocab_size, min_frequency, show_progress))
+        except PtmError:
+            raise
         except Exception as exc:  # the Rust trainer reports bad bytes as a generic exception
             raise PtmError(f"cannot train a {kind} tokenizer on {', '.join(paths)}: {exc}") from exc
         if extra_ids:

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from ptmkit.data.textfiles import TextFile, TextFormat
 from ptmkit.tokenization import kinds as K
 from ptmkit.tokenization.merges import train_merges
 from ptmkit.tokenization.unigram import train_unigram
@@ -26,32 +27,38 @@ from ptmkit.tokenization.unigram import train_unigram
 SUBWORD_KINDS = ("wordpiece", "bpe", "unigram")
 
 
-def count_words(tok: Tokenizer, paths: Sequence[str]) -> tuple[list[str], np.ndarray]:
+def text_lines(paths: Sequence[str], fmt: TextFormat = TextFormat()) -> Iterator[str]:
+    """The lines of the training files, with the line ends kept, as HF trainers read a text file
+    (so that, e.g., byte-level BPE sees the newline as ``Ċ``); JSON Lines, CSV, Parquet and
+    compressed files as the plain text they stand for (:mod:`ptmkit.data.textfiles`)."""
+    for path in paths:
+        with TextFile(path, fmt) as f:
+            yield from f.lines()
+
+
+def count_words(tok: Tokenizer, paths: Sequence[str], fmt: TextFormat = TextFormat()) -> tuple[list[str], np.ndarray]:
     """The distinct words of ``paths`` as ``tok``'s normaliser and pre-tokenizer cut them (sorted),
     and their counts.
 
-    Files are read line by line with the line ends kept, as HF trainers read them (so that, e.g.,
-    byte-level BPE sees the newline as ``Ċ``).  One call per line into HF's Rust code; the words are
-    counted by ``Counter`` without a Python loop over them.  (Counting through HF's own parallel
-    trainer and encoder instead takes two passes and twice the CPU time.)
+    Files are read line by line (:func:`text_lines`).  One call per line into HF's Rust code; the
+    words are counted by ``Counter`` without a Python loop over them.  (Counting through HF's own
+    parallel trainer and encoder instead takes two passes and twice the CPU time.)
     """
     norm, pre = tok.normalizer, tok.pre_tokenizer
     counter: Counter[str] = Counter()
     first = operator.itemgetter(0)
-    for path in paths:
-        with open(path, "rb") as f:
-            for raw in f:
-                line = raw.decode("utf-8")
-                if norm is not None:
-                    line = norm.normalize_str(line)
-                counter.update(map(first, pre.pre_tokenize_str(line)))
+    for line in text_lines(paths, fmt):
+        if norm is not None:
+            line = norm.normalize_str(line)
+        counter.update(map(first, pre.pre_tokenize_str(line)))
     words = sorted(w for w in counter if w)
     return words, np.array([counter[w] for w in words], dtype=np.int64)
 
 
-def train_subword(tok: Tokenizer, kind: str, paths: Sequence[str], vocab_size: int, min_frequency: int) -> None:
+def train_subword(tok: Tokenizer, kind: str, paths: Sequence[str], vocab_size: int, min_frequency: int,
+                  fmt: TextFormat = TextFormat()) -> None:
     """Train ``tok`` (from :func:`kinds.build`) of a subword ``kind`` in place."""
-    words, counts = count_words(tok, paths)
+    words, counts = count_words(tok, paths, fmt)
     if kind == "wordpiece":
         vocab, _ = train_merges(words, counts, vocab_size, min_frequency, K.SPECIAL_TOKENS, prefix="##")
         tok.model = models.WordPiece(vocab, unk_token=K.UNK, continuing_subword_prefix="##", max_input_chars_per_word=100)
