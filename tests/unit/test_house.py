@@ -13,7 +13,8 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 39  # + ptm predict's and ptm encode's workflows; ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy;
+LOCAL_IMPORT_BUDGET = 43  # + ptm predict's and ptm encode's workflows; ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy;
+# pyarrow and zstandard (Parquet and zstd corpora) and ptm prepare's / ptm tokenizer's lazy import of the file reader;
 # torch in Tokenizer.__call__(return_tensors="pt") (tokenizing and preparing text need no torch);
 # FSDP and DCP (sharding, checkpoints, rank 0's weights handed out at sharding);
 # onnx and onnxruntime (ptm export --format onnx) and that command's lazy import of the exporter
@@ -23,7 +24,8 @@ LOCAL_IMPORT_BUDGET = 39  # + ptm predict's and ptm encode's workflows; ptm quan
 # `ptm tokenizer` and `ptm prepare`, which need no torch) makes torch tensors only when asked.
 LAZY_CORE = {"ptmkit/tokenization/tokenizer.py": ("torch",)}
 OPTIONAL = ("transformers", "jieba", "sacrebleu", "rouge_score", "gensim", "seqeval", "torch.utils.tensorboard",
-            "torchao", "spacy", "torch.distributed.fsdp", "torch.distributed.checkpoint", "onnx")
+            "torchao", "spacy", "torch.distributed.fsdp", "torch.distributed.checkpoint", "onnx", "pyarrow",
+            "zstandard")
 LAZY_FOR_START_UP = ("ptmkit/commands/", "ptmkit/cli.py")
 MAX_LINES = 500
 

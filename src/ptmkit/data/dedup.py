@@ -154,13 +154,12 @@ def lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     """``(b, r)`` with ``b * r <= num_perm`` minimising the false-positive area below ``threshold``
     plus the false-negative area above it (the probability a pair of similarity s shares a band is
     ``1 - (1 - s**r)**b``)."""
-    from scipy.integrate import quad
-
+    below, above = np.linspace(0.0, threshold, 1001), np.linspace(threshold, 1.0, 1001)  # trapezoid rule
     best, best_err = (1, 1), float("inf")
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
-            fp = quad(lambda s: 1 - (1 - s ** r) ** b, 0.0, threshold)[0]
-            fn = quad(lambda s: (1 - s ** r) ** b, threshold, 1.0)[0]
+            fp = float(np.trapezoid(1 - (1 - below ** r) ** b, below))
+            fn = float(np.trapezoid((1 - above ** r) ** b, above))
             if 0.5 * fp + 0.5 * fn < best_err:
                 best, best_err = (b, r), 0.5 * fp + 0.5 * fn
     return best
