@@ -65,15 +65,16 @@ def schedule_warnings(max_steps: int, warmup_steps: int, steps_per_epoch: int) -
     return out
 
 
-def few_steps(total: int, steps_per_epoch: int, epochs: int, batch_size: int) -> str | None:
-    """A warning when a fine-tuning plan has fewer than :data:`MIN_FINETUNE_STEPS` optimizer
-    steps, naming the ``epochs`` that would reach that floor; ``None`` when it has enough."""
+def few_steps(total: int, steps_per_epoch: int, epochs: int, batch_size: int, what: str = "fine-tuning") -> str | None:
+    """A warning when a plan of ``what`` (fine-tuning, distillation, ...) has fewer than
+    :data:`MIN_FINETUNE_STEPS` optimizer steps, naming the ``epochs`` that would reach that floor;
+    ``None`` when it has enough.  (A MiniLM fine-tuned on 500 sentences stayed at the majority class
+    after 32 steps.)  The line stays short: a log line of at most 200 characters with its prefix."""
     if total >= MIN_FINETUNE_STEPS:
         return None
     need = -(-MIN_FINETUNE_STEPS // max(1, steps_per_epoch))
-    return (f"fine-tuning takes {total} optimizer steps ({epochs} epoch(s) of {steps_per_epoch} batches of {batch_size}): "
-            f"often too few to learn (a MiniLM on 500 sentences stays at the majority class after 32); raise epochs "
-            f"(epochs={need} gives {need * steps_per_epoch}) or lower batch_size")
+    return (f"{what} takes {total} optimizer steps ({epochs} epoch(s) of {steps_per_epoch} batches of {batch_size}), "
+            f"often too few to learn: raise epochs (epochs={need} gives {need * steps_per_epoch}) or lower batch_size")
 
 
 _said: set[str] = set()
