@@ -52,7 +52,7 @@ def test_a_small_transfer_set_is_augmented_by_default_for_any_student(teacher, t
     assert synthetic > 5 * TRAIN and result["sizes"]["train"] == TRAIN + synthetic
     assert result["training"]["labelled"] == TRAIN and result["training"]["augment"]["n"] == small_data.AUTO_AUGMENT
     assert f"augmentation: {synthetic} synthetic sentences from {TRAIN} training sentences" in caplog.text
-    assert "the transfer set is small (160 examples < 2000)" in caplog.text
+    assert "small transfer set (160 examples, under 2000): 10 synthetic sentences per sentence" in caplog.text
 
 
 def test_a_large_transfer_set_is_not_augmented_unless_asked(teacher, tmp_path, capsys, monkeypatch):
@@ -81,7 +81,7 @@ def test_too_few_optimizer_steps_are_named_before_training(teacher, tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="ptmkit"):
         distil(teacher, tmp_path / "few", capsys, "--augment", "off", "--labels-only", "off")
     warned = [r for r in caplog.records if "optimizer steps" in r.getMessage()]
-    assert len(warned) == 1 and "distillation takes 10 optimizer steps" in warned[0].getMessage()
+    assert len(warned) == 1 and "distillation has 10 optimizer steps" in warned[0].getMessage()
     assert "epochs=20 gives 200" in warned[0].getMessage()
 
 

@@ -243,7 +243,7 @@ def _unaugmentable(data: Any, tokenizer: Any, replacing: bool) -> str | None:
         return "module replacing trains on the task's own data"
     if not isinstance(data, TaskData) or data.is_pair:
         kind = "sentence pairs" if isinstance(data, TaskData) else getattr(data, "task_type", type(data).__name__)
-        return f"it makes single sentences, and this task is {kind}"
+        return f"it serves single-sentence classification, and this task is {kind}"
     if getattr(tokenizer, "mask_id", None) is None:
         return "the tokenizer has no mask token"
     return None
@@ -259,11 +259,10 @@ def augment_count(mode: int | str, size: int, data: Any, tokenizer: Any, replaci
         return 0
     why = _unaugmentable(data, tokenizer, replacing)
     if why is not None:
-        log.info("the transfer set is small (%d examples < %d), but it is not augmented: %s", size,
-                 SMALL_TRANSFER_SET, why)
+        log.info("small transfer set (%d examples, under %d), not augmented: %s", size, SMALL_TRANSFER_SET, why)
         return 0
-    log.info("the transfer set is small (%d examples < %d): adding %d synthetic sentences per sentence "
-             "(Tang et al. 2019; --augment off: none, --augment N: N)", size, SMALL_TRANSFER_SET, AUTO_AUGMENT)
+    log.info("small transfer set (%d examples, under %d): %d synthetic sentences per sentence (Tang et al. 2019; "
+             "--augment off or N to choose)", size, SMALL_TRANSFER_SET, AUTO_AUGMENT)
     return AUTO_AUGMENT
 
 
