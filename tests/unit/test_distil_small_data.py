@@ -76,6 +76,17 @@ def test_the_override_turns_augmentation_off_or_sets_its_count(teacher, tmp_path
         assert "--augment" in capsys.readouterr().err
 
 
+def test_a_resumed_distillation_keeps_the_augmentation_it_started_with(teacher, tmp_path, capsys):
+    """A run distilled without augmentation (before ``auto`` existed, or with ``off``) resumes as it
+    was, and one distilled with it resumes with it: ``auto`` follows the run in OUT."""
+    first, _ = distil(teacher, tmp_path / "d", capsys, "--augment", "off", "--labels-only", "off")
+    again, _ = distil(teacher, tmp_path / "d", capsys, "--labels-only", "off", "--resume")
+    assert again == first and again["sizes"]["train"] == TRAIN
+    first, _ = distil(teacher, tmp_path / "a", capsys, "--augment", "2", "--labels-only", "off")
+    again, _ = distil(teacher, tmp_path / "a", capsys, "--labels-only", "off", "--resume")
+    assert again == first and again["training"]["augment"]["n"] == 2
+
+
 def test_too_few_optimizer_steps_are_named_before_training(teacher, tmp_path, capsys, caplog, monkeypatch):
     monkeypatch.setattr(budget, "_said", set())  # warnings are said once per process: start afresh
     with caplog.at_level(logging.WARNING, logger="ptmkit"):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,6 +45,7 @@ from ptmkit.tasks.base import task_type_of
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
+from ptmkit.train import checkpoint as ckpt
 from ptmkit.workflows.compress_figures import distil_figure
 from ptmkit.workflows.distil_general import distil_general  # noqa: F401
 from ptmkit.workflows.finetune import parse_overrides, task_data  # noqa: F401
@@ -121,8 +122,12 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     if unlabelled and not extra:
         raise PtmError("the unlabelled file holds no text (one example per line)")
     size = len(teacher.task_data.split("train")) + len(extra)  # the transfer set before augmentation
-    augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(
-        augment_count(augment, size, teacher.task_data, teacher.tokenizer, replacing is not None), augment_seed)
+    earlier = _earlier_augmentation(out, seeds) if resume and augment == "auto" else None
+    if earlier is not None:  # a resumed run goes on as it started, whatever "auto" decides today
+        augmenting = earlier
+    else:
+        augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(
+            augment_count(augment, size, teacher.task_data, teacher.tokenizer, replacing is not None), augment_seed)
     if augmenting.n:
         synthetic, augmented = synthetic_sentences(teacher, augmenting)
         extra += synthetic
@@ -185,6 +190,23 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
         print(line)
     print(f"results: {out / SUMMARY_FILE}")
     return summary
+
+
+def _earlier_augmentation(out: Path, seeds: Sequence[int]) -> AugmentSettings | None:
+    """How the students already in ``out`` were augmented (``n = 0``: not at all), read from the
+    first with results or a checkpoint; ``None`` when none has either."""
+    for seed in seeds:
+        run = out / f"student-seed{seed}"
+        latest = ckpt.latest_checkpoint(run) if run.is_dir() else None
+        if (run / "results.json").is_file():
+            record = read_record(run / "results.json", "resume with --augment N (or off) to say how it was augmented")
+        elif latest is not None:
+            record = ckpt.read_config(latest)
+        else:
+            continue
+        made = (record.get("training") or {}).get("augment") or {}
+        return AugmentSettings(**{f.name: made[f.name] for f in fields(AugmentSettings) if f.name in made})
+    return None
 
 
 def _against_twins(runs: list[dict[str, Any]], twins: list[dict[str, Any]]) -> dict[str, Any]:
