@@ -122,3 +122,13 @@ def test_equal_scores_are_no_better_than_labels_alone():
     assert all(len(line) <= 160 for line in lines)  # printed lines that fit a terminal and a log
     with pytest.raises(ValueError):
         verdict([0.8], [])
+
+
+def test_general_distillation_refuses_the_small_data_options(tmp_path, capsys):
+    """A corpus has no training split to augment and no students to twin: said before anything is read."""
+    (tmp_path / "text.txt").write_text("some text\n")
+    for option, value in (("--augment", "2"), ("--labels-only", "on")):
+        capsys.readouterr()
+        rc = main(["distil", str(tmp_path / "teacher"), "--general", "--data", str(tmp_path / "text.txt"), "-o",
+                   str(tmp_path / "out"), option, value])
+        assert rc == 2 and f"drop {option}" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -186,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
     if args.general:
         if not args.data:
             raise PtmError("--general distils on a corpus: give --data TEXT (or a corpus prepared with the teacher's tokenizer)")
+        if args.labels_only != "auto":
+            raise PtmError("--labels-only trains twins of a task's students; --general distils a pre-trained model on "
+                           "a corpus: drop --labels-only")
         if args.augment != "auto":
             raise PtmError("--augment makes synthetic sentences of a task's training split; --general distils on a "
                            "corpus: drop --augment")
