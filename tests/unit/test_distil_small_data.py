@@ -85,6 +85,9 @@ def test_a_resumed_distillation_keeps_the_augmentation_it_started_with(teacher, 
     first, _ = distil(teacher, tmp_path / "a", capsys, "--augment", "2", "--labels-only", "off")
     again, _ = distil(teacher, tmp_path / "a", capsys, "--labels-only", "off", "--resume")
     assert again == first and again["training"]["augment"]["n"] == 2
+    distil(teacher, tmp_path / "a", capsys, "--labels-only", "off", "--resume", "--seeds", "0", "1")  # a seed added
+    added = json.loads((tmp_path / "a" / "student-seed1" / "results.json").read_text())
+    assert added["training"]["augment"] == first["training"]["augment"]
 
 
 def test_too_few_optimizer_steps_are_named_before_training(teacher, tmp_path, capsys, caplog, monkeypatch):

@@ -100,7 +100,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's.
     augment: synthetic sentences per training sentence (Tang et al. 2019; 0: none), drawn with
     ``augment_seed``, or :class:`AugmentSettings` (the rules' probabilities too); ``"auto"``: some
-    when the transfer set is small, ``"on"``: some anyway (:func:`ptmkit.compress.small_data.augment_count`).
+    when the transfer set is small, ``"on"``: some anyway (:func:`ptmkit.compress.augment.augment_count`).
     labels_only: ``"auto"`` | ``"on"`` | ``"off"``: train each student's labels-only twin too
     (``auto``: when the transfer set is small) and say whether distillation beat it.
     replacing: ``(rate, full_at)``: BERT-of-Theseus module replacing instead of the distillation
@@ -122,7 +122,7 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     if unlabelled and not extra:
         raise PtmError("the unlabelled file holds no text (one example per line)")
     size = len(teacher.task_data.split("train")) + len(extra)  # the transfer set before augmentation
-    earlier = _earlier_augmentation(out, seeds) if resume and augment == "auto" else None
+    earlier = _earlier_augmentation(out) if resume and augment == "auto" else None
     if earlier is not None:  # a resumed run goes on as it started, whatever "auto" decides today
         augmenting = earlier
     else:
@@ -192,12 +192,12 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     return summary
 
 
-def _earlier_augmentation(out: Path, seeds: Sequence[int]) -> AugmentSettings | None:
+def _earlier_augmentation(out: Path) -> AugmentSettings | None:
     """How the students already in ``out`` were augmented (``n = 0``: not at all), read from the
-    first with results or a checkpoint; ``None`` when none has either."""
-    for seed in seeds:
-        run = out / f"student-seed{seed}"
-        latest = ckpt.latest_checkpoint(run) if run.is_dir() else None
+    first with results or a checkpoint (any seed's: a resume may add seeds); ``None`` when none has
+    either."""
+    for run in sorted(p for p in out.glob("student-seed*") if p.is_dir()):
+        latest = ckpt.latest_checkpoint(run)
         if (run / "results.json").is_file():
             record = read_record(run / "results.json", "resume with --augment N (or off) to say how it was augmented")
         elif latest is not None:
