@@ -67,6 +67,27 @@ def run_cli(argv, capsys) -> tuple[int, str]:
     return rc, capsys.readouterr().err
 
 
+def cli_output(argv) -> tuple[int, str]:
+    """``ptm ARGV`` as a user sees it: its exit status and everything it wrote to stdout and
+    stderr, log lines included (formatted by the CLI's own logging set-up, which the test
+    runner's handlers would otherwise pre-empt).  Usable outside a test function (a module fixture)."""
+    import contextlib
+    import io
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    text = io.StringIO()
+    root.handlers.clear()  # so that main()'s logging.basicConfig installs its handler on our stderr
+    try:
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            rc = main([str(a) for a in argv])
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return rc, text.getvalue()
+
+
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tmp_path_factory) -> Path:
     """A WordPiece ``tokenizer.json`` of 120 entries trained by ``ptm tokenizer train`` on a tiny corpus."""

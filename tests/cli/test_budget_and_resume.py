@@ -42,6 +42,9 @@ def test_plans_that_miss_their_intent_are_named():
     lines = schedule_warnings(max_steps=100_000, warmup_steps=1_000, steps_per_epoch=25)
     assert len(lines) == 1 and "4,000 times" in lines[0] and "train.max_steps" in lines[0]
     assert schedule_warnings(max_steps=400, warmup_steps=40, steps_per_epoch=25) == []
+    # a plan of millions of steps still gets log lines of at most 200 characters, the prefix included
+    for line in schedule_warnings(max_steps=9_999_999, warmup_steps=99_999_999, steps_per_epoch=9_999):
+        assert len("00:00:00 WARNING ptmkit.workflows.pretrain: " + line) <= 200, line
 
 
 def test_a_short_run_warms_up_for_its_share_and_is_warned(tmp_path, caplog, capsys):
@@ -95,6 +98,9 @@ def test_a_fine_tuning_plan_with_too_few_steps_is_named_once(caplog):
     line = few_steps(total=32, steps_per_epoch=16, epochs=2, batch_size=32)
     assert "32 optimizer steps" in line and "epochs=13 gives 208" in line
     assert few_steps(total=400, steps_per_epoch=100, epochs=4, batch_size=32) is None
+    # even at its widest (four-digit batches, the longest name of what trains) it is one log line of 200 characters
+    widest = few_steps(total=199, steps_per_epoch=199, epochs=300, batch_size=1024, what="labels-only training")
+    assert len("00:00:00 WARNING ptmkit.train.budget: " + widest) <= 200
     caplog.set_level(logging.WARNING)
     warn_once(line)
     warn_once(line)  # the same plan over seeds and learning rates: said once

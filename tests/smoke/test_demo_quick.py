@@ -2,13 +2,16 @@
 
 import json
 
+from conftest import cli_output
+
 from ptmkit.cli import main
 
 
 def test_demo_quick_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--quick", "-o", str(out)]) == 0
-    printed = capsys.readouterr().out
+    rc, printed = cli_output(["demo", "--quick", "-o", out])  # what a user sees, log lines included
+    assert rc == 0, printed[-3000:]
+    assert all(len(line) <= 200 for line in printed.splitlines()), max(printed.splitlines(), key=len)
     for heading in ("[1/5] data", "[2/5] pre-train", "[3/5] fine-tune", "[4/5] results"):
         assert heading in printed
     for condition in ("with pre-training (word2vec init + MLM)", "word2vec embeddings only", "without pre-training"):

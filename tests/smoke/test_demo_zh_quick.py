@@ -3,15 +3,15 @@
 import json
 
 import pytest
-
-from ptmkit.cli import main
+from conftest import cli_output
 
 
 def test_demo_zh_quick_end_to_end(tmp_path, capsys):
     pytest.importorskip("jieba")
     out = tmp_path / "demo"
-    assert main(["demo", "--lang", "zh", "--quick", "-o", str(out)]) == 0
-    printed = capsys.readouterr().out
+    rc, printed = cli_output(["demo", "--lang", "zh", "--quick", "-o", out])  # what a user sees, log lines included
+    assert rc == 0, printed[-3000:]
+    assert all(len(line) <= 200 for line in printed.splitlines()), max(printed.splitlines(), key=len)
     for heading in ("[1/6] data", "[2/6] character tokenizer", "[3/6] pre-train", "[4/6] fine-tune", "[5/6] results"):
         assert heading in printed
     assert "with pre-training (whole-word MLM)" in printed and "without pre-training" in printed

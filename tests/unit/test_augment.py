@@ -115,7 +115,7 @@ def test_distil_with_augment_trains_on_the_synthetic_sentences(teacher, tmp_path
     root, files = teacher
     rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "d", "--layers", "1", "epochs=1",
                        "lr=3e-3", "batch_size=16", "max_seq_len=32", "--quiet", "--augment", "2",
-                       "--augment-seed", "7"], capsys)
+                       "--augment-seed", "7", "--labels-only", "off"], capsys)
     assert rc == 0, err
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
     record = summary["augment"]

@@ -76,9 +76,12 @@ def teacher(tmp_path_factory):
 
 
 def _distil(teacher, capsys, out, *extra):
+    """``ptm distil`` of the toy teacher, without the small-data defaults (augmentation, labels-only
+    twins) unless ``extra`` turns them on: these tests count the examples and the teacher's calls."""
     root, files = teacher
     return run_cli(["distil", root / "teacher", *files, "-o", out, "--layers", "1", "epochs=2", "lr=3e-3",
-                    "batch_size=16", "max_seq_len=32", "--quiet", *extra], capsys)
+                    "batch_size=16", "max_seq_len=32", "--quiet", "--augment", "off", "--labels-only", "off", *extra],
+                   capsys)
 
 
 def test_distil_a_one_layer_student_that_reloads(teacher, tmp_path, capsys):
@@ -115,7 +118,7 @@ def test_distil_resumes_exactly(teacher, tmp_path, capsys, monkeypatch):
     cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=32)
     task = _task(teacher)
     args = dict(student=StudentSpec("layers", (1,)), settings=DistilSettings(hidden=1.0), cfg=cfg,
-                load_data=lambda: task, progress=False)
+                load_data=lambda: task, progress=False, augment="off", labels_only="off")
     full = distil(teacher[0] / "teacher", tmp_path / "full", **args)["runs"][0]
     original = callbacks.DevSelection.on_step_end
 
@@ -179,11 +182,11 @@ def test_bad_student_settings_are_refused(teacher, tmp_path, capsys):
     root, files = teacher
     rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "b", "--student", "transformer",
                        "student.hidden_size=64", "student.num_heads=4", "student.intermediate_size=64",
-                       "--hidden", "1", "--projection", "off", "epochs=1", "--quiet"], capsys)
+                       "--hidden", "1", "--projection", "off", "epochs=1", "--quiet", "--augment", "off"], capsys)
     assert rc == 2 and "projection=auto" in err
     other = tiny_checkpoint(tmp_path / "other", ["some other words entirely", "a different vocabulary here"])
     rc, err = run_cli(["distil", root / "teacher", *files, "-o", tmp_path / "c", "--student", "pretrained",
-                       "--student-from", other, "epochs=1", "--quiet"], capsys)
+                       "--student-from", other, "epochs=1", "--quiet", "--augment", "off"], capsys)
     assert rc == 2 and "must share one" in err
 
 
@@ -302,7 +305,7 @@ def test_a_tagger_distils_word_by_word(tmp_path):
     info = json.loads((tmp_path / "teacher" / "task_model.json").read_text())
     assert info["train_subset"] == {"size": 60, "seed": 0}
     summary = distil(tmp_path / "teacher", tmp_path / "d", StudentSpec("layers", (1,)), DistilSettings(), cfg,
-                     load_data=lambda: data, progress=False)
+                     load_data=lambda: data, progress=False, labels_only="off")
     run = summary["runs"][0]
     assert run["task_type"] == "tagging" and run["test"]["accuracy"] > 0.5
     assert run["sizes"]["train"] == 60 and run["sizes"]["test"] == 20

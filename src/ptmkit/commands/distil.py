@@ -6,6 +6,7 @@ import argparse
 
 from ptmkit.commands import RegistryHelpParser
 from ptmkit.commands.task_args import add_task_arguments, task_files, task_loader
+from ptmkit.compress.small_data import AUTO_AUGMENT, SMALL_TRANSFER_SET, parse_augment, parse_mode
 from ptmkit.errors import PtmError
 
 HELP = "distil a fine-tuned model into a smaller student (Hinton KD, TinyBERT layers, DistilBERT init, BiLSTM)"
@@ -56,6 +57,12 @@ skipped), then, with probability 0.25, only a random n-gram (n = 1..5) kept; rep
 of training sentences are dropped.  Single-sentence classification tasks only.  Without
 intermediate losses the teacher's logits of the training examples are computed once and reused
 every epoch.
+
+Small transfer sets (fewer than 2,000 training examples plus --unlabelled lines): by default
+(--augment auto) every kind of student gets 10 synthetic sentences per training sentence, and
+(--labels-only auto) each student a labels-only twin in OUT/labels-only-seed{S}, the same student
+trained on the gold labels alone (alpha 1); the result says whether distillation beat it by more
+than half a point and the seeds' spread.  --augment off / on / N and --labels-only off / on choose.
 
 Each seed's student is an ordinary fine-tuned model in OUT/student-seed{S} (results.json,
 task_model.json, best.safetensors): `ptm finetune OUT/student-seed0 --eval-only`, `ptm prune` and
@@ -136,11 +143,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--unlabelled", metavar="FILE", default=None,
                    help="text of the task's domain, one example per line, labelled by the teacher")
     d.add_argument("--unlabelled-limit", type=int, default=None, metavar="N", help="read the first N lines only")
-    d.add_argument("--augment", type=int, default=0, metavar="N",
+    d.add_argument("--augment", type=parse_augment, default="auto", metavar="auto|on|off|N",
                    help="up to N synthetic sentences per training sentence (Tang et al. 2019: masking, POS-guided "
-                        "replacement, n-gram sampling), labelled by the teacher (default 0: none)")
+                        f"replacement, n-gram sampling), labelled by the teacher; on: {AUTO_AUGMENT}; default auto: on "
+                        f"when the transfer set has fewer than {SMALL_TRANSFER_SET:,} examples, else off")
     d.add_argument("--augment-seed", type=int, default=0, metavar="S",
                    help="seed of the augmentation's draws (default 0; the same seed gives the same sentences)")
+    d.add_argument("--labels-only", type=lambda t: parse_mode(t, "--labels-only"), default="auto",
+                   metavar="auto|on|off",
+                   help="also train each student on the gold labels alone (OUT/labels-only-seed{S}) and say whether "
+                        "distillation beat it; default auto: on for a small transfer set")
     d.add_argument("--no-cache", dest="cache", action="store_false",
                    help="run the teacher on every batch instead of reusing its logits")
     p.add_argument("--seeds", nargs="+", type=int, default=[0], metavar="S", help="one student per seed (default: 0)")
@@ -174,7 +186,10 @@ def run(args: argparse.Namespace) -> int:
     if args.general:
         if not args.data:
             raise PtmError("--general distils on a corpus: give --data TEXT (or a corpus prepared with the teacher's tokenizer)")
-        if args.augment:
+        if args.labels_only != "auto":
+            raise PtmError("--labels-only trains twins of a task's students; --general distils a pre-trained model on "
+                           "a corpus: drop --labels-only")
+        if args.augment != "auto":
             raise PtmError("--augment makes synthetic sentences of a task's training split; --general distils on a "
                            "corpus: drop --augment")
         weights = {"soft": args.soft, "mlm": args.mlm, "cosine": args.cosine, "hidden": args.hidden,
@@ -187,5 +202,5 @@ def run(args: argparse.Namespace) -> int:
                     args.unlabelled_limit, args.cache, args.overwrite, args.resume, not args.quiet,
                     inputs=[*files, args.student_from],
                     replacing=(args.replace_rate, args.replace_full_at) if args.theseus else None,
-                    augment=args.augment, augment_seed=args.augment_seed)
+                    augment=args.augment, augment_seed=args.augment_seed, labels_only=args.labels_only)
     return 0

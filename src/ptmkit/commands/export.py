@@ -107,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
                            f"ONNX tools, or export the checkpoint it was fine-tuned from with --format onnx")
         info = onnx_export.export_onnx(args.source, args.out)
         check = info["check"]
-        print(f"exported the {info['encoder']} encoder of {info['source']} as ONNX to {args.out} (inputs "
-              f"{', '.join(info['inputs'])}; ONNX Runtime vs PyTorch: max |diff| {check['max_abs_diff']:.2e})")
+        # a line per path: two paths on one line run past what a terminal or a log shows
+        print(f"exported the {info['encoder']} encoder of {info['source']} as ONNX\n  to {args.out}\n"
+              f"  inputs {', '.join(info['inputs'])}; ONNX Runtime vs PyTorch: max |diff| {check['max_abs_diff']:.2e}")
         return 0
 
     outputs.check(args.out, "export", inputs=[args.source])  # before loading the model
@@ -116,10 +117,10 @@ def run(args: argparse.Namespace) -> int:
         out = interop.export_task_hf(args.source, args.out, args.format)
         written = json.loads((Path(out) / "config.json").read_text(encoding="utf-8"))
         print(f"exported the fine-tuned model {args.source} as {', '.join(written.get('architectures') or ['?'])} "
-              f"({len(written.get('id2label') or {})} outputs) to {out}")
+              f"({len(written.get('id2label') or {})} outputs)\n  to {out}")
         return 0
     model = pretrained.load_pretrained(args.source)
     fmt = args.format or interop.infer_format(model)
     out = interop.export_hf(model, args.out, fmt)
-    print(f"exported {model.path} as {fmt} to {out}")
+    print(f"exported {model.path} as {fmt}\n  to {out}")
     return 0

@@ -47,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
 
     kind = hf_model_type(args.source)
     out = import_hf(args.source, args.out)
-    print(f"imported {kind} model {args.source} into {out}")
+    print(f"imported {kind} model {args.source}\n  into {out}")  # a line per path: both may be long
     return 0

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ptmkit.compress.small_data import AUTO_AUGMENT, SMALL_TRANSFER_SET, is_small, requested
 from ptmkit.data.sources.base import check_cache, is_ready
 from ptmkit.data.tasks import TaskData, builtin_tasks, load_task
 from ptmkit.errors import PtmError
@@ -236,5 +237,34 @@ def synthetic_sentences(teacher: Any, settings: AugmentSettings) -> tuple[list[s
     return texts, record
 
 
-__all__ = ["AugmentSettings", "PosSampler", "Rules", "augment", "check_task", "mask_token_of", "synthetic_sentences",
-           "tag_lexicon", "variants"]
+def _unaugmentable(data: Any, tokenizer: Any, replacing: bool) -> str | None:
+    """Why the augmentation cannot serve this distillation, or ``None`` when it can."""
+    if replacing:
+        return "module replacing trains on the task's own data"
+    if not isinstance(data, TaskData) or data.is_pair:
+        kind = "sentence pairs" if isinstance(data, TaskData) else getattr(data, "task_type", type(data).__name__)
+        return f"it serves single-sentence classification, and this task is {kind}"
+    if getattr(tokenizer, "mask_id", None) is None:
+        return "the tokenizer has no mask token"
+    return None
+
+
+def augment_count(mode: int | str, size: int, data: Any, tokenizer: Any, replacing: bool = False) -> int:
+    """Synthetic sentences per training sentence for ``--augment MODE`` on a transfer set of
+    ``size`` examples: ``auto`` gives :data:`AUTO_AUGMENT` when the set is small and the task can be
+    augmented (else 0, with the reason logged); anything else what it asks for (:func:`requested`)."""
+    if mode != "auto":
+        return requested(mode)
+    if not is_small(size):
+        return 0
+    why = _unaugmentable(data, tokenizer, replacing)
+    if why is not None:
+        log.info("small transfer set (%d examples, under %d), not augmented: %s", size, SMALL_TRANSFER_SET, why)
+        return 0
+    log.info("small transfer set (%d examples, under %d): %d synthetic sentences per sentence (Tang et al. 2019; "
+             "--augment off or N to choose)", size, SMALL_TRANSFER_SET, AUTO_AUGMENT)
+    return AUTO_AUGMENT
+
+
+__all__ = ["AugmentSettings", "PosSampler", "Rules", "augment", "augment_count", "check_task", "mask_token_of",
+           "synthetic_sentences", "tag_lexicon", "variants"]

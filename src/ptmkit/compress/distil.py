@@ -304,6 +304,8 @@ class Distillation(Training):
                  augment: dict[str, Any] | None = None) -> None:
         self.teacher, self.settings, self.source, self.student = teacher, settings, source, student
         self.labelled, self.use_cache, self.cache_dir, self.augment = labelled, cache, cache_dir, augment
+        # alpha 1 learns from the gold labels alone: a labels-only run, named so in the plan's warnings
+        self.activity = "labels-only training" if settings.alpha == 1.0 else "distillation"
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int):
         copy_head(model, self.teacher)  # the head starts from the teacher's where the shapes agree

@@ -128,8 +128,8 @@ def _read_spec(spec: Any) -> tuple[str, bool, int]:
     if bits not in (7, 8):
         raise PtmError(f"activation_bits must be 7 or 8, got {bits!r}")
     if backend == "ao" and bits == 8 and not vnni():
-        log.warning("this CPU has no VNNI: the int8 layers quantize their inputs to 7 bits, not the 8 of the machine "
-                    "that quantized the model (outputs differ slightly)")
+        log.warning("this CPU has no VNNI: the int8 layers quantize their inputs to 7 bits, not 8 as on a CPU "
+                    "with it (outputs differ slightly)")
         bits = 7
     return backend, bool(spec.get("embeddings", False)), bits
 

@@ -79,6 +79,8 @@ class Theseus(Training):
     """Module replacing from the teacher task model ``teacher`` onto the student built from its
     layers (one successor layer per module); ``total_steps``: the run's optimizer steps."""
 
+    activity = "module replacing"
+
     def __init__(self, teacher: nn.Module, rate: float, full_at: float, epochs: int, source: dict[str, Any],
                  student: dict[str, Any]) -> None:
         if not 0.0 < rate <= 1.0:

@@ -421,9 +421,8 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
         n_unk, n_tokens = counts["unk_tokens"], counts["n_tokens"]
         if n_unk > UNK_WARNING * n_tokens:
             log.warning(
-                "%.1f%% of the tokens (%d of %d) are [UNK]: the tokenizer does not cover this text (Chinese text "
-                "through a tokenizer trained on English, say); train one on it: ptm tokenizer train FILES --kind "
-                "wordpiece (every CJK character becomes a token) or --kind char",
+                "%.1f%% of the tokens (%d of %d) are [UNK]: the tokenizer does not cover this text; train one on it "
+                "(ptm tokenizer train; --kind char for Chinese)",
                 100 * n_unk / n_tokens, n_unk, n_tokens)
     except BaseException:
         if writer is not None:

@@ -120,7 +120,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
         ckpt.write_config(stage, pretrained.config)
         ckpt.write_model(stage, pretrained.model)
         ckpt.write_tokenizer(stage, pretrained.tokenizer)
-    log.info("imported %s into %s", hf_dir, out)
+    log.debug("imported %s into %s", hf_dir, out)  # debug: `ptm import` says so itself, a path a line
     return out
 
 

@@ -81,8 +81,8 @@ def write_entities(root: str | Path, graph: KnowledgeGraph, spec: str) -> dict:
     fileio.atomic_write_text(root / ENTITY_INDEX, json.dumps(
         {**index, "names": [graph.entities[e] for e in used[offset:].tolist()]}) + "\n")
     if links.linked_words == 0:
-        log.warning("--link %s: no word of the corpus matched a surface form of the graph (0 of %d words); check "
-                    "that the graph and the text are in the same language", spec, len(positions))
+        log.warning("--link %s: no word of the corpus matched the graph's surface forms (0 of %d words); are "
+                    "the graph and the text in one language?", spec, len(positions))
     return index
 
 

@@ -347,8 +347,8 @@ def link_corpus(source: str | os.PathLike | Iterable[str], graph: KnowledgeGraph
         linked += int((result.ends - result.starts).sum())
         empty += len(result) == 0 and len(inverse) > 0
     if empty:
-        log.warning("the knowledge graph's surface forms matched nothing in %d chunk(s) of the text: "
-                    "check that the graph and the text are in the same language and tokenised alike", empty)
+        log.warning("the graph's surface forms matched nothing in %d chunk(s) of the text: are the graph and "
+                    "the text in one language, tokenised alike?", empty)
     entities = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
     return CorpusLinks(entities, spans, linked, empty)
 

@@ -443,8 +443,8 @@ class Masker:
             if not self._warned:
                 self._warned = True
                 log.warning(
-                    "masking=%s: the corpus records no word starts (prepared before they were recorded), so every "
-                    "token counts as a word; re-run `ptm prepare` (or pretrain from the text) to mask whole words",
+                    "masking=%s: this corpus records no word starts, so each token is masked as a word; re-run "
+                    "`ptm prepare` to mask whole words",
                     self.masking,
                 )
             return None

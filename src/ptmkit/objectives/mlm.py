@@ -188,9 +188,8 @@ class MaskedLM(Objective):
         cap, wanted = self.cfg.max_predictions, round(self.cfg.mask_prob * budget)
         if cap is not None and cap < wanted:  # e.g. a raised mask_prob under a preset's cap
             log.warning(
-                "objective.max_predictions=%d caps the masking of a full example at %d of %d tokens (%.1f %%, not "
-                "mask_prob=%.1f %%); set objective.max_predictions=null or >= %d", cap, cap, budget,
-                100.0 * cap / budget, 100.0 * self.cfg.mask_prob, wanted,
+                "objective.max_predictions=%d masks %d of %d tokens (%.1f %%, not mask_prob=%.1f %%); set it to "
+                "null or >= %d", cap, cap, budget, 100.0 * cap / budget, 100.0 * self.cfg.mask_prob, wanted,
             )
         spans = pack_sentences(corpus.sentences, corpus.documents, budget, min_len=2 if pairs else 1)
         if len(spans) == 0:

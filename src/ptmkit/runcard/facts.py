@@ -237,7 +237,10 @@ def _distillation(d: Path, card: Card) -> None:
     student = summary.get("student") or {}
     card.rows["method"] = f"{summary.get('method', '?')}: student {_settings(student)}"
     seeds = sorted(p.name for p in d.iterdir() if p.is_dir() and (p / "results.json").is_file())
-    card.rows["students"] = ", ".join(seeds) or "none finished"
+    card.rows["students"] = ", ".join(s for s in seeds if s.startswith("student-")) or "none finished"
+    twins = summary.get("labels_only") or {}
+    if twins.get("verdict"):  # the labels-only twins' seeds are not students: they get a row of their own
+        card.rows["against labels alone"] = twins["verdict"][0]
     if "parameter_ratio" in summary:
         card.rows["size"] = (f"{summary.get('non_embedding_parameters', 0):,} non-embedding parameters, "
                              f"{summary['parameter_ratio']:.0%} of the teacher's {teacher.get('non_embedding_parameters', 0):,}")

@@ -286,7 +286,7 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     base = base_record(pretrained, init) if method(cfg) and out is not None else None
     trained, batches = training.wrap(clf, task, encoded, task.batches(encoded["train"], seed), seed)
     train_cfg = cfg.train_config(task.train_size(encoded["train"]), seed, batches.steps_per_epoch)
-    warn_once(few_steps(train_cfg.max_steps, batches.steps_per_epoch, cfg.epochs, cfg.batch_size))
+    warn_once(few_steps(train_cfg.max_steps, batches.steps_per_epoch, cfg.epochs, cfg.batch_size, training.activity))
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         m = training.kept(m)

@@ -250,8 +250,8 @@ class Injector:
                 positions.append(tree.positions)
                 visible.append(tree.visible())
         if self.mentions_found == 0 and len(texts):
-            log.warning("the knowledge (%s) matched no word of %d texts: nothing was injected; check that its "
-                        "surface forms are words of the task's language and case", self.knowledge.source, len(texts))
+            log.warning("the knowledge (%s) matched no word of %d texts, nothing injected: are its surface forms "
+                        "words of the task's language and case?", self.knowledge.source, len(texts))
         kbert = self.mode == "kbert"
         return EncodedInputs(ids, types, positions=positions if kbert else None, visible=visible if kbert else None)
 

@@ -24,7 +24,10 @@ from torch import nn
 
 
 class Training:
-    """Plain fine-tuning: the task model trains on its own loss."""
+    """Plain fine-tuning: the task model trains on its own loss.  ``activity`` names it in the
+    messages about its plan (too few optimizer steps)."""
+
+    activity = "fine-tuning"
 
     def wrap(self, model: nn.Module, task: Any, encoded: dict[str, Any], batches: Any, seed: int) -> tuple[nn.Module, Any]:
         return model, batches

@@ -45,8 +45,8 @@ def follow_budget(base_train: dict[str, Any], raw: dict[str, Any], overrides: Se
         return raw
     scaled = max(1, round(warmup * steps / was_steps))
     train["warmup_steps"] = scaled
-    log.info("train.warmup_steps %d -> %d: the preset warms up for %.1f %% of its %d steps, and so does this run of "
-             "%d steps (set train.warmup_steps to choose)", warmup, scaled, 100 * warmup / was_steps, was_steps, steps)
+    log.info("train.warmup_steps %d -> %d: %.1f %% of this run's %d steps, as the preset's of its %d "
+             "(set train.warmup_steps to choose)", warmup, scaled, 100 * warmup / was_steps, steps, was_steps)
     return raw
 
 
@@ -56,24 +56,24 @@ def schedule_warnings(max_steps: int, warmup_steps: int, steps_per_epoch: int) -
     out = []
     if warmup_steps >= max_steps > 0:
         out.append(f"train.warmup_steps={warmup_steps} >= train.max_steps={max_steps}: the learning rate never reaches "
-                   f"train.lr (it is still climbing when training stops); lower train.warmup_steps")
+                   f"train.lr before training stops; lower train.warmup_steps")
     passes = max_steps / max(1, steps_per_epoch)
     if passes > MAX_PASSES:
         out.append(f"train.max_steps={max_steps:,} reads the training examples {passes:,.0f} times ({steps_per_epoch:,} "
-                   f"steps per pass): a model this long on this little text memorises it; lower train.max_steps or "
-                   f"give more text")
+                   f"steps a pass): it will memorise them; lower train.max_steps or give more text")
     return out
 
 
-def few_steps(total: int, steps_per_epoch: int, epochs: int, batch_size: int) -> str | None:
-    """A warning when a fine-tuning plan has fewer than :data:`MIN_FINETUNE_STEPS` optimizer
-    steps, naming the ``epochs`` that would reach that floor; ``None`` when it has enough."""
+def few_steps(total: int, steps_per_epoch: int, epochs: int, batch_size: int, what: str = "fine-tuning") -> str | None:
+    """A warning when a plan of ``what`` (fine-tuning, distillation, ...) has fewer than
+    :data:`MIN_FINETUNE_STEPS` optimizer steps, naming the ``epochs`` that would reach that floor;
+    ``None`` when it has enough.  (A MiniLM fine-tuned on 500 sentences stayed at the majority class
+    after 32 steps.)  The line stays short: a log line of at most 200 characters with its prefix."""
     if total >= MIN_FINETUNE_STEPS:
         return None
     need = -(-MIN_FINETUNE_STEPS // max(1, steps_per_epoch))
-    return (f"fine-tuning takes {total} optimizer steps ({epochs} epoch(s) of {steps_per_epoch} batches of {batch_size}): "
-            f"often too few to learn (a MiniLM on 500 sentences stays at the majority class after 32); raise epochs "
-            f"(epochs={need} gives {need * steps_per_epoch}) or lower batch_size")
+    return (f"{what} has {total} optimizer steps ({epochs} epoch(s) of {steps_per_epoch} batches of {batch_size}), "
+            f"often too few to learn: epochs={need} gives {need * steps_per_epoch} (or lower batch_size)")
 
 
 _said: set[str] = set()

@@ -58,7 +58,6 @@ def warn_if_emulated(precision: str, device: torch.device) -> None:
     """Warn when bf16 is asked for on a CPU without native bf16 instructions."""
     if precision == "bf16" and device.type == "cpu" and cpu_has_native_bf16() is False:
         log.warning(
-            "train.precision=bf16 on a CPU without native bf16 instructions (no avx512_bf16 or amx_bf16 "
-            "in /proc/cpuinfo): bf16 matrix products are emulated and a step is about 2.5x slower than "
-            "in fp32; set train.precision=fp32 unless you need bf16 numerics"
+            "train.precision=bf16 on a CPU without avx512_bf16 or amx_bf16: emulated, about 2.5x slower than fp32; "
+            "set train.precision=fp32 unless you need bf16 numerics"
         )

@@ -43,8 +43,8 @@ class Strategy:
         self.sharded = self.fsdp and torch.distributed.is_initialized()
         self.scaler = grad_scaler(cfg.precision, device)
         if self.fsdp and not self.sharded:
-            log.warning("train.strategy=fsdp with a single process: training unsharded (launch with `torchrun "
-                        "--nproc_per_node N` to shard); checkpoints are written in the sharded format")
+            log.warning("train.strategy=fsdp in one process: unsharded (`torchrun --nproc_per_node N` shards); "
+                        "checkpoints are written in the sharded format")
         if self.sharded and self.scaler is not None:
             raise PtmError("train.precision=fp16 is not supported with train.strategy=fsdp (the loss scaler would "
                            "see one shard of the gradients); use train.precision=bf16, which needs no scaler")

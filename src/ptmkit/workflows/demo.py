@@ -99,6 +99,11 @@ class DemoConfig:
     quick: bool = False
 
 
+def file_lines(files: list[Path]) -> str:
+    """One indented line per file: paths joined on one line outgrow a terminal's and a log's width."""
+    return "\n".join(f"     {f}" for f in files)
+
+
 def quick_config() -> DemoConfig:
     """Tiny settings that exercise every stage in well under a minute (not a meaningful result)."""
     return DemoConfig(
@@ -224,7 +229,7 @@ def pretrain_record(run_dir: Path, pre: Any, stages: Stages) -> dict[str, Any]:
 def write_results(out: Path, result: dict[str, Any], summary_md: str) -> None:
     atomic_write_text(out / "results.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "summary.md", summary_md)
-    print(f"\ndone in {result['wall_time_s']:.0f} s: {out / 'demo.png'}, {out / 'results.json'}, {out / 'summary.md'}",
+    print(f"\ndone in {result['wall_time_s']:.0f} s:\n{file_lines([out / 'demo.png', out / 'results.json', out / 'summary.md'])}",
           flush=True)
 
 
@@ -264,7 +269,7 @@ def run_demo(cfg: DemoConfig = DemoConfig(), out_dir: str | Path | None = None, 
             text_files = head_copies(text_files, cfg.max_text_lines, out / "text")
         n_lines = count_lines(text_files)
         print(
-            f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
+            f"   pre-training text ({n_lines:,} lines; no dev/test text):\n{file_lines(text_files)}\n"
             f"   MR: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
             f"fine-tuning on a fixed subset of {len(small.train)} training sentences",
             flush=True,

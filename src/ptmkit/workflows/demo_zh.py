@@ -42,6 +42,7 @@ from ptmkit.workflows.demo import (
     Stages,
     count_lines,
     demo_output,
+    file_lines,
     head_copies,
     pretrain_record,
     report_gain,
@@ -179,7 +180,7 @@ def run_zh_demo(cfg: ZhDemoConfig = ZhDemoConfig(), out_dir: str | Path | None =
         if cfg.max_text_lines:
             text_files = head_copies(text_files, cfg.max_text_lines, out / "text")
         n_lines = count_lines(text_files)
-        print(f"   pre-training text: {', '.join(str(f) for f in text_files)} ({n_lines:,} lines; no dev/test text)\n"
+        print(f"   pre-training text ({n_lines:,} lines; no dev/test text):\n{file_lines(text_files)}\n"
               f"   zh-reviews: {len(task.train)} train / {len(task.dev)} dev / {len(task.test)} test; "
               f"fine-tuning on a fixed subset of {len(small.train)}", flush=True)
 

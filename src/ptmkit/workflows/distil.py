@@ -12,13 +12,17 @@ task model (``OUT/student-seed{S}``) that ``ptm finetune --eval-only``, ``ptm pr
 parameter counts and retention (and, with augmentation, its settings and the number of synthetic
 sentences); ``OUT/distil.png`` draws the teacher's scores beside each student's, and
 ``OUT/README.md`` is the distillation's run card (each student has its own, as a distilled student).
+
+On a small transfer set (:mod:`ptmkit.compress.small_data`) the augmentation is on by default, and
+each student gets a labels-only twin (``OUT/labels-only-seed{S}``, :mod:`ptmkit.compress.labels_only`)
+whose scores ``summary.json`` holds beside the verdict: whether distillation beat the labels alone.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,8 +30,10 @@ import numpy as np
 from torch import nn
 
 from ptmkit import outputs
-from ptmkit.compress.augment import AugmentSettings, synthetic_sentences
+from ptmkit.compress.augment import AugmentSettings, augment_count, synthetic_sentences
 from ptmkit.compress.distil import CACHE_FILE, Distillation, DistilSettings
+from ptmkit.compress.labels_only import TWIN_DIR, twin_settings, verdict, verdict_lines
+from ptmkit.compress.small_data import requested, twin_wanted
 from ptmkit.compress.students import StudentSpec, build_student
 from ptmkit.compress.theseus import Theseus
 from ptmkit.config import parse_value  # noqa: F401  (for the command, which imports only this module)
@@ -40,6 +46,7 @@ from ptmkit.tasks.efficient import without_method
 from ptmkit.tasks.finetune import _resumable, finetune
 from ptmkit.tasks.finetune_config import FinetuneConfig
 from ptmkit.tasks.saved import TaskModel, encoder_of, load_task_model, uses_token_types
+from ptmkit.train import checkpoint as ckpt
 from ptmkit.workflows.compress_figures import distil_figure
 from ptmkit.workflows.distil_general import distil_general  # noqa: F401
 from ptmkit.workflows.finetune import parse_overrides, task_data  # noqa: F401
@@ -88,18 +95,22 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
            cfg: FinetuneConfig | list[str], seeds: Sequence[int] = (0,), load_data: Any = None, unlabelled: str | None = None,
            unlabelled_limit: int | None = None, cache: bool = True, overwrite: bool = False, resume: bool = False,
            progress: bool = True, inputs: Sequence[Any] = (), replacing: tuple[float, float] | None = None,
-           augment: int | AugmentSettings = 0, augment_seed: int = 0) -> dict[str, Any]:
+           augment: int | str | AugmentSettings = "auto", augment_seed: int = 0,
+           labels_only: str = "auto") -> dict[str, Any]:
     """Distil the task model in ``teacher_run`` into ``student`` students, one per seed, under ``out_dir``.
     cfg: the students' fine-tuning settings, or ``KEY=VALUE`` overrides of the teacher's (LoRA and
     BitFit not carried over: a student trains every weight unless they are given again).
     augment: synthetic sentences per training sentence (Tang et al. 2019; 0: none), drawn with
-    ``augment_seed``, or :class:`AugmentSettings` (the rules' probabilities too).
+    ``augment_seed``, or :class:`AugmentSettings` (the rules' probabilities too); ``"auto"``: some
+    when the transfer set is small, ``"on"``: some anyway (:func:`ptmkit.compress.augment.augment_count`).
+    labels_only: ``"auto"`` | ``"on"`` | ``"off"``: train each student's labels-only twin too
+    (``auto``: when the transfer set is small) and say whether distillation beat it.
     replacing: ``(rate, full_at)``: BERT-of-Theseus module replacing instead of the distillation
     losses (:mod:`ptmkit.compress.theseus`; a ``layers`` student: one successor layer per module)."""
     if resume and overwrite:
         raise PtmError("--resume continues the runs in OUT and --overwrite replaces them: give one of them")
-    augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(augment, augment_seed)
-    if replacing is not None and (student.kind != "layers" or unlabelled or augmenting.n):
+    asked = augment.n if isinstance(augment, AugmentSettings) else requested(augment)
+    if replacing is not None and (student.kind != "layers" or unlabelled or asked):
         raise PtmError("module replacing trains successor layers made from the teacher's (--student layers) "
                        "on the task's own data (no --unlabelled or --augment)")
     out = Path(out_dir)
@@ -114,6 +125,13 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
     extra = read_unlabelled(unlabelled, unlabelled_limit) if unlabelled else []
     if unlabelled and not extra:
         raise PtmError("the unlabelled file holds no text (one example per line)")
+    size = len(teacher.task_data.split("train")) + len(extra)  # the transfer set before augmentation
+    earlier = _earlier_augmentation(out) if resume and augment == "auto" else None
+    if earlier is not None:  # a resumed run goes on as it started, whatever "auto" decides today
+        augmenting = earlier
+    else:
+        augmenting = augment if isinstance(augment, AugmentSettings) else AugmentSettings(
+            augment_count(augment, size, teacher.task_data, teacher.tokenizer, replacing is not None), augment_seed)
     if augmenting.n:
         synthetic, augmented = synthetic_sentences(teacher, augmenting)
         extra += synthetic
@@ -137,6 +155,15 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
                          desc=f"distil seed={seed}", resume=resume, training=training)
             r["init"] = "student"
             runs.append(r)
+        twins = []
+        if twin_wanted(labels_only, size):
+            for seed in seeds:  # the same student and seed on the gold examples alone
+                training = Distillation(teacher.model, twin_settings(), source, student.describe())
+                r = finetune(build_student(teacher, student, seed), teacher.task_data, out / TWIN_DIR.format(seed=seed),
+                             replace(cfg), seed=seed, progress=progress, desc=f"labels-only seed={seed}",
+                             resume=resume, training=training)
+                r["init"] = "labels only"
+                twins.append(r)
         key = runs[0]["select"]
         t_params = non_embedding_parameters(teacher.model)
         s_params = [read_record(out / f"student-seed{s}" / "results.json", "resume to train that student again")
@@ -154,12 +181,42 @@ def distil(teacher_run: str | os.PathLike, out_dir: str | os.PathLike, student: 
             "retention": {split: float(np.mean([r[split][key] for r in runs]) / t[key])
                           for split, t in (("dev", t_dev), ("test", t_test)) if t.get(key)},
             "runs": runs,
+            **({"labels_only": _against_twins(runs, twins)} if twins else {}),
         }
         atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
         distil_figure(summary, out / FIGURE_FILE)
         write_run_card(out, kind="distil")
-    print(format_table(summary["summary"]))
+    table = {**summary["summary"], **(summarize_inits(twins) if twins else {})}
+    print(format_table(table))
     print(f"teacher test {key} {t_test[key]:.4f}; student keeps {summary['retention'].get('test', float('nan')):.1%} "
           f"with {summary['parameter_ratio']:.0%} of its non-embedding parameters")
+    for line in summary.get("labels_only", {}).get("verdict", []):
+        print(line)
     print(f"results: {out / SUMMARY_FILE}")
     return summary
+
+
+def _earlier_augmentation(out: Path) -> AugmentSettings | None:
+    """How the students already in ``out`` were augmented (``n = 0``: not at all), read from the
+    first with results or a checkpoint (any seed's: a resume may add seeds); ``None`` when none has
+    either."""
+    for run in sorted(p for p in out.glob("student-seed*") if p.is_dir()):
+        latest = ckpt.latest_checkpoint(run)
+        if (run / "results.json").is_file():
+            record = read_record(run / "results.json", "resume with --augment N (or off) to say how it was augmented")
+        elif latest is not None:
+            record = ckpt.read_config(latest)
+        else:
+            continue
+        made = (record.get("training") or {}).get("augment") or {}
+        return AugmentSettings(**{f.name: made[f.name] for f in fields(AugmentSettings) if f.name in made})
+    return None
+
+
+def _against_twins(runs: list[dict[str, Any]], twins: list[dict[str, Any]]) -> dict[str, Any]:
+    """The labels-only twins' scores and the verdict on the test split, in the selection metric."""
+    key = runs[0]["select"]
+    distilled, alone = [r["test"][key] for r in runs], [r["test"][key] for r in twins]
+    v = verdict(distilled, alone)
+    lines = verdict_lines(v, key, float(np.mean(distilled)), float(np.mean(alone)))
+    return {"summary": summarize_inits(twins), "metric": key, "split": "test", **v, "verdict": lines, "runs": twins}
