@@ -201,6 +201,10 @@ def test_finetune_cli_trains_and_ptm_encode_reads_the_run(files, tmp_path, capsy
     rows = [json.loads(x) for x in (run / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 24 and {"text", "text_pair", "rank", "retrieved", "cosine"} <= set(rows[0])
     assert np.mean([1 / r["rank"] for r in rows]) == pytest.approx(result["test"]["mrr"])
+    # the saved run scores the same again (--eval-only)
+    rc, err = run_cli(["finetune", run, "--eval-only", *splits, "-o", tmp_path / "again"], capsys)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "again" / "results.json").read_text())["test"] == pytest.approx(result["test"])
     # ptm encode reads the run's encoder: its vectors give the scores the run reported
     test = [json.loads(x) for x in (files / "test.jsonl").read_text().splitlines()]
     (tmp_path / "texts.txt").write_text("\n".join(r["text"] for r in test) + "\n")
