@@ -208,16 +208,16 @@ class SentenceEncoder(nn.Module):
         through the encoder as one ``[V B, T]`` batch (independent dropout masks).  Metric:
         ``accuracy``, the share of queries whose nearest key is their positive."""
         views = [p for p in VIEWS if p + "input_ids" in batch]
-        keys = ["input_ids", *(k for k in ENCODER_KEYS if k in batch)]
-        merged = {k: torch.cat([batch[p + k] for p in views]) for k in keys}
+        names = ["input_ids", *(k for k in ENCODER_KEYS if k in batch)]
+        merged = {k: torch.cat([batch[p + k] for p in views]) for k in names}  # [V B, T]
         vectors = self.embed(merged)  # [V B, H]
         if self.pooling == "cls":
             vectors = self.mlp(vectors)
         n = batch["input_ids"].shape[0]
-        queries, keys_ = vectors[:n], vectors[n:]  # [B, H], [(V - 1) B, H]
-        loss = info_nce(queries, keys_, self.temperature)
+        queries, keys = vectors[:n], vectors[n:]  # [B, H], [(V - 1) B, H]: positives, then hard negatives
+        loss = info_nce(queries, keys, self.temperature)
         with torch.no_grad():
-            hit = cosine_logits(queries, keys_, self.temperature).argmax(dim=-1) == torch.arange(n, device=vectors.device)
+            hit = cosine_logits(queries, keys, self.temperature).argmax(dim=-1) == torch.arange(n, device=vectors.device)
         return StepOutput(loss=loss, metrics={"accuracy": hit.float().mean()}, n_tokens=input_tokens(merged),
                           n_predictions=n)
 
