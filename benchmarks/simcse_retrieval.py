@@ -139,7 +139,7 @@ def main() -> None:
         rows[mode] = {**{k: result["test"][k] for k in ("mrr", "recall_at_1", "recall_at_10")},
                       "dev_mrr": result["dev"]["mrr"],
                       "anisotropy": anisotropy(ptmkit.encode(run, sample, max_len=args.max_seq_len)),
-                      "train_items": result["sizes"]["train"], "seconds": round(time.perf_counter() - t, 1)}
+                      "train_pairs": result["sizes"]["train"], "seconds": round(time.perf_counter() - t, 1)}
         print(f"  {mode}: {rows[mode]}", flush=True)
 
     print(f"\nbible-retrieval test split: {len(test)} queries, {len(set(test.text_pairs))} candidates; "
