@@ -41,6 +41,7 @@ from torch import nn
 from ptmkit.devices import resolve_device
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_stream
+from ptmkit.nn.pooling import POOLINGS, pool
 from ptmkit.pretrained import load_pretrained
 from ptmkit.static.vectors import WordVectors
 from ptmkit.tasks.batches import by_length
@@ -51,7 +52,6 @@ from ptmkit.workflows.predict import check_output, chunks, load_predictor, read_
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("mean", "cls", "last")
 SIF_A = 1e-3
 CHUNK = 1024
 HEADER_BYTES = 128  # the .npy header, reserved before the line count is known
@@ -88,17 +88,6 @@ class ContextualEncoder:
         for index, batch in by_length(inputs.lengths, batch_size, rows, device):
             out[index] = pool(self.states(batch), batch["attention_mask"], pooling).float().cpu().numpy()
         return out
-
-
-def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """``[B, H]`` from states ``[B, T, H]`` and the padding mask ``[B, T]`` (right padding)."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    if pooling == "last":
-        last = mask.long().sum(dim=1).clamp(min=1) - 1
-        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    m = mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
 
 
 class SIFEncoder:

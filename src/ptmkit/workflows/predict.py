@@ -105,7 +105,8 @@ def predict(run: str | Path | TaskModel, texts: Iterable[Any], batch_size: int |
     ``{"text", "prediction", "probabilities": {label: p}}``, tagging ``{"tokens", "tags"}``,
     regression ``{"text", "prediction"}``, multiple choice ``{"text", "choices", "prediction",
     "answer", "probabilities"}``, span QA ``{"question", "context", "answer", "score"}``, seq2seq
-    ``{"source", "prediction"}``."""
+    ``{"source", "prediction"}``, sentence embedding ``{"text", "vector"}`` (with a ``text_pair``:
+    ``{"text", "text_pair", "cosine"}``)."""
     tm = run if isinstance(run, TaskModel) else load_predictor(run, device)
     kind = type(tm.task)
     rows = (_as_row(kind, item, n) for n, item in enumerate(texts, 1))

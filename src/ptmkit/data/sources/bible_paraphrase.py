@@ -18,7 +18,9 @@ canonical order, ``k % 10 == 8`` is dev, ``k % 10 == 9`` test, the rest train.
 
 Outputs (``$PTMKIT_HOME/data/bible-paraphrase/``): ``train/dev/test.jsonl`` with ``text``,
 ``text_pair``, ``label`` (1 = same verse), ``verse`` (the KJV verse, ``Gen.1.3``);
-``stats.json``.  Built-in task: ``bible-paraphrase`` (sentence-pair classification).
+``stats.json``.  Built-in tasks: ``bible-paraphrase`` (sentence-pair classification) and
+``bible-retrieval`` (sentence embeddings: the positive pairs of each split, each verse's text to
+retrieve its other translation among the split's verses; :mod:`ptmkit.tasks.sentence_embedding`).
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ class BibleParaphrase(Source):
     packages = tuple(Package("debian", p) for p in PACKAGES)
     license = "public domain (King James Version; World English Bible)"
     tasks = {"bible-paraphrase": {"type": "classification", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
-                                  "text": "text", "text_pair": "text_pair", "label": "label"}}
+                                  "text": "text", "text_pair": "text_pair", "label": "label"},
+             "bible-retrieval": {"type": "sentence_embedding", "files": ("train.jsonl", "dev.jsonl", "test.jsonl"),
+                                 "text": "text", "text_pair": "text_pair", "label": "label"}}
 
     def build(self, files: list[Path], work: Path, out: Path) -> None:
         texts = read_bibles(files, work)
