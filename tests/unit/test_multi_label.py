@@ -18,6 +18,7 @@ from ptmkit.encoders import TransformerConfig
 from ptmkit.errors import PtmError
 from ptmkit.pretrained import save_pretrained
 from ptmkit.tasks.base import sniff_type
+from ptmkit.tasks.finetune import FinetuneConfig, finetune
 from ptmkit.tasks.multi_label import choose_thresholds, load_multi_label_files, multi_label_scores, per_label_f1
 from ptmkit.tokenization import Tokenizer
 
@@ -171,3 +172,44 @@ def test_finetune_cli_then_eval_only_and_predict_reproduce_the_scores(files, tmp
     assert [r["prediction"] for r in predicted] == [r["prediction"] for r in written]
     assert predicted[0]["probabilities"] == pytest.approx(written[0]["probabilities"], abs=1e-5)
     assert set(predicted[0]) == {"text", "prediction", "probabilities"}
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_finetune_resumes_exactly_with_the_same_thresholds(files, tmp_path):
+    data = load_multi_label_files(files / "train.jsonl", files / "dev.jsonl", files / "test.jsonl")
+    cfg = FinetuneConfig(epochs=3, lr=3e-3, batch_size=16, max_seq_len=16, warmup=0.0, pooling="mean")
+    full = finetune(files / "ck", data, tmp_path / "full", cfg, seed=1, progress=False)
+    steps = -(-len(data.train) // cfg.batch_size)
+
+    def kill(trainer, step):
+        if step == steps + 3:  # inside epoch 2, after the checkpoint of epoch 1
+            raise Killed
+
+    with pytest.raises(Killed):
+        finetune(files / "ck", data, tmp_path / "cut", cfg, seed=1, progress=False, callbacks=[kill])
+    resumed = finetune(files / "ck", data, tmp_path / "cut", cfg, seed=1, progress=False, resume=True)
+    assert resumed["history"] == full["history"] and resumed["test"] == full["test"]
+    saved = [load_file(str(tmp_path / d / "best.safetensors"))["thresholds"] for d in ("full", "cut")]
+    assert torch.equal(*saved)
+
+
+def test_csv_label_sets_with_another_delimiter_through_the_cli(files, tmp_path, capsys):
+    for split, n, seed in (("train", 240, 0), ("dev", 60, 1), ("test", 60, 2)):
+        lines = "".join(f"{r['text']}\t{';'.join(r['labels'])}\n" for r in rows(n, seed))
+        (tmp_path / f"{split}.tsv").write_text("sentence\ttags\n" + lines)
+    splits = [a for s in ("train", "dev", "test") for a in (f"--{s}", str(tmp_path / f"{s}.tsv"))]
+    argv = ["finetune", files / "ck", *splits, "--type", "multi_label", "--text-column", "sentence", "--label-column",
+            "tags", "-o", tmp_path / "out", "--quiet", "epochs=1", "max_seq_len=16"]
+    rc, err = run_cli([*argv, "--column", "label_delimiter=;"], capsys)
+    argv[argv.index(tmp_path / "out")] = tmp_path / "out2"
+    assert rc == 0, err
+    result = json.loads((tmp_path / "out" / "pretrained-seed0" / "results.json").read_text())
+    assert result["labels"] == ["animal", "colour", "food", "motion"]
+    # with the default delimiter (|) every joined set is one label of its own
+    rc, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    labels = json.loads((tmp_path / "out2" / "pretrained-seed0" / "results.json").read_text())["labels"]
+    assert "animal;food" in labels and len(labels) > 4
