@@ -6,8 +6,9 @@ A *supersense* is a synset's lexicographer file (lexnames(5): ``noun.animal``, `
 with at least two noun or verb synsets (``index.noun`` and ``index.verb``, its spelling whatever
 its part of speech: ``bank``'s ten noun and eight verb senses make one example) is one example:
 its text is the lemma (underscores as spaces: ``dog food``), its labels the set of supersenses of
-all its noun and verb synsets (``bank``: ``noun.artifact``, ``noun.group``, ``noun.object``,
-``noun.possession``, ``noun.act``, ``verb.possession``, ...).  The input is the word alone, no
+all its noun and verb synsets (``bank``: ``noun.act``, ``noun.artifact``, ``noun.group``,
+``noun.object``, ``noun.possession``, ``verb.cognition``, ``verb.contact``, ``verb.motion``,
+``verb.possession``).  The input is the word alone, no
 definition or example, so a model answers from what it knows of the word; a lemma with one synset
 would be a single-label example, and these are left out.
 
