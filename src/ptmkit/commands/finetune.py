@@ -110,7 +110,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--type", default=None, metavar="TYPE",
                    help="task type of the --train/--dev/--test files ({names:task_type}); default: the "
                         "one their columns show (tokens+tags: tagging; choices: multiple_choice; "
-                        "question+context+answers: span_qa), else classification")
+                        "question+context+answers: span_qa; text+labels: multi_label), else classification")
     p.add_argument("--text-column", default=None, help="classification / regression: column of the (first) text "
                                                        "(default: text)")
     p.add_argument("--pair-column", default=None, help="column of the second text for sentence pairs")

@@ -20,13 +20,14 @@ the labels, tokenizer and settings come from RUN.  Every task type but multi_tas
 --input FILE ('-': stdin) is a text file with one example per line (a text to classify; for
 tagging, a sentence whose words are split at white space), or a JSONL / CSV / TSV table (by
 extension, or --input-format) with the task's columns: text (and text_pair for pairs) for
-classification and regression; tokens (a list in JSONL, words at white space in CSV / TSV) for
-tagging; text and choices (a list; in CSV / TSV a JSON list) for multiple choice; question and
+classification, multi-label and regression; tokens (a list in JSONL, words at white space in
+CSV / TSV) for tagging; text and choices (a list; in CSV / TSV a JSON list) for multiple choice; question and
 context for span QA; source for seq2seq (a text file works for all but multiple choice and span
 QA).  Your own column names map with --text-column, --pair-column or --column NAME=COLUMN.
 
 -o OUT ('-': stdout) gets one JSON object per input row, in input order: classification
-{"text", "prediction", "probabilities": {label: p}}; regression {"text", "prediction"};
+{"text", "prediction", "probabilities": {label: p}}; multi-label {"text", "prediction" (the
+labels at the model's thresholds, chosen on dev), "probabilities"}; regression {"text", "prediction"};
 tagging {"tokens", "tags"}, or CoNLL (word<TAB>tag lines, a blank line after each sentence)
 when OUT ends in .conll or with --format conll; multiple choice {"text", "choices",
 "prediction" (the index), "answer", "probabilities"}; span QA {"question", "context", "answer",

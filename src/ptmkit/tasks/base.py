@@ -113,6 +113,14 @@ class TaskType:
         """Predictions for ``split`` from its encoding (most types need only the encoding)."""
         return self.predict(model, encoded, device)
 
+    def choose_on_dev(self, model: nn.Module, predictions: Any) -> Any:
+        """Settle what the task type chooses on the dev split during fine-tuning (decision thresholds,
+        say) from ``predictions`` of the dev split, storing it in ``model`` so the selected epoch's
+        weights carry it; returns the dev predictions under that choice.  Called on every epoch's dev
+        evaluation by :func:`~ptmkit.tasks.finetune.finetune` only: a saved model scored again or
+        run on new text keeps what was chosen.  Default: nothing to choose."""
+        return predictions
+
     def train_size(self, encoded_train: Any) -> int:
         """Training items per epoch (examples; span QA: windows)."""
         return len(self.data.train)

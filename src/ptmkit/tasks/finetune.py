@@ -290,7 +290,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         m = training.kept(m)
-        return task.score("dev", task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device))
+        predicted = task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device)
+        return task.score("dev", task.choose_on_dev(m, predicted))
 
     selection = DevSelection(evaluate_dev, task.select, batches.steps_per_epoch, out, kept=training.kept)
     callbacks = [selection, *callbacks]

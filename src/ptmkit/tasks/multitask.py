@@ -256,6 +256,9 @@ class MultiTask(TaskType):
         model.eval()  # the heads' own eval() does not reach the shared encoder they do not own
         return {name: p.predict_split(model.heads[name], split, encoded[name], device) for name, p in self.parts.items()}
 
+    def choose_on_dev(self, model: MultiTaskModel, predictions: dict[str, Any]) -> dict[str, Any]:
+        return {name: p.choose_on_dev(model.heads[name], predictions[name]) for name, p in self.parts.items()}
+
     def score(self, split: str, predictions: dict[str, Any]) -> dict[str, float]:
         out: dict[str, float] = {}
         for name, p in self.parts.items():

@@ -102,7 +102,8 @@ def predict(run: str | Path | TaskModel, texts: Iterable[Any], batch_size: int |
     words are split at white space for tagging), a list of words (tagging), or a dict with the
     task's columns (``{"text": ..., "text_pair": ...}``; multiple choice ``{"text", "choices"}``,
     span QA ``{"question", "context"}``).  Returns one dict per item, in order: classification
-    ``{"text", "prediction", "probabilities": {label: p}}``, tagging ``{"tokens", "tags"}``,
+    ``{"text", "prediction", "probabilities": {label: p}}``, multi-label ``{"text", "prediction" (the labels),
+    "probabilities": {label: p}}``, tagging ``{"tokens", "tags"}``,
     regression ``{"text", "prediction"}``, multiple choice ``{"text", "choices", "prediction",
     "answer", "probabilities"}``, span QA ``{"question", "context", "answer", "score"}``, seq2seq
     ``{"source", "prediction"}``, sentence embedding ``{"text", "vector"}`` (with a ``text_pair``:
