@@ -67,3 +67,30 @@ def classification_metrics(y_true, y_pred, num_labels: int) -> dict[str, float]:
     if num_labels == 2:
         out["f1"] = binary_f1(y_true, y_pred, positive=1)
     return out
+
+def multi_hot(sets: list[list[str]], names: list[str]) -> np.ndarray:
+    """``[N, K]`` uint8: row ``i`` has 1 at the index of each label of ``sets[i]`` in ``names``."""
+    index = {name: k for k, name in enumerate(names)}
+    out = np.zeros((len(sets), len(names)), dtype=np.uint8)
+    for i, labels in enumerate(sets):
+        out[i, [index[x] for x in labels]] = 1
+    return out
+
+
+def multi_label_scores(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    """``micro_f1``, ``macro_f1`` (over the labels the gold or predicted sets hold) and
+    ``exact_match`` of ``predicted`` against ``gold`` (both ``[N, K]``, 0/1 or bool)."""
+    g, p = np.asarray(gold) > 0, np.asarray(predicted) > 0
+    tp, fp, fn = (g & p).sum(axis=0), (~g & p).sum(axis=0), (g & ~p).sum(axis=0)
+    denominator = 2 * tp + fp + fn  # [K]
+    seen = denominator > 0
+    micro = 2 * tp.sum() / denominator.sum() if denominator.sum() else 0.0
+    macro = float(np.mean(2 * tp[seen] / denominator[seen])) if seen.any() else 0.0
+    return {"micro_f1": float(micro), "macro_f1": macro, "exact_match": float((g == p).all(axis=1).mean())}
+
+
+def per_label_f1(gold: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Each label's F1 ``[K]`` (0 where it has neither gold nor predicted examples)."""
+    g, p = np.asarray(gold) > 0, np.asarray(predicted) > 0
+    tp, fp, fn = (g & p).sum(axis=0), (~g & p).sum(axis=0), (g & ~p).sum(axis=0)
+    return np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(len(tp)), where=(2 * tp + fp + fn) > 0)

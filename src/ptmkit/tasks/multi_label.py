@@ -51,6 +51,7 @@ from ptmkit.fileio import atomic_write_text
 from ptmkit.registry import register
 from ptmkit.tasks.batches import by_length
 from ptmkit.tasks.classification import Classification, SequenceClassifier, collate
+from ptmkit.tasks.metrics import multi_hot, multi_label_scores, per_label_f1
 from ptmkit.train.step import StepOutput, input_tokens
 
 DELIMITER = "|"
@@ -117,15 +118,6 @@ def read_label_rows(path: str | Path, text: str = "text", text_pair: str | None 
         sets.append(labels)
         lines.append(n)
     return texts, pairs, sets, lines
-
-
-def multi_hot(sets: list[list[str]], names: list[str]) -> np.ndarray:
-    """``[N, K]`` uint8: row ``i`` has 1 at the index of each label of ``sets[i]`` in ``names``."""
-    index = {name: k for k, name in enumerate(names)}
-    out = np.zeros((len(sets), len(names)), dtype=np.uint8)
-    for i, labels in enumerate(sets):
-        out[i, [index[x] for x in labels]] = 1
-    return out
 
 
 def load_multi_label_files(train: str | Path, dev: str | Path, test: str | Path, text_column: str = "text",
@@ -242,25 +234,6 @@ def choose_thresholds(probs: np.ndarray, gold: np.ndarray, default: float = 0.5)
         below = p[best + 1] if best + 1 < n else 0.0
         out[j] = (p[best] + below) / 2
     return out
-
-
-def multi_label_scores(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
-    """``micro_f1``, ``macro_f1`` (over the labels the gold or predicted sets hold) and
-    ``exact_match`` of ``predicted`` against ``gold`` (both ``[N, K]``, 0/1 or bool)."""
-    g, p = np.asarray(gold) > 0, np.asarray(predicted) > 0
-    tp, fp, fn = (g & p).sum(axis=0), (~g & p).sum(axis=0), (g & ~p).sum(axis=0)
-    denominator = 2 * tp + fp + fn  # [K]
-    seen = denominator > 0
-    micro = 2 * tp.sum() / denominator.sum() if denominator.sum() else 0.0
-    macro = float(np.mean(2 * tp[seen] / denominator[seen])) if seen.any() else 0.0
-    return {"micro_f1": float(micro), "macro_f1": macro, "exact_match": float((g == p).all(axis=1).mean())}
-
-
-def per_label_f1(gold: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """Each label's F1 ``[K]`` (0 where it has neither gold nor predicted examples)."""
-    g, p = np.asarray(gold) > 0, np.asarray(predicted) > 0
-    tp, fp, fn = (g & p).sum(axis=0), (~g & p).sum(axis=0), (g & ~p).sum(axis=0)
-    return np.divide(2 * tp, 2 * tp + fp + fn, out=np.zeros(len(tp)), where=(2 * tp + fp + fn) > 0)
 
 
 # ------------------------------------------------------------------------------------ the task type

@@ -37,6 +37,7 @@ from ptmkit.data.sources.wordnet_supersense import supersenses
 from ptmkit.data.sources.wordnet_wsd import read_wordnet
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.tasks.metrics import multi_hot, multi_label_scores
 
 SEED = 2006  # Ciaramita & Altun (2006), supersense tagging
 FRACTIONS = (0.8, 0.1, 0.1)
@@ -67,8 +68,6 @@ def part_stats(rows: list[dict]) -> dict:
 
 def _scores(rows: list[dict], predicted: set[str]) -> dict:
     """micro-F1, macro-F1 (labels gold or predicted) and exact match of predicting ``predicted`` for every row."""
-    from ptmkit.tasks.multi_label import multi_hot, multi_label_scores
-
     names = sorted({x for r in rows for x in r["labels"]} | predicted)
     gold = multi_hot([r["labels"] for r in rows], names)
     pred = multi_hot([sorted(predicted)] * len(rows), names)
