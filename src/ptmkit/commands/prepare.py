@@ -6,6 +6,7 @@ import argparse
 import math
 
 from ptmkit.data.memory import parse_count, parse_size  # light: no numpy, no torch
+from ptmkit.data.textfiles import TextFormat  # light: the standard library only
 from ptmkit.errors import PtmError
 
 HELP = "tokenize text files (plain, JSONL, CSV, Parquet; compressed) into a memory-mapped corpus (for pre-training)"
@@ -155,8 +156,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ptmkit.data.prepare import prepare
-    from ptmkit.data.textfiles import TextFormat
-
     if args.dedup != "near" and args.dedup_threshold != 0.8:
         raise PtmError("--dedup-threshold is the similarity of --dedup near; give --dedup near with it")
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ptmkit.data.textfiles import TextFormat  # light: the standard library only
 from ptmkit.errors import PtmError
 
 HELP = "train a tokenizer (wordpiece, bpe, unigram, char, word) or encode text"
@@ -72,8 +73,6 @@ def run_train(args: argparse.Namespace) -> int:
         raise PtmError(f"{out} is one of the training files; write the tokenizer to another file")
     if out.exists() and not args.force:
         raise PtmError(f"{out} exists; pass --force to overwrite it")
-    from ptmkit.data.textfiles import TextFormat
-
     tok = tokenizer.Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
                                     lowercase=args.lowercase, show_progress=sys.stderr.isatty(),
                                     fmt=TextFormat(args.field, args.column))
