@@ -13,7 +13,7 @@ PACKAGE = ROOT / "src" / "ptmkit"
 
 # Function-local imports allowed: the optional dependencies where they are first needed, and the
 # commands' lazy imports of their workflow (so `ptm --help` and `ptm data list` start without torch).
-LOCAL_IMPORT_BUDGET = 41  # + ptm predict's and ptm encode's workflows; ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy;
+LOCAL_IMPORT_BUDGET = 39  # + ptm predict's and ptm encode's workflows; ptm quantize's workflow, torchao; ptm analyse's workflow; spaCy;
 # pyarrow and zstandard (Parquet and zstd corpora);
 # torch in Tokenizer.__call__(return_tensors="pt") (tokenizing and preparing text need no torch);
 # FSDP and DCP (sharding, checkpoints, rank 0's weights handed out at sharding);

@@ -86,8 +86,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_predict)
 
 
+def _static():
+    """``(classify_data, fasttext_classify)``, imported when a sub-command runs: their numba
+    kernels would slow ``--help`` down."""
+    from ptmkit.static import classify_data, fasttext_classify
+
+    return classify_data, fasttext_classify
+
+
 def run_train(args: argparse.Namespace) -> int:
-    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
+    classify_data, fasttext_classify = _static()
 
     if args.valid and args.task:
         raise PtmError("--valid goes with --input; a --task is evaluated on its own dev and test splits")
@@ -118,7 +126,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_test(args: argparse.Namespace) -> int:
-    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
+    classify_data, fasttext_classify = _static()
 
     if (args.task is None) == (args.file is None):
         raise PtmError("give either a FILE in __label__ format or --task NAME (with --split)")
@@ -133,7 +141,7 @@ def run_test(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from ptmkit.static import classify_data, fasttext_classify  # numba kernels: only when the command runs
+    classify_data, fasttext_classify = _static()
 
     clf = fasttext_classify.FastTextClassifier.load(args.model)
     if args.file == "-":
