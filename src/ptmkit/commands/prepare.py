@@ -51,6 +51,15 @@ all FILEs.  What was removed (count and share) is logged and recorded in DIR/met
 "dedup".  With --dedup each document is held whole while it is compared (under --memory-budget a
 document longer than a block is refused).
 
+--language CODE records the text's language (a multilingual pre-training joins one corpus per
+language: ptm pretrain --data en/ es/ ny/); the tokenizer must have been trained on it
+(ptm tokenizer train ... --languages en,es,ny).  --parallel A,B prepares translation pairs for XLM's
+translation language model: one JSON Lines / CSV / TSV file with a field per language (A and B,
+an optional "ref"), or two line-aligned files (A's, then B's; JSON Lines with the text in --field
+and, where both carry a "ref", the same ref on each line).  Unequal line counts, unaligned refs
+and empty sides are refused with their line numbers.  Pair k becomes document k: A's sentence,
+then B's.
+
 DIR must be new, empty, or a corpus ptm prepared (marked by .ptmkit-output.json); an input file
 inside DIR is refused.  The corpus is written to a scratch directory inside DIR and moved into
 place only when complete, so a failure leaves DIR as it was.
@@ -68,6 +77,8 @@ example:
   ptm prepare reviews.csv.gz -t tok.json -o corpora/reviews --column review --dedup exact
   ptm prepare wiki/*.parquet -t tok.json -o corpora/wiki                      # the field "text"
   ptm pretrain bert-tiny --data corpora/web -o runs/web                      # reads every shard
+  ptm prepare es.train.txt -t tok.json -o corpora/es --language es           # one language
+  ptm prepare en-es.train.jsonl -t tok.json -o corpora/en-es --parallel en,es # translation pairs
 """
 
 
@@ -151,17 +162,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="drop duplicate documents: exact (normalised text) or near (MinHash LSH of word 5-grams)")
     p.add_argument("--dedup-threshold", type=jaccard, default=0.8, metavar="J",
                    help="--dedup near: the Jaccard similarity from which a document is a near duplicate (default 0.8)")
+    p.add_argument("--language", default=None, metavar="CODE",
+                   help="the text's language (en, es, ...), one the tokenizer was trained on (--languages)")
+    p.add_argument("--parallel", default=None, metavar="A,B",
+                   help="FILEs are translation pairs in languages A and B (see above): a corpus for XLM's TLM")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.data.prepare import prepare
+    from ptmkit.data.parallel import prepare, prepare_parallel  # the command's one heavy import
     if args.dedup != "near" and args.dedup_threshold != 0.8:
         raise PtmError("--dedup-threshold is the similarity of --dedup near; give --dedup near with it")
+    if args.parallel is not None:
+        if args.language is not None or args.dedup is not None or args.shard_size is not None or args.link is not None:
+            raise PtmError("--parallel prepares translation pairs; --language, --dedup, --shard-size and --link do not apply")
+        corpus = prepare_parallel(args.files, args.parallel.split(","), args.tokenizer, args.output, field=args.field,
+                                  workers=args.workers, overwrite=args.overwrite, memory_budget=args.memory_budget)
+        print(f"{corpus} ({corpus.meta['pairs']:,} pairs, {' -> '.join(corpus.meta['parallel'])})")
+        return 0
     corpus = prepare(args.files, args.tokenizer, args.output, workers=args.workers,
                      chunk_bytes=int(args.chunk_mb * (1 << 20)), overwrite=args.overwrite,
                      segmenter=args.segmenter, user_dict=args.user_dict, memory_budget=args.memory_budget,
                      shard_tokens=args.shard_size, link=args.link, fmt=TextFormat(args.field, args.column),
-                     dedup=args.dedup, dedup_threshold=args.dedup_threshold)
+                     dedup=args.dedup, dedup_threshold=args.dedup_threshold, language=args.language)
     print(f"{corpus}")
     return 0

@@ -31,7 +31,9 @@ examples as they have together, corpus i filling the share Wi / sum(W) of them e
 corpus walks through its own examples in a fresh random order per pass and continues in the
 next epoch where it stopped (a corpus whose share exceeds its size repeats examples).  Without
 weights an epoch is every example of every corpus once.  Held-out examples (train.eval_fraction)
-are taken from each corpus alike.
+are taken from each corpus alike.  --data-weights alpha=A gives corpus i the share q_i ∝ p_i^A
+of its natural share p_i (tokens): XLM's language sampling over one corpus per language (A = 0.5
+in XLM, 0.3 in XLM-R; small languages are up-sampled).
 
 Settings are changed with SECTION.KEY=VALUE overrides (an unknown key is an error that names the
 nearest valid one).  Useful train keys: batch_size (global, per optimizer step), grad_accum,
@@ -133,7 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. train.max_steps=200")
     p.add_argument("--data", "-d", nargs="+", required=True, metavar="DATA", help="prepared corpus directory or text file(s)")
     p.add_argument("--data-weights", default=None, metavar="W1,W2,...",
-                   help="one weight per prepared corpus of --data: each epoch draws their examples in these proportions")
+                   help="one weight per prepared corpus of --data: each epoch draws their examples in these proportions; "
+                        "alpha=A: shares ∝ (token share)^A, XLM's language sampling")
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")

@@ -25,12 +25,20 @@ All kinds reserve [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4).
 `train` reads what `ptm prepare` reads: plain text, JSON Lines (.jsonl: the text in --field),
 CSV/TSV (.csv, .tsv: the text in --column) and Parquet (.parquet: --field), compressed by suffix
 (.gz, .bz2, .xz, .zst) or not; a structured file trains as its plain text copy would.
+
+--languages en,es,ny names each FILE's language (one code per file, in order; repeat a code for a
+language with several files).  The subword vocabulary is then learnt from word counts balanced as
+XLM samples its languages: language i gets the share q_i ∝ p_i^alpha of the counts (p_i its natural
+share; --alpha 1 keeps the natural shares, 0 makes them equal, XLM uses 0.5), so a small language
+is not left with characters only.  One token <lang_XX> per language is added after the vocabulary:
+`ptm prepare --language XX` and the XLM objective read the languages from it.
 """
 
 EPILOG = """\
 examples:
   ptm tokenizer train ptb/train.txt --kind wordpiece --vocab-size 8000 -o tok.json
   ptm tokenizer train crawl/*.jsonl.zst --field content --kind bpe --vocab-size 32000 -o tok.json
+  ptm tokenizer train en.txt es.txt ny.txt --languages en,es,ny --alpha 0.5 -o tok.json
   echo "the cat sat" | ptm tokenizer encode -t tok.json
 """
 
@@ -54,6 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     case.add_argument("--cased", dest="lowercase", action="store_false", help="keep case")
     tr.add_argument("-o", "--output", required=True, metavar="TOKENIZER_JSON", help="where to write tokenizer.json")
     tr.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    tr.add_argument("--languages", default=None, metavar="CODES",
+                    help="the language of each FILE, comma-separated (en,es,ny): a multilingual tokenizer")
+    tr.add_argument("--alpha", type=float, default=None, metavar="A",
+                    help="--languages: language shares ∝ p_i^A (default 0.5, XLM's; 1 natural, 0 equal)")
     tr.set_defaults(func=run_train)
     en = sub.add_parser("encode", help="print token ids and tokens of text (arguments or stdin lines)")
     en.add_argument("-t", "--tokenizer", required=True, metavar="TOKENIZER_JSON")
@@ -66,6 +78,9 @@ def run_train(args: argparse.Namespace) -> int:
     from ptmkit.tokenization import tokenizer  # the one heavy import, when the command runs
 
     tokenizer.check_kind(args.kind)
+    languages = args.languages.split(",") if args.languages is not None else None
+    if languages is None and args.alpha is not None:
+        raise PtmError("--alpha balances the languages of --languages; name each file's language with it")
     out = Path(args.output)
     if out.is_dir():
         out = out / "tokenizer.json"
@@ -75,7 +90,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise PtmError(f"{out} exists; pass --force to overwrite it")
     tok = tokenizer.Tokenizer.train(args.files, args.kind, args.vocab_size, min_frequency=args.min_frequency,
                                     lowercase=args.lowercase, show_progress=sys.stderr.isatty(),
-                                    fmt=TextFormat(args.field, args.column))
+                                    fmt=TextFormat(args.field, args.column), languages=languages,
+                                    alpha=0.5 if args.alpha is None else args.alpha)
     path = tok.save(out)
     print(f"{tok} -> {path}")
     return 0

@@ -31,6 +31,7 @@ import numpy as np
 from ptmkit.data.batches import PretrainBatches
 from ptmkit.data.corpus import Corpus, ShardedCorpus
 from ptmkit.errors import PtmError
+from ptmkit.tokenization.languages import balanced_shares
 
 BLEND_STREAM = 555_555  # the rng stream of each corpus's passes (never a real epoch)
 
@@ -69,8 +70,20 @@ def member_spans(objective: Any, corpus: Corpus, seq_len: int) -> list[np.ndarra
             for i, m in enumerate(members)]
 
 
-def parse_weights(weights: str | Sequence[float], n: int) -> np.ndarray:
-    """``0.7,0.3`` (or a sequence of numbers) for ``n`` corpora -> float64 [n], summing to 1."""
+def parse_weights(weights: str | Sequence[float], n: int, sizes: Sequence[int] | None = None) -> np.ndarray:
+    """``0.7,0.3`` (or a sequence of numbers) for ``n`` corpora -> float64 [n], summing to 1.
+
+    ``alpha=A`` (or ``alpha:A``): XLM's language-balanced shares ``q_i ∝ p_i^A`` of the corpora's
+    ``sizes`` (tokens; :func:`~ptmkit.tokenization.languages.balanced_shares`)."""
+    if isinstance(weights, str) and weights.replace(" ", "").startswith(("alpha=", "alpha:")):
+        value = weights.replace(" ", "")[6:]
+        try:
+            alpha = float(value)
+        except ValueError:
+            raise PtmError(f"--data-weights alpha=A takes a number in [0, 1] (XLM: 0.5), got {value!r}") from None
+        if sizes is None or len(sizes) != n:
+            raise ValueError("alpha weights need the size of each corpus")
+        return balanced_shares(sizes, alpha)
     items = weights.split(",") if isinstance(weights, str) else list(weights)
     try:
         w = np.array([float(x) for x in items], dtype=np.float64)

@@ -25,7 +25,7 @@ import json
 import logging
 import multiprocessing as mp
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,15 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from ptmkit import outputs
 from ptmkit.data import memory
-from ptmkit.data.corpus import FORMAT_VERSION, TOKENIZER, WORD_STARTS, Corpus, token_dtype
+from ptmkit.data.corpus import TOKENIZER, Corpus, token_dtype
 from ptmkit.data.dedup import DEFAULT_THRESHOLD, Dedup, unique_lines
 from ptmkit.data.sources.base import sha256
 from ptmkit.data.textfiles import TextFile, TextFormat, describe
-from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter
+from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter, common_meta
 from ptmkit.errors import PtmError, require_file
 from ptmkit.knowledge.corpus_entities import load_graph, write_entities
 from ptmkit.tokenization import Tokenizer, kinds
+from ptmkit.tokenization.languages import language_index
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 from ptmkit.train.progress import progress as progress_display
 
@@ -283,6 +284,9 @@ def prepare(
     fmt: TextFormat | None = None,
     dedup: str | None = None,
     dedup_threshold: float = DEFAULT_THRESHOLD,
+    language: str | None = None,
+    labels: dict[str, Any] | None = None,
+    verify: Callable[[Path], None] | None = None,
 ) -> Corpus:
     """Tokenize text ``files`` into a memory-mapped corpus in ``out_dir`` and open it.
 
@@ -307,6 +311,11 @@ def prepare(
     column ``text``), and a row is one document.  ``dedup``: ``"exact"`` or ``"near"`` drops the
     documents that repeat an earlier one (:mod:`ptmkit.data.dedup`; ``dedup_threshold``: the Jaccard
     similarity of word 5-grams from which ``near`` drops), recorded in ``meta.json`` as ``dedup``.
+
+    ``language``: the language of the text, one the tokenizer was trained on
+    (:mod:`ptmkit.tokenization.languages`), recorded in ``meta.json``; a multilingual pre-training
+    joins one corpus per language.  ``labels``: more keys for ``meta.json``; ``verify(scratch)``
+    checks the finished corpus before it is published (:mod:`ptmkit.data.parallel`'s pairs).
     """
     paths = [Path(f) for f in files]
     if not paths:
@@ -334,6 +343,12 @@ def prepare(
     inputs = [*paths, tok_path]
     outputs.check(out, "corpus", inputs, overwrite)  # before the tokenizer is even read
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
+    labels = dict(labels or {})
+    if language is not None:
+        language_index(tok.languages, language, "--language")
+        labels["language"] = language
+    for code in labels.get("parallel", ()):
+        language_index(tok.languages, code, "--parallel")
     if plan is not None:
         chunk_bytes = plan.block_bytes
         log.info("--memory-budget %s: %d worker(s), blocks of %s, %d in flight (about %s at most)",
@@ -341,12 +356,14 @@ def prepare(
                  memory.format_size(plan.estimate))
     n_blocks = sum(max(1, -(-p.stat().st_size // chunk_bytes)) for p in paths)
     workers = max(1, min(plan.workers if plan is not None else cores, n_blocks))
-    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record, fmt, dedup_filter)
+    run = _Run(chunk_bytes, workers, plan, shard_size, progress, seg, seg_record, fmt, dedup_filter, labels)
 
     # Written into a scratch directory, published into ``out`` only when complete; with
     # overwrite, the previous corpus files are replaced then (the user's other files stay).
     with outputs.staged(out, "corpus", inputs, overwrite) as tmp:
         _write_corpus(tmp, paths, tok, run)
+        if verify is not None:
+            verify(tmp)
         if graph is not None:
             index = write_entities(tmp, graph, link)
             log.info("--link %s: %d of %d words linked (%d spans, %d distinct entities)", link,
@@ -368,6 +385,7 @@ class _Run:
     seg_record: dict | str | None
     fmt: TextFormat = TextFormat()
     dedup: Dedup | None = None
+    labels: dict[str, Any] | None = None  # more keys for meta.json (language, parallel)
 
     @property
     def in_flight(self) -> int:
@@ -391,7 +409,7 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
     try:
         tok_file = tok.save(root / TOKENIZER)
         dtype = token_dtype(tok.vocab_size)
-        common = _common_meta(paths, tok, tok_file, dtype, run.seg_record, run.fmt)
+        common = {**common_meta(paths, tok, tok_file, dtype, run.seg_record, run.fmt), **(run.labels or {})}
         if run.shard_tokens is not None:
             writer = ShardWriter(root, dtype, tok.unk_id, run.shard_tokens, tok_file, common)
         else:
@@ -428,28 +446,6 @@ def _write_corpus(root: Path, paths: list[Path], tok: Tokenizer, run: _Run) -> N
         if writer is not None:
             writer.abort()
         raise
-
-
-def _common_meta(paths: list[Path], tok: Tokenizer, tok_file: Path, dtype: np.dtype,
-                 seg_record: dict | str | None, fmt: TextFormat) -> dict[str, Any]:
-    """What ``meta.json`` records besides the counts (the same for a corpus, a set and its shards)."""
-    return {
-        "format": FORMAT_VERSION,
-        "dtype": np.dtype(dtype).name,
-        "vocab_size": tok.vocab_size,
-        "tokenizer_kind": tok.kind,
-        "tokenizer_sha256": sha256(tok_file),
-        "word_starts": WORD_STARTS,
-        "word_segmenter": seg_record,
-        "sources": [_source_record(p, fmt) for p in paths],
-    }
-
-
-def _source_record(path: Path, fmt: TextFormat) -> dict[str, Any]:
-    """A source file in ``meta.json``: its path, size, format (``jsonl+gzip``) and where its text was."""
-    kind = describe(path)
-    return {"path": str(path.resolve()), "bytes": path.stat().st_size, "format": kind,
-            **fmt.record(kind.split("+")[0])}
 
 
 def _encode_all(chunks: Iterator[_Chunk], tok: Tokenizer, run: _Run, dtype: np.dtype,

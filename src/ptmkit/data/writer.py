@@ -24,7 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from ptmkit.data.corpus import DOCUMENTS, META, SENTENCES, SHARDS_DIR, TOKENIZER, TOKENS, WORD_STARTS, shard_name
+from ptmkit.data.corpus import (
+    DOCUMENTS,
+    FORMAT_VERSION,
+    META,
+    SENTENCES,
+    SHARDS_DIR,
+    TOKENIZER,
+    TOKENS,
+    WORD_STARTS,
+    shard_name,
+)
+from ptmkit.data.sources.base import sha256
+from ptmkit.data.textfiles import TextFormat, describe
 
 
 @dataclass(frozen=True)
@@ -241,4 +253,26 @@ def _write_meta(root: Path, common: dict[str, Any], counts: dict[str, int], extr
     (root / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
-__all__ = ["CorpusWriter", "Encoded", "NpyAppender", "ShardWriter"]
+def common_meta(paths: list[Path], tok: Any, tok_file: Path, dtype: np.dtype,
+                 seg_record: dict | str | None, fmt: TextFormat) -> dict[str, Any]:
+    """What ``meta.json`` records besides the counts (the same for a corpus, a set and its shards)."""
+    return {
+        "format": FORMAT_VERSION,
+        "dtype": np.dtype(dtype).name,
+        "vocab_size": tok.vocab_size,
+        "tokenizer_kind": tok.kind,
+        "tokenizer_sha256": sha256(tok_file),
+        "word_starts": WORD_STARTS,
+        "word_segmenter": seg_record,
+        "sources": [source_record(p, fmt) for p in paths],
+    }
+
+
+def source_record(path: Path, fmt: TextFormat) -> dict[str, Any]:
+    """A source file in ``meta.json``: its path, size, format (``jsonl+gzip``) and where its text was."""
+    kind = describe(path)
+    return {"path": str(path.resolve()), "bytes": path.stat().st_size, "format": kind,
+            **fmt.record(kind.split("+")[0])}
+
+
+__all__ = ["CorpusWriter", "Encoded", "NpyAppender", "ShardWriter", "common_meta", "source_record"]

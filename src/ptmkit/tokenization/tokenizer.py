@@ -25,7 +25,8 @@ from ptmkit.data.textfiles import TEXT, TextFormat, detect, has_text
 from ptmkit.errors import PtmError, require_file, suggest
 from ptmkit.fileio import atomic_write_text
 from ptmkit.tokenization import kinds as K
-from ptmkit.tokenization.training import SUBWORD_KINDS, text_lines, train_subword
+from ptmkit.tokenization.languages import check_codes, language_tokens, languages_of
+from ptmkit.tokenization.training import SUBWORD_KINDS, balanced_counts, text_lines, train_subword
 
 SENTINEL = "<extra_id_{}>"  # T5's sentinel tokens, numbered from 0
 
@@ -71,8 +72,11 @@ class Tokenizer:
         self.sentinel_ids: tuple[int, ...] = tuple(
             itertools.takewhile(lambda i: i is not None, (self._tok.token_to_id(SENTINEL.format(n)) for n in itertools.count()))
         )
+        # <lang_en>, <lang_es>, ...: the languages it was trained on (none for a monolingual one)
+        self.languages: tuple[str, ...] = languages_of({t.content: i for i, t in self._tok.get_added_tokens_decoder().items()})
+        self.language_ids: tuple[int, ...] = tuple(self._tok.token_to_id(t) for t in language_tokens(self.languages))
         self.special_ids: frozenset[int] = frozenset(
-            {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, *self.sentinel_ids}
+            {self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, *self.sentinel_ids, *self.language_ids}
         )
         self._char_tables: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -102,6 +106,8 @@ class Tokenizer:
         show_progress: bool = False,
         extra_ids: int = 0,
         fmt: TextFormat | None = None,
+        languages: Sequence[str] | None = None,
+        alpha: float = 0.5,
     ) -> "Tokenizer":
         """Train a tokenizer of ``kind`` on text ``files`` (streamed, line by line).
 
@@ -115,6 +121,12 @@ class Tokenizer:
         bar (``char``, ``word``).  ``extra_ids`` appends that many sentinel tokens as special tokens
         after the learnt vocabulary, ``<extra_id_{N-1}>`` first so that ``<extra_id_0>`` has the
         largest id, as in T5's vocabulary (the size grows to ``vocab_size + extra_ids``).
+
+        ``languages``: the language of each file (``["en", "es", "es"]``; a language may have
+        several files).  The subword vocabulary is then learnt from counts balanced by XLM's
+        ``q_i ∝ p_i^alpha`` (:func:`~ptmkit.tokenization.training.balanced_counts`), and one special
+        token ``<lang_XX>`` per language follows the vocabulary, in order of first appearance: the
+        tokenizer's record of its languages (:attr:`languages`, :mod:`ptmkit.tokenization.languages`).
         """
         if not isinstance(extra_ids, int) or isinstance(extra_ids, bool) or extra_ids < 0:
             raise PtmError(f"tokenizer.extra_ids must be a non-negative integer (sentinel tokens), got {extra_ids!r}")
@@ -132,10 +144,19 @@ class Tokenizer:
             # The trainer would return the special tokens alone (or bytes only, for bpe): a
             # tokenizer that turns every text into [UNK].
             raise PtmError(f"no text to train a tokenizer on: {', '.join(paths)} hold only blank lines or nothing")
+        codes: tuple[str, ...] = ()
+        if languages is not None:
+            codes = check_codes(languages)
+            if len(codes) != len(paths):
+                raise PtmError(f"--languages names {len(codes)} language(s) for {len(paths)} file(s); give one code per "
+                               f"file, in order (repeat a code for a language with several files)")
+            if kind not in SUBWORD_KINDS:
+                raise PtmError(f"--languages balances the subword vocabulary; use --kind wordpiece, bpe or unigram, not {kind}")
         tok = K.build(kind, lowercase)
         try:
             if kind in SUBWORD_KINDS:
-                train_subword(tok, kind, paths, vocab_size, min_frequency, fmt)
+                counted = balanced_counts(tok, paths, codes, alpha, fmt)[:2] if codes else None
+                train_subword(tok, kind, paths, vocab_size, min_frequency, fmt, counted)
             elif all(detect(p) == (TEXT, None) for p in paths):
                 tok.train(paths, K.trainer(kind, vocab_size, min_frequency, show_progress))
             else:  # decompressed or parsed here, the lines handed to HF's trainer
@@ -146,6 +167,8 @@ class Tokenizer:
             raise PtmError(f"cannot train a {kind} tokenizer on {', '.join(paths)}: {exc}") from exc
         if extra_ids:
             tok.add_special_tokens([SENTINEL.format(n) for n in reversed(range(extra_ids))])
+        if codes:
+            tok.add_special_tokens(language_tokens(dict.fromkeys(codes)))
         K.add_post_processor(tok)
         return cls(tok, kind, lowercase)
 
@@ -412,7 +435,8 @@ class Tokenizer:
         )
 
     def __repr__(self) -> str:
-        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"
+        langs = f", languages={','.join(self.languages)!r}" if self.languages else ""
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase}{langs})"
 
 
 def check_kind(kind: str) -> None:

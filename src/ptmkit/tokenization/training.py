@@ -21,6 +21,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from ptmkit.data.textfiles import TextFile, TextFormat
 from ptmkit.tokenization import kinds as K
+from ptmkit.tokenization.languages import balanced_shares
 from ptmkit.tokenization.merges import train_merges
 from ptmkit.tokenization.unigram import train_unigram
 
@@ -55,10 +56,39 @@ def count_words(tok: Tokenizer, paths: Sequence[str], fmt: TextFormat = TextForm
     return words, np.array([counter[w] for w in words], dtype=np.int64)
 
 
+def balanced_counts(tok: Tokenizer, paths: Sequence[str], languages: Sequence[str], alpha: float,
+                    fmt: TextFormat = TextFormat()) -> tuple[list[str], np.ndarray, dict[str, float]]:
+    """The word counts of ``paths`` (file ``k`` in language ``languages[k]``) re-weighted so that
+    language ``i`` holds the share ``q_i ∝ p_i^alpha`` of all words (``p_i``: its natural share;
+    :func:`~ptmkit.tokenization.languages.balanced_shares`).
+
+    XLM samples training sentences by ``q_i``; scaling each language's counts by ``q_i / p_i`` is
+    that sampling's expectation, without the sampling noise.  Returns the sorted words, their
+    weighted counts (int64, a word seen at all keeps a count of at least 1) and ``q`` per language.
+    """
+    groups: dict[str, list[str]] = {}
+    for path, code in zip(paths, languages):
+        groups.setdefault(code, []).append(path)
+    counted = {code: count_words(tok, files, fmt) for code, files in groups.items()}
+    totals = np.array([float(c.sum()) for _, c in counted.values()])
+    q = balanced_shares(totals, alpha)
+    p = totals / totals.sum()
+    merged: dict[str, float] = {}
+    for (words, counts), qi, pi in zip(counted.values(), q, p):
+        if pi == 0:
+            continue
+        scaled = np.maximum(np.rint(counts * (qi / pi)), 1)
+        for w, c in zip(words, scaled.tolist()):
+            merged[w] = merged.get(w, 0.0) + c
+    words = sorted(merged)
+    return words, np.array([merged[w] for w in words], dtype=np.int64), dict(zip(counted, q.tolist()))
+
+
 def train_subword(tok: Tokenizer, kind: str, paths: Sequence[str], vocab_size: int, min_frequency: int,
-                  fmt: TextFormat = TextFormat()) -> None:
-    """Train ``tok`` (from :func:`kinds.build`) of a subword ``kind`` in place."""
-    words, counts = count_words(tok, paths, fmt)
+                  fmt: TextFormat = TextFormat(), counted: tuple[list[str], np.ndarray] | None = None) -> None:
+    """Train ``tok`` (from :func:`kinds.build`) of a subword ``kind`` in place (on ``counted`` words
+    and counts where given, else on the words of ``paths``)."""
+    words, counts = counted if counted is not None else count_words(tok, paths, fmt)
     if kind == "wordpiece":
         vocab, _ = train_merges(words, counts, vocab_size, min_frequency, K.SPECIAL_TOKENS, prefix="##")
         tok.model = models.WordPiece(vocab, unk_token=K.UNK, continuing_subword_prefix="##", max_input_chars_per_word=100)

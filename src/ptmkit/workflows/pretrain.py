@@ -144,8 +144,10 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
         overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
     config = resolve_config(raw, tokenizer, overrides)
     record = rundir.inputs_record(data, eval_data)
-    if data_weights is not None:  # a resumed run must draw the same shares
-        record["data_weights"] = parse_weights(data_weights, len(getattr(corpus, "members", None) or [corpus])).tolist()
+    if data_weights is not None:  # resolved once (alpha=A from the corpora's sizes); a resumed run must draw the same shares
+        members = getattr(corpus, "members", None) or [corpus]
+        data_weights = parse_weights(data_weights, len(members), [m.n_tokens for m in members]).tolist()
+        record["data_weights"] = data_weights
     run.check_resumed(config, tokenizer, corpus, record)
     run.start_over(corpus)
     train_cfg = from_dict(TrainConfig, config["train"], "train")
