@@ -12,6 +12,8 @@ An alignment of a sentence pair (``m`` source words, ``n`` target words) is a se
   are both aligned already gets weight 0, a pair with one aligned word ``alpha``, a pair of two
   unaligned words 1; the new mutual argmaxes join the alignment (pairs of weight 0 never do).  The
   similarities are taken to be non-negative (cosines of contextual embeddings nearly always are).
+  This is the algorithm as the paper states it; SimAlign's code also returns Argmax alone for a
+  sentence of at most two words and adds nothing once every word of one side is aligned.
 - :func:`ibm_model1` (Brown et al. 1993): ``t(f | e)``, the probability that source word ``e`` (or
   the empty word NULL) is translated as target word ``f``, fitted by EM from a uniform start.  Each
   iteration is a few ``np.bincount`` over the flattened array of every (target token, source
