@@ -75,7 +75,7 @@ def test_build_writes_verses_links_text_and_counts(tmp_path):
     assert (out / "text" / "grc.train.txt").read_text(encoding="utf-8") == "ἄλφα βῆτα γάμμα\nδέλτα\n"
     assert (out / "text" / "en.train.txt").read_text(encoding="utf-8") == "one two three\nfour\n"
     assert (out / "text" / "en.dev.txt").read_text(encoding="utf-8") == "six\nseven\n"
-    assert _jsonl(out / "parallel" / "en-grc.test.jsonl") == [{"ref": "Luke.1.1", "en": ["eight", "nine"], "grc": ["θῆτα", "ἰῶτα"]}]
+    assert _jsonl(out / "parallel" / "en-grc.test.jsonl") == [{"ref": "Luke.1.1", "en": "eight nine", "grc": "θῆτα ἰῶτα"}]
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     assert stats["records_skipped"] == {"not_manual": 1, "unknown_token": 1, "crossing_verses": 1}
     assert stats["verses_left_out"] == {"no_links": 1, "links_outside_verse": 2}

@@ -163,7 +163,8 @@ def test_baseline_finds_the_links_of_a_clean_corpus(tmp_path):
     assert scores["sizes"] == {"train_pairs": 60, "test_pairs": 10, "iterations": 10}
     # the same from a data set directory
     (tmp_path / "parallel").mkdir()
-    (tmp_path / "parallel" / "en-grc.train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    parallel = [{"en": " ".join(r["en"]), "grc": " ".join(r["grc"])} for r in train]
+    (tmp_path / "parallel" / "en-grc.train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in parallel))
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test))
     assert dataset_baseline(tmp_path, iterations=10)["intersection"] == scores["intersection"]
     with pytest.raises(PtmError, match="ptm data get"):

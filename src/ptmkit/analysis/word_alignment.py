@@ -321,4 +321,4 @@ def dataset_baseline(root: str | Path, split: str = "test", iterations: int = 5)
     parallel text (every training verse) + the ``split`` verses, scored on ``split``'s links."""
     root = Path(root)
     train = _read_jsonl(root / "parallel" / "en-grc.train.jsonl")
-    return ibm1_baseline([(r["grc"], r["en"]) for r in train], _read_jsonl(root / f"{split}.jsonl"), iterations)
+    return ibm1_baseline([(r["grc"].split(), r["en"].split()) for r in train], _read_jsonl(root / f"{split}.jsonl"), iterations)

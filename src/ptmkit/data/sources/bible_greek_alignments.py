@@ -27,8 +27,9 @@ Outputs (``$PTMKIT_HOME/data/bible-greek-alignments/``): ``{train,dev,test}.json
 "grc", "en", "links"}``; ``text/grc.{split}.txt`` and ``text/en.{split}.txt``, one verse a line,
 the words joined by spaces, line ``k`` of one the translation of line ``k`` of the other, for every
 verse both texts have (links or not), and the same verses as ``parallel/en-grc.{split}.jsonl``
-rows ``{"ref", "en", "grc"}``; ``stats.json`` (verses, words and links per split, what was left out
-and why).  No built-in task: ``ptmkit.analysis.word_alignment`` scores aligners on it.
+rows ``{"ref", "en", "grc"}`` (the lines as text: ``ptm prepare --field en`` reads them);
+``stats.json`` (verses, words and links per split, what was left out and why).  No built-in task:
+``ptmkit.analysis.word_alignment`` scores aligners on it.
 """
 
 from __future__ import annotations
@@ -110,9 +111,9 @@ def verse_links(records: list[dict], greek: dict[str, dict], english: dict[str, 
 
 
 def make_rows(greek: dict[str, dict], english: dict[str, dict], records: list[dict]) -> tuple[list[dict], list[dict], dict]:
-    """``(rows, parallel, stats)``: the aligned verses ``{"ref", "grc", "en", "links"}`` (links
-    sorted), every verse both texts have ``{"ref", "en", "grc"}``, both in canonical order, and
-    what was left out."""
+    """``(rows, parallel, stats)``: the aligned verses ``{"ref", "grc", "en", "links"}`` (word lists,
+    links sorted), every verse both texts have ``{"ref", "en", "grc"}`` (the words joined by spaces),
+    both in canonical order, and what was left out."""
     links, skipped, crossing = verse_links(records, greek, english)
     both = [ref for ref in greek if ref in english]
     order = {book: k for k, book in enumerate(BOOKS)}
@@ -121,7 +122,7 @@ def make_rows(greek: dict[str, dict], english: dict[str, dict], records: list[di
     left_out = {"no_links": 0, "links_outside_verse": 0}
     for ref in both:
         grc, en = greek[ref]["words"], english[ref]["words"]
-        parallel.append({"ref": ref, "en": en, "grc": grc})
+        parallel.append({"ref": ref, "en": " ".join(en), "grc": " ".join(grc)})
         if ref in crossing:
             left_out["links_outside_verse"] += 1
         elif not links.get(ref):
@@ -169,7 +170,7 @@ def write_outputs(out: Path, rows: list[dict], parallel: list[dict], stats: dict
         _write_jsonl(out / f"{split}.jsonl", part)
         _write_jsonl(out / "parallel" / f"en-grc.{split}.jsonl", text)
         for lang in ("grc", "en"):
-            (out / "text" / f"{lang}.{split}.txt").write_text("".join(" ".join(p[lang]) + "\n" for p in text), encoding="utf-8")
+            (out / "text" / f"{lang}.{split}.txt").write_text("".join(p[lang] + "\n" for p in text), encoding="utf-8")
         stats["splits"][split] = {
             "verses": len(part), "grc_words": sum(len(r["grc"]) for r in part), "en_words": sum(len(r["en"]) for r in part),
             "links": sum(len(r["links"]) for r in part), "text_verses": len(text),
