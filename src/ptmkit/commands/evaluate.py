@@ -18,6 +18,12 @@ examples, --epochs epochs, the LR chosen on dev from --lrs, --seeds seeds.  A fr
 
 suites: en = mr, brown-pos, wordnet-wsd, bible-paraphrase, wordnet-qa
         zh = zh-reviews, peoples-daily-ner, peoples-daily-pos
+        xling = cross-lingual: per layer, verse retrieval P@1 (en <-> es, ny, grc; with and
+          without per-language centering), English-Spanish lexicon induction P@1 (FreeDict) and
+          Greek-English word alignment (SimAlign Argmax / IterMax, AER, beside IBM Model 1) into
+          OUT/xling.md, .json, .png; then the fine-tuning protocol on bible-genre-en-es and
+          bible-genre-en-ny (trained on English, tested on Spanish / Chichewa: zero-shot
+          transfer) and bible-genre-ny (in-language)
 Writes OUT/table.md, OUT/table.png and OUT/results.json; OUT must be new, empty, or an earlier
 evaluation of ptm's (.ptmkit-output.json marks it).
 
@@ -31,6 +37,7 @@ examples:
   ptm evaluate runs/bert runs/w2v/vectors.bin --suite en -o eval/en
   ptm evaluate runs/bert-zh --suite zh -o eval/zh --seeds 1 --modes finetune
   ptm evaluate runs/bert --suite mr,brown-pos -o eval/curve --train-sizes 100,500,2000,all
+  ptm evaluate runs/xlm runs/mbert --suite xling -o eval/xling --modes finetune
 """
 
 
@@ -38,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("evaluate", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
-    p.add_argument("--suite", default="en", help="en or zh, or a comma-separated list of built-in tasks")
+    p.add_argument("--suite", default="en", help="en, zh or xling, or a comma-separated list of built-in tasks")
     p.add_argument("-o", "--out", required=True, help="output directory")
     sizes = p.add_mutually_exclusive_group()
     sizes.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
@@ -52,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.workflows import evaluate, learning_curve  # the one heavy import, when the command runs
+    from ptmkit.workflows import evaluate, learning_curve, xling  # the one heavy import, when the command runs
 
     suite = args.suite if args.suite in evaluate.SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
     labels = {}
@@ -74,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
         print((Path(args.out) / "learning_curve.md").read_text())
         return 0 if result["runs"] else 1
     with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, keep=lambda: True):
+        if suite == "xling":  # the representation measures, then the transfer tasks under the protocol
+            xling.xling(labels, args.out)
+            print((Path(args.out) / "xling.md").read_text())
+            suite = xling.TRANSFER_TASKS
         result = evaluate.evaluate(labels, suite, args.out, protocol, resume=args.resume)
     print((Path(args.out) / "table.md").read_text())
     return 0 if result["runs"] else 1

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SUITES: dict[str, tuple[str, ...]] = {
     "en": ("mr", "brown-pos", "wordnet-wsd", "bible-paraphrase", "wordnet-qa"),
     "zh": ("zh-reviews", "peoples-daily-ner", "peoples-daily-pos"),
+    "xling": ("bible-genre-en-es", "bible-genre-en-ny", "bible-genre-ny"),  # + workflows.xling's measures
 }
 MODES = ("finetune", "features")
 
