@@ -1,11 +1,14 @@
-"""Text-to-text fine-tuning on ``bible-modernise`` (KJV verse -> WEB verse, test books unseen):
-what pre-training an encoder–decoder buys, and what beam search adds over greedy decoding.
+"""Text-to-text fine-tuning on ``bible-modernise`` (KJV verse -> WEB verse, test books unseen) or
+``bible-translate-en-es`` (``--task``: KJV verse -> Reina-Valera 1909 verse): what pre-training an
+encoder–decoder buys, and what beam search adds over greedy decoding.
 
 For each model (``bart-tiny``, ``t5-tiny``):
 
 * ``pretrained``: the preset pre-trained with its own objective (BART: text infilling + sentence
   permutation; T5: span corruption) for ``--pretrain-steps`` steps on the *training books'* verses,
-  both translations (one verse a line, a chapter a document); no dev or test book is read;
+  both sides of the task's training pairs (one verse a line, a chapter a document; for
+  translation a joint denoising pre-training over both languages, as mBART's, without language
+  tags); no dev or test book is read;
 * ``random``: the same architecture and tokenizer from a random initialisation;
 
 each fine-tuned on ``--train-size`` training pairs (a fixed subset) for ``--epochs`` epochs at the
@@ -15,7 +18,7 @@ beams (length penalty 1, early stopping) from the same selected weights.  The co
 (output = source) is scored on the same test pairs.  Finished pre-training runs in ``--out`` are
 reused (delete them to re-measure).
 
-    python benchmarks/seq2seq_bible.py [--out runs/bible-modernise] [--models bart-tiny t5-tiny]
+    python benchmarks/seq2seq_bible.py [--task bible-modernise] [--out runs/bible-modernise] [--models bart-tiny t5-tiny]
         [--pretrain-steps 2000] [--train-size 4000] [--epochs 8] [--eval-size 500] [--seeds 1 2 3] [--quick]
 
 Prints a Markdown table and, as the last line, one JSON object; writes ``results.json``.
@@ -34,33 +37,37 @@ import torch
 from safetensors.torch import load_file
 
 from ptmkit.data.sources.base import fetch
-from ptmkit.data.tasks import load_task
+from ptmkit.data.tasks import builtin_tasks, load_task
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, _backbone, finetune
 from ptmkit.tasks.seq2seq import Seq2Seq, text_scores
 from ptmkit.workflows.pretrain import pretrain
 
 
-def pretraining_text(out: Path) -> Path:
-    """Both translations of the training books' verses, one verse a line, a blank line between chapters."""
-    root = fetch("bible-modernise")
+def pretraining_text(out: Path, task: str) -> Path:
+    """Both sides of the task's training pairs, one verse a line, a blank line between chapters."""
+    data = load_task(task)
     path = out / "pretrain-text.txt"
     if path.is_file():
         return path
+    refs = [row.get("verse") or row.get("ref") for row in _train_rows(task)]
     lines, chapter = [], None
-    for line in (root / "train.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        here = row["verse"].rsplit(".", 1)[0]
+    for ref, source in zip(refs, data.train.sources):
+        here = ref.rsplit(".", 1)[0]
         if chapter is not None and here != chapter:
             lines.append("")
         chapter = here
-        lines.append(row["source"])
+        lines.append(source)
     lines.append("")
-    for line in (root / "train.jsonl").read_text(encoding="utf-8").splitlines():
-        lines.append(json.loads(line)["target"])
+    lines.extend(data.train.targets)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _train_rows(task: str) -> list[dict]:
+    source, spec = builtin_tasks()[task]
+    return [json.loads(line) for line in (fetch(source) / spec["files"][0]).read_text(encoding="utf-8").splitlines()]
 
 
 def decode_test(run: Path, pre, data, cfg: FinetuneConfig, init: str, seed: int, num_beams: int) -> dict[str, float]:
@@ -75,7 +82,8 @@ def decode_test(run: Path, pre, data, cfg: FinetuneConfig, init: str, seed: int,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="runs/bible-modernise")
+    ap.add_argument("--task", default="bible-modernise", choices=["bible-modernise", "bible-translate-en-es"])
+    ap.add_argument("--out", default=None, help="default runs/TASK")
     ap.add_argument("--models", nargs="+", default=["bart-tiny", "t5-tiny"])
     ap.add_argument("--pretrain-steps", type=int, default=2000)
     ap.add_argument("--train-size", type=int, default=4000)
@@ -91,12 +99,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.pretrain_steps, args.train_size, args.epochs, args.eval_size, args.seeds = 20, 64, 1, 16, [1]
-        args.out = args.out + "-quick"
+        args.out = (args.out or f"runs/{args.task}") + "-quick"
     torch.set_num_threads(args.threads)
-    out = Path(args.out)
+    out = Path(args.out or f"runs/{args.task}")
     started = time.time()
-    text = pretraining_text(out)
-    full = load_task("bible-modernise")
+    text = pretraining_text(out, args.task)
+    full = load_task(args.task)
     first = lambda split, n: split.subset(np.arange(min(n, len(split))))  # noqa: E731
     data = replace(full.with_train_size(args.train_size, seed=0), dev=first(full.dev, args.eval_size),
                    test=first(full.test, args.eval_size))
