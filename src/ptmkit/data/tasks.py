@@ -283,4 +283,5 @@ def load_task(name: str) -> Any:
                        f"{', '.join(registry.names('task_type'))}")
     root = fetch(source)
     data = registry.get("task_type", kind).read_builtin(name, spec, root)
-    return replace(data, meta={**data.meta, "source": source, "dir": str(root)})
+    languages = {"languages": dict(spec["languages"])} if spec.get("languages") else {}  # per split (XLM)
+    return replace(data, meta={**data.meta, "source": source, "dir": str(root), **languages})

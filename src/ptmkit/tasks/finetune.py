@@ -61,6 +61,7 @@ from ptmkit.tasks.efficient import base_record, is_merged, make_efficient, merge
 from ptmkit.tasks.finetune_config import MODES, RECIPES, SCHEDULES, FinetuneConfig, recipe_config
 from ptmkit.tasks.gpt_inputs import GptTokens, init_new_rows
 from ptmkit.tasks.saved import encoder_of, save_task_model, uses_token_types
+from ptmkit.tasks.split_languages import SplitLanguages, feeding
 from ptmkit.tasks.training import Training
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train.budget import few_steps, warn_once
@@ -275,6 +276,7 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
                            f"none to skip: set layerdrop=0")
         backbone.layerdrop = float(cfg.layerdrop)
     clf = task.build(backbone)
+    languages = SplitLanguages.attach(backbone, pretrained.config, tokenizer, task_data)  # XLM's language embeddings
     if cfg.gpt_transform:  # after the head, so the head's initialisation does not depend on the switch
 
         init_new_rows(backbone, GptTokens.of(tokenizer))
@@ -290,7 +292,8 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
 
     def evaluate_dev(m: torch.nn.Module) -> dict[str, float]:
         m = training.kept(m)
-        predicted = task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device)
+        with feeding(languages, "dev"):
+            predicted = task.predict_split(m, "dev", encoded["dev"], next(m.parameters()).device)
         return task.score("dev", task.choose_on_dev(m, predicted))
 
     selection = DevSelection(evaluate_dev, task.select, batches.steps_per_epoch, out, kept=training.kept)
@@ -314,8 +317,10 @@ def _finetune(model: Any, task_data: TaskData, out: Path | None, cfg: FinetuneCo
     if cfg.lora_merge:  # before predicting: the predictions written are the saved (merged) model's
         merge(clf, encoder_of(clf))
     device = trainer.device
-    dev_pred = task.predict_split(clf, "dev", encoded["dev"], device)
-    test_pred = task.predict_split(clf, "test", encoded["test"], device)
+    with feeding(languages, "dev"):
+        dev_pred = task.predict_split(clf, "dev", encoded["dev"], device)
+    with feeding(languages, "test"):
+        test_pred = task.predict_split(clf, "test", encoded["test"], device)
     result: dict[str, Any] = {
         "task": task_data.name,
         "task_type": getattr(task_data, "task_type", "classification"),

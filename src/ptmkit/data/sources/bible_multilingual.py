@@ -188,7 +188,8 @@ def read_bibles(files: list[Path], work: Path) -> dict[str, Bible]:
 
 def _genre_task(train_lang: str, test_lang: str) -> dict:
     files = (f"genre/{train_lang}.train.jsonl", f"genre/{train_lang}.dev.jsonl", f"genre/{test_lang}.test.jsonl")
-    return {"type": "classification", "files": files, "text": "text", "label": "label"}
+    return {"type": "classification", "files": files, "text": "text", "label": "label",
+            "languages": {"train": train_lang, "dev": train_lang, "test": test_lang}}  # XLM's language per split
 
 
 @register("source", "bible-multilingual")
