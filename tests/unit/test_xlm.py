@@ -242,3 +242,30 @@ def test_cli_trains_languages_and_pretrains_xlm(data, tmp_path, capsys):
     sizes = [json.loads((data / c / "meta.json").read_text())["n_tokens"] for c in ("c-en", "c-es", "par")]
     np.testing.assert_allclose(record["data_weights"], balanced_shares(sizes, 0.5))  # resolved once, resumable
     assert (tmp_path / "run" / "checkpoints").is_dir()
+
+
+def test_relative_bias_reads_the_restarted_positions():
+    from ptmkit.nn.positions import RelativePositionBias
+
+    torch.manual_seed(0)
+    rel = RelativePositionBias(num_heads=2, num_buckets=8, max_distance=16)
+    T = 7
+    plain = rel(T, T, bidirectional=True)
+    np.testing.assert_allclose(rel.at(torch.arange(T)[None], bidirectional=True).detach(), plain.detach())
+    restarted = torch.tensor([[0, 1, 2, 3, 1, 2, 3]])  # [CLS] a a [SEP] | b b [SEP]
+    bias = rel.at(restarted, bidirectional=True)[0]
+    np.testing.assert_allclose(bias[:, 1, 4].detach(), plain[0, :, 0, 0].detach())  # offset 0: aligned tokens
+    np.testing.assert_allclose(bias[:, 6, 0].detach(), plain[0, :, 3, 0].detach())  # offset -3
+
+
+def test_xlm_with_relative_positions_feeds_the_restarted_offsets(data):
+    model, _ = _xlm(data, "model.positions=relative")
+    corpus = join_corpora([data / "c-en", data / "par"])
+    parts = member_spans(model.objective, corpus, 32)
+    batch = model.objective.collate(corpus, parts[1][:4], np.random.default_rng(0))
+    out = model(batch)
+    assert torch.isfinite(out.loss)
+    backbone = model.backbone.eval()
+    a = backbone(batch["input_ids"], batch["attention_mask"], position_ids=batch["position_ids"]).last_hidden_state
+    b = backbone(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    assert not torch.allclose(a, b)  # the restarted positions change what the bias adds

@@ -337,11 +337,13 @@ class TransformerEncoder(Encoder):
         if position_ids is not None and position_ids.numel() and int(position_ids.max()) >= P:
             raise PtmError(f"position id {int(position_ids.max())} >= the model's max_position {P}")
 
-    def _mask(self, attention_mask, attn_mask, causal: bool, T: int, dtype: torch.dtype, device) -> tuple[Any, bool]:
+    def _mask(self, attention_mask, attn_mask, causal: bool, T: int, dtype: torch.dtype, device,
+              position_ids: torch.Tensor | None = None) -> tuple[Any, bool]:
         mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, T, dtype)
         if self.relative_bias is None:
             return mask, is_causal
-        bias = self.relative_bias(T, T, bidirectional=not causal, device=device).to(dtype)  # [1, heads, T, T]
+        bias = (self.relative_bias(T, T, bidirectional=not causal, device=device) if position_ids is None  # [1, h, T, T]
+                else self.relative_bias.at(position_ids, bidirectional=not causal)).to(dtype)  # [B, h, T, T]
         if mask is None and is_causal:
             mask = causal_mask(T, device)[None, None]
         if mask is None:
@@ -364,9 +366,10 @@ class TransformerEncoder(Encoder):
         head_mask: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """input_ids ``[B, T]``; attention_mask ``[B, T]`` (1 = token, 0 = padding);
-        token_type_ids ``[B, T]``; position_ids ``[B or 1, T]``; attn_mask ``[B|1, heads|1, T, T]``
-        (boolean, True = may attend; or additive float; overrides ``causal``); causal: each
-        position attends only to itself and the positions before it.
+        token_type_ids ``[B, T]``; position_ids ``[B or 1, T]`` (absolute: the embeddings' rows;
+        relative: the offsets the bias reads); attn_mask ``[B|1, heads|1, T, T]`` (boolean, True = may
+        attend; or additive float; overrides ``causal``); causal: each position attends only to itself
+        and the positions before it.
 
         output_attentions: ``attentions`` = per layer the probabilities ``[B, heads, T, T]``
         (a pruned layer: its remaining heads); head_mask ``[num_layers, num_heads]`` or
@@ -382,7 +385,7 @@ class TransformerEncoder(Encoder):
         self._check_inputs(input_ids, position_ids)
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
-        mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device)
+        mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device, position_ids)
         packing = Packing.of(attention_mask) if self.pack_padding else None
         if packing is not None:
             x = packing.pack(x)  # [N, H]: the layers skip the padding (ptmkit.nn.packing)

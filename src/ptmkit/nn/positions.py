@@ -51,3 +51,10 @@ class RelativePositionBias(nn.Module):
         k = torch.arange(k_len, device=device)[None, :]
         buckets = relative_position_bucket(k - q, bidirectional, self.num_buckets, self.max_distance)
         return self.bias(buckets).permute(2, 0, 1).unsqueeze(0)  # [1, heads, T_q, T_k]
+
+    def at(self, positions: torch.Tensor, bidirectional: bool) -> torch.Tensor:
+        """The bias between tokens at the given ``positions [B or 1, T]`` (not ``0 .. T - 1``: XLM's
+        translation LM restarts them for the second sentence): ``[B or 1, heads, T, T]``."""
+        relative = positions[:, None, :] - positions[:, :, None]  # key position - query position
+        buckets = relative_position_bucket(relative, bidirectional, self.num_buckets, self.max_distance)
+        return self.bias(buckets).permute(0, 3, 1, 2)

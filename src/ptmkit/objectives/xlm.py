@@ -11,7 +11,8 @@ translation pairs (``ptm prepare --parallel XX,YY``), joined by ``ptm pretrain -
   chooses ``mask_prob`` of the maskable tokens of the whole example, so both halves are masked at
   that rate and a masked word may be recovered from its translation.  Positions restart for the
   second half (B's first token has A's first token's position, 1), so the model cannot tell the
-  halves apart by position alone.  A pair longer than ``seq_len`` loses tokens from the end of its
+  halves apart by position alone (with ``model.positions=relative`` the bias reads the offsets of
+  these restarted positions).  A pair longer than ``seq_len`` loses tokens from the end of its
   longer side.
 
 Language embeddings are the encoder's token-type embeddings: every token's type is its
@@ -71,9 +72,9 @@ class XLM(MaskedLM):
             raise PtmError(f"objective xlm: {len(self.languages)} languages need model.type_vocab_size >= "
                            f"{len(self.languages)} (the language embeddings), got {types}")
         positions = getattr(getattr(encoder, "config", None), "positions", "absolute")
-        if cfg.tlm and positions != "absolute":
+        if cfg.tlm and positions not in ("absolute", "relative"):
             raise PtmError(f"objective xlm: TLM restarts the positions of the translation, which needs "
-                           f"model.positions=absolute (got {positions!r}); or set objective.tlm=false")
+                           f"model.positions=absolute or relative (got {positions!r}); or set objective.tlm=false")
         self._members: tuple[int, np.ndarray, np.ndarray] | None = None
         self.seq_len = 512
 
