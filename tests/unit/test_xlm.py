@@ -194,10 +194,25 @@ def test_language_missing_from_tokenizer_is_refused(data, tmp_path):
     with pytest.raises(PtmError, match="not among the tokenizer's training languages"):
         prepare([data / "en.txt"], data / "tok.json", tmp_path / "fr", workers=1, progress=False, language="fr")
     mono = Tokenizer.train([data / "en.txt"], "wordpiece", 100)
-    with pytest.raises(PtmError, match="records no languages"):
-        prepare([data / "en.txt"], mono, tmp_path / "x", workers=1, progress=False, language="en")
-    with pytest.raises(PtmError, match="several languages"):
+    with pytest.raises(PtmError, match="several languages"):  # language embeddings need the tokenizer's languages
         build_model(resolve_config(load_preset("xlm-tiny"), mono, []), mono)
+
+
+def test_a_tokenizer_without_languages_takes_tlm_without_language_embeddings(data, tmp_path):
+    """Continued pre-training of an English model: its tokenizer records no languages, the codes are labels."""
+    mono = Tokenizer.train([data / "en.txt", data / "es.txt"], "wordpiece", 120)
+    corpus = prepare([data / "es.txt"], mono, tmp_path / "es", workers=1, progress=False, language="es")
+    assert corpus.meta["language"] == "es"
+    prepare([data / "en.txt"], mono, tmp_path / "en", workers=1, progress=False)  # no language at all
+    prepare_parallel([data / "en-es.jsonl"], ["en", "es"], mono, tmp_path / "par", workers=1, progress=False)
+    raw = apply_overrides(load_preset("mbert-tiny"), ["objective.tlm=true", "train.seq_len=32", "model.max_position=64"])
+    model = build_model(resolve_config(raw, mono), mono)
+    joined = join_corpora([tmp_path / "en", tmp_path / "es", tmp_path / "par"])
+    parts = member_spans(model.objective, joined, 32)
+    batch = model.objective.collate(joined, np.concatenate([parts[0][:2], parts[1][:2], parts[2][:2]]),
+                                    np.random.default_rng(0))
+    assert batch["tlm"].tolist() == [False] * 4 + [True] * 2 and "token_type_ids" in batch
+    assert torch.isfinite(model(batch).loss)
 
 
 def test_unequal_pair_files_name_both_counts(tmp_path):

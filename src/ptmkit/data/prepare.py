@@ -43,7 +43,7 @@ from ptmkit.data.writer import CorpusWriter, Encoded, ShardWriter, common_meta
 from ptmkit.errors import PtmError, require_file
 from ptmkit.knowledge.corpus_entities import load_graph, write_entities
 from ptmkit.tokenization import Tokenizer, kinds
-from ptmkit.tokenization.languages import language_index
+from ptmkit.tokenization.languages import check_language
 from ptmkit.tokenization.segmenters import Segmenter, get_segmenter
 from ptmkit.train.progress import progress as progress_display
 
@@ -345,10 +345,10 @@ def prepare(
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else Tokenizer.load(tokenizer)
     labels = dict(labels or {})
     if language is not None:
-        language_index(tok.languages, language, "--language")
+        check_language(tok.languages, language, "--language")
         labels["language"] = language
     for code in labels.get("parallel", ()):
-        language_index(tok.languages, code, "--parallel")
+        check_language(tok.languages, code, "--parallel")
     if plan is not None:
         chunk_bytes = plan.block_bytes
         log.info("--memory-budget %s: %d worker(s), blocks of %s, %d in flight (about %s at most)",

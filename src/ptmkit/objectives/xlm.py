@@ -21,7 +21,9 @@ language's index in the tokenizer's languages (``<lang_XX>`` tokens,
 languages (the preset has room for 8).  ``language_embeddings=false`` leaves every type 0 (XLM-R
 drops them).  XLM alternates MLM and TLM batches; here a batch mixes the two kinds of example in
 the proportions ``--data-weights`` gives their corpora, which is the same objective in
-expectation; a batch's ``tlm`` ``bool [B]`` marks its TLM rows.
+expectation; a batch's ``tlm`` ``bool [B]`` marks its TLM rows.  Without language embeddings
+the corpora need no language and the tokenizer no ``<lang_XX>`` tokens (continued pre-training of
+an imported English model on other languages and translation pairs).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class XLM(MaskedLM):
             raise PtmError("objective xlm: nsp is not part of XLM (TLM's pairs are translations); set objective.nsp=false")
         super().__init__(cfg, encoder, tokenizer)
         self.languages: tuple[str, ...] = tuple(getattr(tokenizer, "languages", ()))
-        if not self.languages:
+        if cfg.language_embeddings and not self.languages:
             raise PtmError("objective xlm needs a tokenizer trained on several languages: ptm tokenizer train "
                            "en.txt es.txt --languages en,es -o tok.json, then ptm prepare each with --language")
         types = self.model_cfg.type_vocab_size
@@ -104,9 +106,9 @@ class XLM(MaskedLM):
             meta = getattr(member, "meta", {})
             where = f"corpus {getattr(member, 'path', m)}"
             if meta.get("parallel"):
-                langs[m] = [language_index(self.languages, c, where) for c in meta["parallel"]]
-            elif meta.get("language"):
-                langs[m, 0] = language_index(self.languages, meta["language"], where)
+                langs[m] = [self._index(c, where) for c in meta["parallel"]]
+            elif meta.get("language") or not self.cfg.language_embeddings:
+                langs[m, 0] = self._index(meta.get("language"), where)
             else:
                 raise PtmError(f"{where} names no language; prepare it with ptm prepare ... --language CODE "
                                f"(one of {', '.join(self.languages)})")
@@ -115,6 +117,10 @@ class XLM(MaskedLM):
                            "one prepared with ptm prepare PAIRS --parallel en,es, or set objective.tlm=false (MLM only)")
         self._members = (id(corpus), starts, langs)
         return starts, langs
+
+    def _index(self, code: str | None, where: str) -> int:
+        """The language index a corpus's tokens get as types (0 for all without language embeddings)."""
+        return language_index(self.languages, code, where) if self.cfg.language_embeddings else 0
 
     def collate(self, corpus: CorpusLike, spans: np.ndarray, rng: np.random.Generator) -> dict[str, torch.Tensor]:
         spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)

@@ -58,6 +58,15 @@ def language_index(languages: Sequence[str], code: str, what: str = "") -> int:
                    f"({', '.join(languages)}); train the tokenizer on text of {code!r} too, or name one of those")
 
 
+def check_language(languages: Sequence[str], code: str, what: str = "") -> None:
+    """A corpus's language against a tokenizer's: one of them, or anything when the tokenizer records
+    none (a monolingual or imported tokenizer, e.g. continued pre-training of an English model on
+    other languages): the code is then a label that cannot be checked."""
+    check_codes([code])
+    if languages:
+        language_index(languages, code, what)
+
+
 def balanced_shares(sizes: Sequence[float], alpha: float) -> np.ndarray:
     """XLM's ``q_i ∝ p_i^alpha`` for the sizes (tokens, words) of each language: float64 [n], sum 1.
 
