@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ptmkit.commands import RegistryHelpParser
+from ptmkit.data.textfiles import TextFormat  # light: the standard library only
 from ptmkit.errors import PtmError
 
 HELP = "pre-train a Transformer (BERT, GPT-2, ...) or static word vectors (word2vec, GloVe, ...)"
@@ -23,8 +24,9 @@ prepared with one tokenizer (read as one; every example stays within its corpus)
 text files (one sentence per line, a blank line between documents): then a tokenizer is trained
 as the preset's `tokenizer` section says and the text is prepared into RUN_DIR/data.
 model.vocab_size is taken from the tokenizer.  Text files may also be JSON Lines, CSV/TSV or
-Parquet with the text in the field or column "text", compressed (.gz, .bz2, .xz, .zst) or not, as
-`ptm prepare` reads them (which also takes other fields and columns, and drops duplicates).
+Parquet with the text in the field or column "text" (another with --field / --column),
+compressed (.gz, .bz2, .xz, .zst) or not, as `ptm prepare` reads them (which also drops
+duplicates).
 
 --data-weights W1,W2,... (one per corpus of DATA) blends the corpora: every epoch has as many
 examples as they have together, corpus i filling the share Wi / sum(W) of them exactly; each
@@ -137,6 +139,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-weights", default=None, metavar="W1,W2,...",
                    help="one weight per prepared corpus of --data: each epoch draws their examples in these proportions; "
                         "alpha=A: shares ∝ (token share)^A, XLM's language sampling")
+    p.add_argument("--field", default="text", metavar="NAME",
+                   help="text files of --data / --eval-data: the field holding the text in JSON Lines and Parquet")
+    p.add_argument("--column", default="text", metavar="NAME",
+                   help="text files of --data / --eval-data: the column (header name) holding the text in CSV and TSV")
     p.add_argument("--eval-data", nargs="+", metavar="DATA", help="held-out corpus directory or text file(s) "
                    "(default: hold out train.eval_fraction of the training examples)")
     p.add_argument("--out", "-o", required=True, metavar="RUN_DIR", help="run directory (logs, checkpoints)")
@@ -170,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if not data:
         raise PtmError("--data needs a prepared corpus directory or text file(s)")
     pretrain(preset, data, args.out, overrides=overrides, resume=args.resume, eval_data=eval_data, overwrite=args.overwrite,
-             init_from=args.init_from, data_weights=args.data_weights)
+             init_from=args.init_from, data_weights=args.data_weights, fmt=TextFormat(args.field, args.column))
     return 0
 
 

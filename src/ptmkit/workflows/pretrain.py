@@ -28,6 +28,7 @@ from ptmkit.data.batches import PretrainBatches, split_spans
 from ptmkit.data.blend import join_corpora, member_spans, parse_weights, training_batches
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
+from ptmkit.data.textfiles import TextFormat
 from ptmkit.errors import PtmError
 from ptmkit.fileio import read_record
 from ptmkit.presets import load_preset
@@ -59,6 +60,7 @@ def pretrain(
     verbose: bool = True,
     init_from: str | Path | None = None,
     data_weights: str | Sequence[float] | None = None,
+    fmt: TextFormat | None = None,
 ) -> Path:
     """Pre-train and return the run directory (see the module docstring).
 
@@ -89,7 +91,8 @@ def pretrain(
     each document in its corpus), or text file(s) (one sentence per line, a blank line between
     documents). Without eval_data, ``train.eval_fraction`` of each corpus's examples is held out.
     data_weights: one weight per prepared corpus of ``data`` (``"0.7,0.3"``): each epoch draws the
-    corpora's examples in these proportions (:mod:`ptmkit.data.blend`).
+    corpora's examples in these proportions (:mod:`ptmkit.data.blend`).  fmt: where the text is in
+    JSON Lines / CSV / Parquet files of ``data`` and ``eval_data`` (``--field``, ``--column``).
     """
     run_dir = Path(out_dir)
     overrides = list(overrides)
@@ -99,6 +102,8 @@ def pretrain(
     if preset_or_config is not None and static_model(preset_or_config) is not None:
         if data_weights is not None:
             raise PtmError("--data-weights is for pre-training on prepared corpora; a static model reads text files")
+        if fmt is not None and fmt != TextFormat():
+            raise PtmError("--field / --column say where text is in structured files; a static model reads plain text files")
         return train_static(preset_or_config, as_paths(data), run_dir, overrides, overwrite, verbose, resume=resume,
                             eval_data=eval_data, init_from=init_from)
     if preset_or_config is not None and not isinstance(preset_or_config, dict):
@@ -121,7 +126,7 @@ def pretrain(
     try:
         with contextlib.ExitStack() as stack:  # holds RUN_DIR's lock and manifest (see rundir.open_run)
             result = _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, list(callbacks), verbose, info,
-                               stack, source, data_weights)
+                               stack, source, data_weights, fmt)
         succeeded = True
         return result
     finally:
@@ -130,7 +135,7 @@ def pretrain(
 
 
 def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callbacks, verbose, info, stack,
-              source=None, data_weights=None) -> Path:
+              source=None, data_weights=None, fmt=None) -> Path:
     from_dict(TrainConfig, raw.get("train"), "train")  # fail on a bad key before any slow work
     inputs = as_paths(data) + (as_paths(eval_data) if eval_data is not None else [])
     if source is not None:
@@ -138,7 +143,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     run = rundir.open_run(run_dir, resume, overwrite, info, inputs, stack)
 
     # the data, the config resolved against their tokenizer, and what a resumed run must match
-    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run, source)
+    corpus, tokenizer = _open_training_data(data, raw.get("tokenizer") or {}, run, source, fmt)
     if source is not None:
         rundir.check_same_tokenizer(source.checkpoint, tokenizer, corpus, "continue pre-training")
         overrides = [*overrides, f"model.vocab_size={raw['model']['vocab_size']}"]  # the run's, not the tokenizer's
@@ -159,7 +164,7 @@ def _pretrain(raw, data, run_dir, overrides, resume, eval_data, overwrite, callb
     meta = train_cfg.strategy == "fsdp" and info.world_size > 1 and not info.is_main
     with torch.device("meta") if meta else contextlib.nullcontext():
         model = build_model(config, tokenizer)
-    eval_corpus, train_spans, eval_spans, sizes = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run)
+    eval_corpus, train_spans, eval_spans, sizes = _examples(model.objective, corpus, tokenizer, eval_data, train_cfg, run, fmt)
     if not run.resuming and not meta:  # a resumed run loads its weights instead
         _initial_weights(model, source, corpus, train_spans, train_cfg, verbose and info.is_main)
     if len(train_spans) < train_cfg.batch_size:
@@ -311,7 +316,7 @@ def resumed_config(stored: dict[str, Any], preset_or_config: str | Path | dict[s
 
 # -- data -----------------------------------------------------------------------------------------------
 def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.RunDir,
-                        source: ContinuedStart | None = None):
+                        source: ContinuedStart | None = None, fmt: TextFormat | None = None):
     """``(corpus, tokenizer)``: a prepared corpus as is, or raw text -> tokenizer + corpus in RUN_DIR/data
     (kept and reused when resuming, so the resumed run sees the same token ids).  Continued
     pre-training prepares raw text with the source run's tokenizer instead of a newly trained one, and
@@ -342,16 +347,16 @@ def _open_training_data(data: DataArg, tok_section: dict[str, Any], run: rundir.
             kind = section.pop("kind", "wordpiece")
             vocab_size = section.pop("vocab_size", 30522)
             try:
-                tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, **section)
+                tok = Tokenizer.train(paths, kind=kind, vocab_size=vocab_size, fmt=fmt, **section)
             except TypeError as exc:
                 raise PtmError(f"invalid tokenizer section {tok_section}: {exc}") from exc
-        prepare(paths, tok, out, overwrite=True)
+        prepare(paths, tok, out, overwrite=True, fmt=fmt)
     dist.barrier()
     corpus = Corpus.open(out)
     return corpus, corpus.load_tokenizer()
 
 
-def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir) -> Corpus:
+def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir, fmt: TextFormat | None = None) -> Corpus:
     paths = as_paths(data)
     if all(is_corpus(p) for p in paths):  # one prepared corpus (or sharded set), or several read as one
         corpus = join_corpora(paths)
@@ -363,18 +368,19 @@ def _open_eval_data(data: DataArg, tokenizer: Any, run: rundir.RunDir) -> Corpus
             raise PtmError(f"eval data not found: {p} (give a prepared corpus directory or text file(s))")
     out = run.path / EVAL_DATA_DIR
     if run.info.is_main and not (run.resume and is_corpus(out)):
-        prepare(paths, tokenizer, out, overwrite=True)
+        prepare(paths, tokenizer, out, overwrite=True, fmt=fmt)
     dist.barrier()
     return Corpus.open(out)
 
 
-def _examples(objective, corpus, tokenizer, eval_data: DataArg | None, train_cfg: TrainConfig, run: rundir.RunDir):
+def _examples(objective, corpus, tokenizer, eval_data: DataArg | None, train_cfg: TrainConfig, run: rundir.RunDir,
+              fmt: TextFormat | None = None):
     """``(eval_corpus, train_spans, eval_spans, sizes)``: the held-out examples come from
     ``--eval-data``, else ``train.eval_fraction`` of each training corpus's examples, else there
     are none; ``sizes``: how many training spans each corpus of ``--data`` gave (in order)."""
     parts = member_spans(objective, corpus, train_cfg.seq_len)
     if eval_data is not None:
-        eval_corpus = _open_eval_data(eval_data, tokenizer, run)
+        eval_corpus = _open_eval_data(eval_data, tokenizer, run, fmt)
         return eval_corpus, np.concatenate(parts), objective.example_spans(eval_corpus, train_cfg.seq_len), \
             [len(p) for p in parts]
     if train_cfg.eval_fraction > 0:
