@@ -2,6 +2,8 @@
 
 For each model, on held-out books only (the recipes split by book, :mod:`ptmkit.data.sources.bible_books`):
 
+Each set is a seeded random sample of its split (``limit`` verses), so every held-out book is in it.
+
 * **verse retrieval** P@1, English -> X and X -> English, for X = Spanish and Chichewa
   (``bible-multilingual``'s test verses) and Koine Greek (``bible-greek-alignments``: its English
   side is the Berean Standard Bible), every layer, with and without per-language mean-centering;
@@ -53,8 +55,12 @@ def words_of(text: str) -> list[str]:
 
 
 def _rows(path: Path, limit: int) -> list[dict[str, Any]]:
+    """``limit`` rows of a JSON Lines file drawn at random (seed 0; in file order), or all of them."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for _, line in zip(range(limit), f)]
+        rows = [json.loads(line) for line in f if line.strip()]
+    if len(rows) <= limit:
+        return rows
+    return [rows[int(i)] for i in np.sort(np.random.default_rng(0).choice(len(rows), size=limit, replace=False))]
 
 
 def _usable(subject: Any, language: str) -> bool:

@@ -24,9 +24,11 @@ Outputs (``$PTMKIT_HOME/data/bible-multilingual/``):
 - ``genre/{lang}.{split}.jsonl``: ``{"text", "label", "ref"}``, the label one of the six genres;
   balanced by construction: per split, every genre downsampled (``np.random.default_rng(SEED)``)
   to the smallest genre's count among the references all three languages have, so the files of
-  the three languages hold the same references (each test set is a translation of the others);
+  the three languages hold the same references (each test set is a translation of the others),
+  in a seeded random order (so the first N rows of a split hold every genre about equally);
 - ``translate/en-es.{split}.jsonl``: ``{"source": en, "target": es, "ref"}``, both sides
-  ``MIN_WORDS`` to ``MAX_WORDS`` words (as bible-modernise, so targets fit a small decoder);
+  ``MIN_WORDS`` to ``MAX_WORDS`` words (as bible-modernise, so targets fit a small decoder), in a
+  seeded random order;
 - ``stats.json``: verses kept and dropped per language by rule (verses and chapters), lines per
   language and split, pairs, genre examples per split.
 
@@ -103,21 +105,24 @@ def genre_rows(rows: list[dict], seed: int = SEED) -> tuple[dict[str, list[dict]
         for genre in GENRES:
             index = np.sort(rng.choice(len(by_genre[genre]), size=n, replace=False))
             picked.extend(by_genre[genre][int(i)] for i in index)
-        chosen[split] = sorted(picked, key=lambda r: _key(r["ref"]))
+        # in a seeded random order: the first N rows of a split (an evaluation protocol's dev and
+        # test prefix) hold every genre about equally, not the first books of the canon
+        chosen[split] = [picked[int(i)] for i in rng.permutation(len(picked))]
         stats[split] = {"per_genre": n, "examples": n * len(GENRES),
                         "available": {g: len(v) for g, v in by_genre.items()}}
     return chosen, stats
 
 
-def translate_rows(rows: list[dict]) -> list[dict]:
-    """``{"source": en, "target": es, "ref", "split"}`` for verses of ``MIN_WORDS``..``MAX_WORDS`` words."""
+def translate_rows(rows: list[dict], seed: int = SEED) -> list[dict]:
+    """``{"source": en, "target": es, "ref", "split"}`` for verses of ``MIN_WORDS``..``MAX_WORDS`` words,
+    in a seeded random order (a prefix of a split samples all its books)."""
     out = []
     for row in rows:
         if "en" in row and "es" in row:
             lengths = (len(row["en"].split()), len(row["es"].split()))
             if MIN_WORDS <= min(lengths) and max(lengths) <= MAX_WORDS:
                 out.append({"source": row["en"], "target": row["es"], "ref": row["ref"], "split": row["split"]})
-    return out
+    return [out[int(i)] for i in np.random.default_rng(seed).permutation(len(out))]
 
 
 def _jsonl(path: Path, rows: list[dict]) -> int:
