@@ -37,6 +37,7 @@ import torch
 from safetensors.torch import load_file
 
 from ptmkit.data.sources.base import fetch
+from ptmkit.data.sources.bible_books import BOOKS
 from ptmkit.data.tasks import builtin_tasks, load_task
 from ptmkit.pretrained import load_pretrained
 from ptmkit.tasks.finetune import FinetuneConfig, _backbone, finetune
@@ -51,18 +52,24 @@ def pretraining_text(out: Path, task: str) -> Path:
     if path.is_file():
         return path
     refs = [row.get("verse") or row.get("ref") for row in _train_rows(task)]
+    order = sorted(range(len(refs)), key=lambda i: _canonical(refs[i]))  # chapters whole, in canonical order
     lines, chapter = [], None
-    for ref, source in zip(refs, data.train.sources):
+    for ref, source in ((refs[i], data.train.sources[i]) for i in order):
         here = ref.rsplit(".", 1)[0]
         if chapter is not None and here != chapter:
             lines.append("")
         chapter = here
         lines.append(source)
     lines.append("")
-    lines.extend(data.train.targets)
+    lines.extend(data.train.targets[i] for i in order)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def _canonical(ref: str) -> tuple[int, int, int]:
+    book, chapter, verse = ref.split(".")
+    return BOOKS.index(book), int(chapter), int(verse)
 
 
 def _train_rows(task: str) -> list[dict]:
