@@ -53,6 +53,17 @@ def run_encoder(backbone: Any, ids: torch.Tensor, mask: torch.Tensor, causal: bo
     return backbone(ids, mask, causal=causal, output_hidden_states=True, output_attentions=attentions)
 
 
+def padded(aligned: Sequence[Any], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The framed sentences' ids as a right-padded batch: ``ids [B, T]`` and ``attention_mask [B, T]``."""
+    T = max(len(a.ids) for a in aligned)
+    ids = torch.full((len(aligned), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(aligned), T), dtype=torch.long)
+    for r, a in enumerate(aligned):
+        ids[r, : len(a.ids)] = torch.from_numpy(a.ids)
+        mask[r, : len(a.ids)] = 1
+    return ids, mask
+
+
 def pool(hidden: np.ndarray, spans: np.ndarray, pooling: str) -> np.ndarray:
     """``hidden [L + 1, T, d]`` -> word vectors ``[L + 1, W, d]`` (first piece, or mean of the pieces)."""
     if pooling == "first":
@@ -73,12 +84,7 @@ def word_states(backbone: Any, tokenizer: Any, sentences: Iterable[Sequence[str]
 
     def flush() -> Iterator[SentenceStates]:
         aligned = align_sentences(tokenizer, [s for _, s in batch], causal, limit)
-        T = max(len(a.ids) for a in aligned)
-        ids = torch.full((len(aligned), T), tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(aligned), T), dtype=torch.long)
-        for r, a in enumerate(aligned):
-            ids[r, :len(a.ids)] = torch.from_numpy(a.ids)
-            mask[r, :len(a.ids)] = 1
+        ids, mask = padded(aligned, tokenizer.pad_id)
         with torch.no_grad():
             out = run_encoder(backbone, ids.to(device), mask.to(device), causal, attentions)
         hidden = torch.stack(out.hidden_states, 1).float().cpu().numpy()  # [B, L + 1, T, d]
@@ -99,4 +105,4 @@ def word_states(backbone: Any, tokenizer: Any, sentences: Iterable[Sequence[str]
         yield from flush()
 
 
-__all__ = ["MAX_LEN", "POOLINGS", "SentenceStates", "max_length", "pool", "run_encoder", "word_states"]
+__all__ = ["MAX_LEN", "POOLINGS", "SentenceStates", "max_length", "padded", "pool", "run_encoder", "word_states"]

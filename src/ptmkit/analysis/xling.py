@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ptmkit.analysis.align import align_sentences
-from ptmkit.analysis.extract import max_length
+from ptmkit.analysis.extract import max_length, padded
 from ptmkit.tokenization.languages import language_index
 
 
@@ -55,12 +55,7 @@ def word_vectors(subject: Any, sentences: Sequence[Sequence[str]], language: str
     device = next(backbone.parameters()).device
     for lo in range(0, len(sentences), batch_size):
         aligned = align_sentences(tok, sentences[lo: lo + batch_size], subject.causal, limit)
-        T = max(len(a.ids) for a in aligned)
-        ids = torch.full((len(aligned), T), tok.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(aligned), T), dtype=torch.long)
-        for r, a in enumerate(aligned):
-            ids[r, : len(a.ids)] = torch.from_numpy(a.ids)
-            mask[r, : len(a.ids)] = 1
+        ids, mask = padded(aligned, tok.pad_id)
         extra = {} if types is None else {"token_type_ids": torch.full_like(ids, types).to(device)}
         with torch.no_grad():
             out = backbone(ids.to(device), mask.to(device), causal=subject.causal, output_hidden_states=True, **extra)
