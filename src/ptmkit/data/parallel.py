@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -31,6 +30,7 @@ import numpy as np
 
 from ptmkit.data.corpus import Corpus
 from ptmkit.data.prepare import prepare
+from ptmkit.data.tasks import json_objects
 from ptmkit.data.textfiles import TextFormat
 from ptmkit.data.writer import source_record
 from ptmkit.errors import PtmError, require_file
@@ -51,16 +51,7 @@ def _one_line(text: Any, where: str) -> str:
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PtmError(f"{path}, line {number}: not a JSON object ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise PtmError(f"{path}, line {number}: expected a JSON object, found {type(row).__name__}")
-            yield number, row
+        yield from json_objects(enumerate(f, 1), path)
 
 
 def _table(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
