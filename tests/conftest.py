@@ -5,6 +5,7 @@ pytest puts this directory on ``sys.path``); fixtures are found by name."""
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,10 @@ import pytest
 import torch
 
 from ptmkit.cli import main
+
+# Tests that write Parquet import pyarrow themselves; without its jemalloc background thread, the
+# forks of `ptm prepare`'s workers later in the same process cannot deadlock (see textfiles._parquet).
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.objectives.base import PretrainModel
 from ptmkit.objectives.mlm import MaskedLM, MLMConfig

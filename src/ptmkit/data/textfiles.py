@@ -23,6 +23,7 @@ import gzip
 import io
 import json
 import lzma
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -332,6 +333,10 @@ def _zstd() -> Any:
 
 
 def _parquet() -> Any:
+    # Arrow's default allocator, jemalloc, runs a background thread; `ptm prepare` forks its workers
+    # after the parent has read Parquet, and a fork while that thread holds jemalloc's lock leaves the
+    # process waiting forever.  The system allocator has no such thread (set before Arrow starts).
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     try:
         import pyarrow.parquet as pq
     except ImportError:
