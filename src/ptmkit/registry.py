@@ -27,7 +27,8 @@ _REGISTRY: dict[str, dict[str, Any]] = defaultdict(dict)
 # The sub-package whose modules register each kind of component: looking a kind up imports that
 # package only (a help text listing task names need not import torch).
 KIND_PACKAGES = {"encoder": "encoders", "objective": "objectives", "static": "static", "task_type": "tasks",
-                 "source": "data.sources", "hf_family": "interop"}
+                 "source": "data.sources", "hf_family": "interop", "image_encoder": "vision.encoders",
+                 "vl_objective": "vision.objectives"}
 _PACKAGES = tuple(dict.fromkeys(KIND_PACKAGES.values()))
 _imported_packages: set[str] = set()
 
