@@ -45,4 +45,18 @@ def info_nce(queries: torch.Tensor, keys: torch.Tensor, temperature: float = TEM
     return F.cross_entropy(logits, torch.arange(n, device=logits.device))
 
 
-__all__ = ["TEMPERATURE", "cosine_logits", "info_nce"]
+def symmetric_info_nce(a: torch.Tensor, b: torch.Tensor, temperature: torch.Tensor | float) -> torch.Tensor:
+    """CLIP's loss (Radford et al. 2021, Fig. 3): row ``i`` of ``a [N, D]`` and of ``b [N, D]`` are a
+    pair; the mean of InfoNCE from ``a`` to ``b`` (each row's positive among ``b``'s rows) and from
+    ``b`` to ``a`` over one cosine logit matrix ``[N, N] / temperature``.  ``temperature`` may be a
+    learnable 0-d tensor.  Symmetric: ``symmetric_info_nce(a, b) == symmetric_info_nce(b, a)``."""
+    if a.dim() != 2 or a.shape != b.shape:
+        raise ValueError(f"symmetric_info_nce takes two [N, D] tensors, got {tuple(a.shape)} and {tuple(b.shape)}")
+    logits = cosine_logits(a, b, 1.0) / temperature
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    target = torch.arange(a.shape[0], device=logits.device)
+    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+
+
+__all__ = ["TEMPERATURE", "cosine_logits", "info_nce", "symmetric_info_nce"]

@@ -22,8 +22,10 @@ import yaml
 from ptmkit.errors import PtmError, suggest
 
 SECTIONS = ("model", "objective", "tokenizer", "train")
+# A vision–language preset adds these (the ``vision`` section marks it; see ptmkit.vision.build).
+VISION_SECTIONS = ("vision", "augment", "text", "data")
 # The key that names a section's component: when it changes, the base's section does not carry over.
-_COMPONENT_KEY = {"model": "encoder", "objective": "name"}
+_COMPONENT_KEY = {"model": "encoder", "objective": "name", "vision": "encoder"}
 
 
 def _is_static(text: str) -> bool:
@@ -66,10 +68,14 @@ def _read(text: str, where: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
             raise PtmError(f"preset {where}: 'base: {base_name}' makes a cycle ({' -> '.join(seen + (base_name,))})")
         base = _raw(str(base_name), seen + (str(base_name),))
         data = _merge(base, {k: dict(v or {}) if isinstance(v, dict) else v for k, v in data.items()})
+    allowed = SECTIONS + VISION_SECTIONS if "vision" in data else SECTIONS
     for key in data:
-        if key not in SECTIONS:
-            raise PtmError(f"preset {where}: unknown section {key!r}{suggest(str(key), SECTIONS)}; sections: {', '.join(SECTIONS)}")
-    for key in SECTIONS:
+        if key not in allowed:
+            hint = " (the sections vision, augment, text and data belong to a vision–language preset, which has a vision section)" \
+                if key in VISION_SECTIONS else ""
+            raise PtmError(f"preset {where}: unknown section {key!r}{suggest(str(key), allowed)}; sections: "
+                           f"{', '.join(allowed)}{hint}")
+    for key in allowed:
         if not isinstance(data.get(key) or {}, dict):
             raise PtmError(f"preset {where}: section {key!r} must be a mapping")
         data[key] = dict(data.get(key) or {})

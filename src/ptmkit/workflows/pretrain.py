@@ -6,7 +6,8 @@ opens a prepared corpus directory), builds the encoder + the objective (:mod:`pt
 :class:`~ptmkit.train.trainer.Trainer`.  The run directory receives ``config.json`` (the fully
 resolved config), ``metrics.jsonl``, ``loss.png`` and ``checkpoints/``; what a new, resumed,
 overwritten or continued run may find there is :mod:`ptmkit.workflows.rundir`'s to decide.
-A static model or preset goes to :mod:`ptmkit.workflows.static`.
+A static model or preset goes to :mod:`ptmkit.workflows.static`, a vision–language preset (one
+with a ``vision`` section) to :mod:`ptmkit.workflows.vision_language`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ptmkit.train.trainer import Callback, Trainer, seed_everything
 from ptmkit.workflows import rundir
 from ptmkit.workflows.rundir import DATA_DIR, EVAL_DATA_DIR, RUN_CONFIG, DataArg, as_paths, is_corpus
 from ptmkit.workflows.static import static_model, train_static
+from ptmkit.workflows.vision_language import refuse_text_options, stored_vl_config, train_vl, vision_language_config
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +84,10 @@ def pretrain(
     same name and shape is carried over (the rest start fresh); ``data`` is
     prepared with the run's tokenizer (text), or must have been (a prepared corpus).
 
-    A static model or static preset (``word2vec``, ``glove``, ``word2vec-cbow-hs``, ...; see
-    :mod:`ptmkit.static.presets`) is trained by :func:`ptmkit.workflows.static.train_static`
-    instead: data are text files, overrides are that model's config keys, and ``out_dir``
-    receives ``vectors.bin``.
+    A static model or preset (``word2vec``, ``glove``, ...; :mod:`ptmkit.static.presets`) is trained
+    by :func:`ptmkit.workflows.static.train_static` (text files in, ``vectors.bin`` out), a
+    vision–language preset by :func:`ptmkit.workflows.vision_language.train_vl` (``data``: ``emoji``
+    or a directory with ``captions.jsonl``).
 
     data / eval_data: a prepared corpus directory (or sharded set), several of them (read as one,
     each document in its corpus), or text file(s) (one sentence per line, a blank line between
@@ -106,6 +108,10 @@ def pretrain(
             raise PtmError("--field / --column say where text is in structured files; a static model reads plain text files")
         return train_static(preset_or_config, as_paths(data), run_dir, overrides, overwrite, verbose, resume=resume,
                             eval_data=eval_data, init_from=init_from)
+    vision = vision_language_config(preset_or_config) or (stored_vl_config(run_dir) if resume else None)
+    if vision is not None:
+        refuse_text_options(data_weights, fmt is not None and fmt != TextFormat(), eval_data, init_from)
+        return train_vl(vision, data, run_dir, overrides, overwrite, verbose, resume)
     if preset_or_config is not None and not isinstance(preset_or_config, dict):
         outputs.check_inputs(run_dir, [preset_or_config])  # a preset YAML file is an input too
     stored = stored_run_config(run_dir) if resume else None
