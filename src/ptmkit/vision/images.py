@@ -17,18 +17,19 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from ptmkit.errors import PtmError
 
 WHITE = (255, 255, 255)
 
 
-def _open(path: str | os.PathLike[str]):  # -> PIL.Image.Image, fully loaded
-    from PIL import Image, UnidentifiedImageError
-
+def _open(path: str | os.PathLike[str]) -> Image.Image:
+    """The image at ``path``, decoded (a truncated file fails here, not later)."""
     try:
-        img = Image.open(path)
-        img.load()  # decode now: a truncated file fails here, not later
+        with Image.open(path) as src:  # closes the file
+            src.load()
+            img = src.copy()
     except FileNotFoundError as exc:
         raise PtmError(f"image {os.fspath(path)} does not exist") from exc
     except IsADirectoryError as exc:
@@ -38,9 +39,8 @@ def _open(path: str | os.PathLike[str]):  # -> PIL.Image.Image, fully loaded
     return img
 
 
-def _to_rgb(img):  # PIL.Image.Image -> RGB PIL.Image.Image, transparency on white
-    from PIL import Image
-
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """``img`` in RGB, its transparency composited onto white."""
     if img.mode == "P" or (img.mode in ("L", "RGB", "I", "I;16") and "transparency" in img.info):
         img = img.convert("RGBA")  # a palette (or a transparent colour) becomes an alpha channel
     if img.mode in ("LA", "La", "PA"):
@@ -59,8 +59,6 @@ def read_image(path: str | os.PathLike[str], size: int | None = None) -> np.ndar
     ``S`` is the image's own side, or ``size`` when given (resized with the bicubic filter
     if the side differs).  Raises :class:`PtmError` naming the file when it cannot be read as an
     image or is not square (W != H: crop it first)."""
-    from PIL import Image
-
     if size is not None and (not isinstance(size, int) or size <= 0):
         raise PtmError(f"the image size must be a positive number of pixels, not {size!r}")
     img = _open(path)

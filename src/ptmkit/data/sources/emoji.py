@@ -77,6 +77,7 @@ from ptmkit.data.sources.base import Package, Source
 from ptmkit.data.sources.parts import PARTS, cut, jsonl
 from ptmkit.errors import PtmError
 from ptmkit.registry import register
+from ptmkit.vision.images import pack_images
 
 GOOGLE = Package("npm", "emoji-datasource-google@16.0.0",
                  "fb5fd131b362aab7a55542d2a147a79708cce0a8b1c1bbacd470172708b5c438")
@@ -279,7 +280,7 @@ def name_words(name: str) -> list[str]:
 class Emoji(Source):
     name = "emoji"
     description = ("Emoji image-text pairs: ~1,900 emoji drawn by Google (Noto) and Twitter (Twemoji) at 64 x 64, "
-                   "captioned (name + keywords) in ~170 CLDR locales; split 80/10/10 by family of variants")
+                   "captioned (name + keywords) in ~160 CLDR locales; split 80/10/10 by family of variants")
     packages = (GOOGLE, TWITTER, CLDR, CLDR_DERIVED)
     origin = ("npm emoji-datasource-google@16.0.0, emoji-datasource-twitter@16.0.0 (emoji.json, img/STYLE/64), "
               "cldr-annotations-full@48.2.0, cldr-annotations-derived-full@48.2.0")
@@ -292,7 +293,7 @@ class Emoji(Source):
         for style, tgz in zip(STYLES, (google_tgz, twitter_tgz)):
             catalogues[style], pictures[style] = read_datasource(tgz, style, work / "img" / style)
         has = {style: {e.get("unified"): bool(e.get(f"has_img_{style}")) and e.get("image") in pictures[style]
-                       for e in catalogues[style]} for style in STYLES}
+                       for e in catalogues[style] if isinstance(e, dict)} for style in STYLES}
 
         entries = sorted((e for e in catalogues[STYLES[0]] if isinstance(e, dict) and e.get("unified")),
                          key=lambda e: (e.get("sort_order", 1 << 30), e["unified"]))
@@ -347,10 +348,8 @@ class Emoji(Source):
                 in enumerate(zip(kept, codes, emojis, names, categories, groups, splits))]
         (out / "concepts.jsonl").write_text(jsonl(rows), encoding="utf-8")
 
-        from ptmkit.vision.images import pack_images
-
         for style in STYLES:
-            by_code = {e.get("unified"): e.get("image") for e in catalogues[style]}
+            by_code = {e.get("unified"): e.get("image") for e in catalogues[style] if isinstance(e, dict)}
             paths = [work / "img" / style / by_code[e["unified"]] for e in kept]
             np.save(out / f"images-{style}.npy", pack_images(paths, IMAGE_SIZE))
 
