@@ -50,6 +50,12 @@ def load_text_tower(path: str | Path) -> tuple[Any, Tokenizer, dict[str, Any]]:
     """``(encoder, tokenizer, model section)`` of a ptmkit run / checkpoint or an HF directory (the
     imported MiniLM): the text tower a vision–language run starts from (``text.init``)."""
     root = Path(path)
+    if not root.exists() and str(path) == "minilm":  # the fetched recipe by name
+        from ptmkit.data.sources.base import dataset_dir, is_ready
+
+        if not is_ready("minilm"):
+            raise PtmError("text.init=minilm: the MiniLM weights are not fetched; run `ptm data get minilm` first")
+        root = dataset_dir("minilm")
     if not root.exists():
         raise PtmError(f"text.init={path}: no such directory (a ptmkit run or checkpoint, or an HF model directory "
                        f"such as the one `ptm data get minilm` writes)")
