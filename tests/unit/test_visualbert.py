@@ -14,6 +14,7 @@ from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.tokenization import Tokenizer
 from ptmkit.vision.encoders.base import ImageEncoder, ImageOutput
+from ptmkit.vision.objectives import pairs
 from ptmkit.vision.objectives.pairs import choose, sample_negatives, score_pairs
 from ptmkit.vision.objectives.visualbert import VisualBERT, VisualBERTConfig
 
@@ -179,3 +180,26 @@ def test_training_lowers_the_loss(tok):
     after, mlm_after = fixed_draw_loss(image, text, obj, batch)
     # 5.29 -> 4.60: the masked words go from uniform over 100 ids (ln 100 = 4.6) to the captions' few
     assert after < before - 0.5 and mlm_after < mlm_before - 0.5, (before, after, mlm_before, mlm_after)
+
+
+def test_device_path_of_the_mlm_loss_equals_the_host_path(tok, monkeypatch):
+    """On a GPU (no host reads) the MLM head runs on every position with the unlabelled ones ignored;
+    the loss and accuracy are those of the CPU path, which gathers the labelled positions first."""
+    image, text, obj = build(tok)
+    batch = toy_batch(tok)
+    torch.manual_seed(7)
+    host = obj(image, text, batch)
+    monkeypatch.setattr(pairs, "host_reads_cheap", lambda t: False)
+    torch.manual_seed(7)
+    device = obj(image, text, batch)
+    for key in ("mlm_loss", "mlm_acc", "itm_loss"):
+        assert torch.allclose(host.metrics[key], device.metrics[key], atol=1e-5), key
+
+
+def test_a_batch_without_matched_rows_has_a_finite_loss(tok):
+    image, text, obj = build(tok, negative_prob=0.999)
+    torch.manual_seed(0)
+    out = obj(image, text, toy_batch(tok))
+    assert out.metrics["itm_acc"] >= 0 and torch.isfinite(out.loss)
+    assert float(out.metrics["mlm_loss"]) == 0.0  # every caption was swapped: no word to predict
+    out.loss.backward()

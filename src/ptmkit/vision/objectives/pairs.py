@@ -87,8 +87,7 @@ def sample_negatives(batch_size: int, prob: float, device: torch.device,
 def matching_loss(logit: torch.Tensor, matched: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Binary cross-entropy of matching logits ``[B]`` against ``matched [B]`` (bool) and the
     (detached) accuracy of ``logit > 0``."""
-    target = matched.to(logit.dtype)
-    loss = F.binary_cross_entropy_with_logits(logit.float(), target.float())
+    loss = F.binary_cross_entropy_with_logits(logit.float(), matched.float())
     acc = ((logit.detach() > 0) == matched).float().mean()
     return loss, acc
 
@@ -183,7 +182,8 @@ def score_pairs(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], n_imag
 def encode_images(image_encoder: nn.Module, pixels: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The image encoder over ``pixels [N, 3, S, S]`` ``chunk`` images at a time: ``(tokens [N, R, D],
     pooled [N, D])``."""
-    outs = [image_encoder(pixels[i:i + chunk]) for i in range(0, pixels.shape[0], max(1, chunk))] or [image_encoder(pixels)]
+    step = max(1, chunk)
+    outs = [image_encoder(pixels[i:i + step]) for i in range(0, pixels.shape[0], step)] or [image_encoder(pixels)]
     return torch.cat([o.tokens for o in outs]), torch.cat([o.pooled for o in outs])
 
 

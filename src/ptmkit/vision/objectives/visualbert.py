@@ -108,7 +108,8 @@ class VisualEmbeddings(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         N = tokens.shape[1]
         if N > self.positions.num_embeddings:
-            raise PtmError(f"the image encoder gave {N} tokens, the visual embeddings have {self.positions.num_embeddings}")
+            raise PtmError(f"the image encoder gave {N} tokens, the visual embeddings have positions for "
+                           f"{self.positions.num_embeddings}")
         x = self.project(tokens) + self.segment + self.positions.weight[:N]
         return self.dropout(self.norm(x))
 
@@ -168,7 +169,8 @@ class VisualBERT(VLObjective):
         itm_loss, itm_acc = matching_loss(self.match(text_encoder, h), matched)
         loss = mlm_loss + self.cfg.itm_weight * itm_loss
         metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": mlm_acc, "itm_loss": itm_loss.detach(), "itm_acc": itm_acc}
-        return StepOutput(loss=loss, metrics=metrics, n_tokens=input_tokens(batch), n_predictions=B)
+        n_tokens = input_tokens({"attention_mask": mask})  # the caption tokens read
+        return StepOutput(loss=loss, metrics=metrics, n_tokens=n_tokens, n_predictions=B)
 
     def score(self, image_encoder: nn.Module, text_encoder: nn.Module | None, pixels: torch.Tensor,
               input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
