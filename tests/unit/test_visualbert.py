@@ -15,7 +15,8 @@ from ptmkit.errors import PtmError
 from ptmkit.tokenization import Tokenizer
 from ptmkit.vision.encoders.base import ImageEncoder, ImageOutput
 from ptmkit.vision.objectives import pairs
-from ptmkit.vision.objectives.pairs import choose, sample_negatives, score_pairs
+from ptmkit.vision.objectives.pair_scores import score_pairs
+from ptmkit.vision.objectives.pairs import choose, sample_negatives
 from ptmkit.vision.objectives.visualbert import VisualBERT, VisualBERTConfig
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle on grass", "a small yellow star",

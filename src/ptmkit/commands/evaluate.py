@@ -24,6 +24,10 @@ suites: en = mr, brown-pos, wordnet-wsd, bible-paraphrase, wordnet-qa
           OUT/xling.md, .json, .png; then the fine-tuning protocol on bible-genre-en-es and
           bible-genre-en-ny (trained on English, tested on Spanish / Chichewa: zero-shot
           transfer) and bible-genre-ny (in-language)
+        vl = vision-language runs (clip-tiny, visualbert-tiny, ...): on the emoji set's unseen
+          concepts, image <-> text retrieval R@1/5/10 per drawing style (trained and held out)
+          and caption locale (--locales), and zero-shot category / subcategory classification by
+          prompts, chance beside each, into OUT/vl.md, .json, .png (no fine-tuning)
 Writes OUT/table.md, OUT/table.png and OUT/results.json; OUT must be new, empty, or an earlier
 evaluation of ptm's (.ptmkit-output.json marks it).
 
@@ -38,6 +42,7 @@ examples:
   ptm evaluate runs/bert-zh --suite zh -o eval/zh --seeds 1 --modes finetune
   ptm evaluate runs/bert --suite mr,brown-pos -o eval/curve --train-sizes 100,500,2000,all
   ptm evaluate runs/xlm runs/mbert --suite xling -o eval/xling --modes finetune
+  ptm evaluate runs/clip runs/caption-lm --suite vl -o eval/vl
 """
 
 
@@ -45,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("evaluate", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", metavar="MODEL", help="runs, checkpoint directories or vectors files")
-    p.add_argument("--suite", default="en", help="en, zh or xling, or a comma-separated list of built-in tasks")
+    p.add_argument("--suite", default="en", help="en, zh, xling or vl, or a comma-separated list of built-in tasks")
     p.add_argument("-o", "--out", required=True, help="output directory")
     sizes = p.add_mutually_exclusive_group()
     sizes.add_argument("--train-size", type=int, default=500, help="training examples per task (default 500)")
@@ -55,11 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--features-lrs", nargs="+", type=float, default=None,
                    help="LR grid of the features mode (default: --lrs)")
     p.add_argument("--modes", nargs="+", default=["finetune", "features"], choices=["finetune", "features"])
+    p.add_argument("--images", default="emoji", metavar="DATA",
+                   help="--suite vl: the image-text data (default emoji; or a directory with captions.jsonl)")
+    p.add_argument("--locales", default="en,es,zh", help="--suite vl: caption locales to retrieve by (default en,es,zh)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ptmkit.workflows import evaluate, learning_curve, xling  # the one heavy import, when the command runs
+    from ptmkit.workflows import evaluate, learning_curve, vl_eval, xling  # the one heavy import, when the command runs
 
     suite = args.suite if args.suite in evaluate.SUITES else tuple(t.strip() for t in args.suite.split(",") if t.strip())
     labels = {}
@@ -70,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
         labels[fileio.path_part(label, "model label")] = m
     for task in ([] if isinstance(suite, str) else suite):  # each names a directory: refused before OUT is claimed
         fileio.path_part(task, "task name")
+    if suite == "vl":  # vision-language runs: retrieval and zero-shot measures, no fine-tuning protocol
+        with outputs.writing(args.out, "evaluate", inputs=list(args.models), overwrite=True, keep=lambda: True,
+                             names=list(vl_eval.FILES)):
+            vl_eval.evaluate_vl(list(labels.items()), args.out, args.images, [x for x in args.locales.split(",") if x])
+        print((Path(args.out) / "vl.md").read_text())
+        return 0
     protocol = evaluate.Protocol(train_size=args.train_size, eval_size=args.eval_size, seeds=tuple(args.seeds), lrs=tuple(args.lrs),
                         features_lrs=tuple(args.features_lrs) if args.features_lrs else None, epochs=args.epochs,
                         modes=tuple(args.modes), baseline=not args.no_baseline)

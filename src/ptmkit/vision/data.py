@@ -25,8 +25,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from PIL import Image
 
+from ptmkit.data.sources.base import dataset_dir, is_ready
 from ptmkit.errors import PtmError, suggest
+from ptmkit.vision.images import pack_images
 
 SPLITS = ("train", "dev", "test")
 # Caption templates of the emoji set (English): a name, keywords, or both.  Sampled per step.
@@ -99,8 +102,6 @@ def resize_images(images: np.ndarray, size: int) -> np.ndarray:
         k = s // size
         blocks = images.reshape(len(images), size, k, size, k, 3).astype(np.float32)
         return np.round(blocks.mean(axis=(2, 4))).astype(np.uint8)
-    from PIL import Image
-
     return np.stack([np.asarray(Image.fromarray(im).resize((size, size), Image.Resampling.BICUBIC)) for im in images])
 
 
@@ -137,8 +138,6 @@ def emoji_set(root: Path, styles: Sequence[str] = ("google",), locale: str = "en
 
 def folder_set(root: Path, image_size: int | None = None, seed: int = 0) -> ImageTextSet:
     """A user's directory with ``captions.jsonl`` (see the module docstring)."""
-    from ptmkit.vision.images import pack_images
-
     path = root / "captions.jsonl"
     rows: list[dict[str, Any]] = []
     for k, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -175,12 +174,17 @@ def folder_set(root: Path, image_size: int | None = None, seed: int = 0) -> Imag
                         names=names, keywords=[captions[c][1:] for c in range(len(ids))], templates=False)
 
 
+def available_styles(data: str | Path) -> list[str]:
+    """The drawing styles of the emoji data (``google``, ``twitter``); ``["user"]`` for a folder."""
+    root = dataset_dir("emoji") if str(data) == "emoji" else Path(data)
+    styles = sorted(p.stem.removeprefix("images-") for p in root.glob("images-*.npy"))
+    return styles or ["user"]
+
+
 def load_image_text(data: str | Path, styles: Sequence[str] = ("google",), locale: str = "en",
                     image_size: int | None = None, seed: int = 0) -> ImageTextSet:
     """``emoji`` (the fetched recipe), the recipe's directory, or a directory with ``captions.jsonl``."""
     if str(data) == "emoji":
-        from ptmkit.data.sources.base import dataset_dir, is_ready
-
         if not is_ready("emoji"):
             raise PtmError("the emoji data are not fetched: run `ptm data get emoji` first")
         data = dataset_dir("emoji")

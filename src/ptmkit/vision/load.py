@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ptmkit.data.sources.base import dataset_dir, is_ready
 from ptmkit.errors import PtmError
+from ptmkit.interop import load_hf
+from ptmkit.pretrained import load_pretrained
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.vision.build import build_vl_model, is_vision_language
@@ -51,8 +54,6 @@ def load_text_tower(path: str | Path) -> tuple[Any, Tokenizer, dict[str, Any]]:
     imported MiniLM): the text tower a vision–language run starts from (``text.init``)."""
     root = Path(path)
     if not root.exists() and str(path) == "minilm":  # the fetched recipe by name
-        from ptmkit.data.sources.base import dataset_dir, is_ready
-
         if not is_ready("minilm"):
             raise PtmError("text.init=minilm: the MiniLM weights are not fetched; run `ptm data get minilm` first")
         root = dataset_dir("minilm")
@@ -60,12 +61,8 @@ def load_text_tower(path: str | Path) -> tuple[Any, Tokenizer, dict[str, Any]]:
         raise PtmError(f"text.init={path}: no such directory (a ptmkit run or checkpoint, or an HF model directory "
                        f"such as the one `ptm data get minilm` writes)")
     if _is_hf(root):
-        from ptmkit.interop import load_hf
-
         pretrained = load_hf(root)
     else:
-        from ptmkit.pretrained import load_pretrained
-
         pretrained = load_pretrained(root, heads=False)
     model = dict(pretrained.config.get("model") or {})
     if model.get("encoder", "transformer") != "transformer":

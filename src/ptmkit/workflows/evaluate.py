@@ -38,6 +38,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "en": ("mr", "brown-pos", "wordnet-wsd", "bible-paraphrase", "wordnet-qa"),
     "zh": ("zh-reviews", "peoples-daily-ner", "peoples-daily-pos"),
     "xling": ("bible-genre-en-es", "bible-genre-en-ny", "bible-genre-ny"),  # + workflows.xling's measures
+    "vl": (),  # vision-language runs: workflows.vl_eval's retrieval and zero-shot measures only
 }
 MODES = ("finetune", "features")
 

@@ -26,6 +26,7 @@ from ptmkit import outputs
 from ptmkit.config import apply_overrides, from_dict
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text, read_record
+from ptmkit.presets import load_preset
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
@@ -49,8 +50,6 @@ def vision_language_config(preset_or_config: Any) -> dict[str, Any] | None:
         return None
     if isinstance(preset_or_config, dict):
         return preset_or_config if is_vision_language(preset_or_config) else None
-    from ptmkit.presets import load_preset
-
     try:
         raw = load_preset(str(preset_or_config))
     except PtmError:

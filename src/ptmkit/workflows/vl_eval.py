@@ -29,13 +29,14 @@ from ptmkit.errors import PtmError
 from ptmkit.vision.augment import AugmentConfig, to_pixels
 from ptmkit.vision.batches import tokenize
 from ptmkit.vision.build import ImageTextDataConfig
-from ptmkit.vision.data import ImageTextSet, resize_images
+from ptmkit.vision.data import ImageTextSet, available_styles, load_image_text, resize_images
 from ptmkit.vision.load import VLRun, load_vl
 from ptmkit.vision.retrieval import chance_recall, recall_at_k, zero_shot_accuracy
 from ptmkit.workflows import report
 
 log = logging.getLogger(__name__)
 PROMPT = "an emoji of {}"
+FILES = ("vl.json", "vl.md", "vl.png")
 
 
 def _scores(run: VLRun, data: ImageTextSet, rows: np.ndarray, texts: list[str], max_len: int) -> np.ndarray:
@@ -79,20 +80,19 @@ def zero_shot(run: VLRun, data: ImageTextSet, split: str, style: str, field: str
 def evaluate_run(run: VLRun, data_root: str, locales: Sequence[str], styles: Sequence[str] | None,
                  split: str = "test") -> dict[str, Any]:
     """Every measure for one run (see the module docstring)."""
-    from ptmkit.vision.data import load_image_text
-
     cfg = ImageTextDataConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run.config["data"].items()})
     trained = list(cfg.styles)
-    styles = list(styles or dict.fromkeys([*trained, "google", "twitter"]))
+    available = available_styles(data_root)
+    styles = list(styles or [s for s in dict.fromkeys([*trained, *available]) if s in available])
     out: dict[str, Any] = {"trained_styles": trained, "objective": run.config["objective"]["name"],
                            "image_encoder": run.config["vision"]["encoder"], "retrieval": [], "zero_shot": []}
-    english = load_image_text(data_root, styles, "en")
+    english = load_image_text(data_root, styles, "en", image_size=run.model.image.image_size)
     for style in styles:
         out["retrieval"].append({"style": style, "locale": "en", **retrieval(run, english, split, style, cfg.max_len)})
-        for field in ("categories", "subcategories"):
+        for field in ("categories", "subcategories") if any(english.categories) else ():
             out["zero_shot"].append({"style": style, "field": field,
                                      **zero_shot(run, english, split, style, field, cfg.max_len)})
-    for locale in locales:
+    for locale in locales if available_styles(data_root) != ["user"] else ():  # a folder has one caption language
         if locale != "en":
             other = load_image_text(data_root, trained[:1], locale)
             out["retrieval"].append({"style": trained[0], "locale": locale,
@@ -121,7 +121,7 @@ def markdown(results: dict[str, Any]) -> str:
     rows = []
     for label, r in results.items():
         for cond in r["retrieval"]:
-            seen = "trained" if cond["style"] in r["trained_styles"] else "held out"
+            seen = "held out" if cond["style"] not in r["trained_styles"] and cond["style"] != "user" else "trained"
             cells = [f"{cond[d][f'R@{k}']:.3f}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
             chance = f"({cond['chance_i2t']['R@1']:.3f} / {cond['chance_i2t']['R@10']:.3f})"
             rows.append([label, r["objective"], f"{cond['style']} ({seen})", cond["locale"], str(cond["texts"]),

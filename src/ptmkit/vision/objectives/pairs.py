@@ -10,7 +10,7 @@ device afterwards; so a resumed run draws what the uninterrupted one would, on a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -161,24 +161,6 @@ class TiedMLM(nn.Module):
 
 
 # ---------------------------------------------------------------------------- scoring
-def score_pairs(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], n_images: int, n_texts: int,
-                chunk: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """Every (image, text) pair's score ``[n_images, n_texts]``, computed ``chunk`` pairs at a time:
-    ``fn(image_index [P], text_index [P]) -> [P]`` (int64 indices on ``device``, default the CPU)
-    scores the pairs ``(image_index[p], text_index[p])``; pairs run in row-major order.  Gradients
-    are the caller's business (scoring runs under ``torch.no_grad()``)."""
-    if chunk < 1:
-        raise PtmError(f"the pair scoring chunk must be >= 1, got {chunk}")
-    total = n_images * n_texts
-    parts = []
-    for start in range(0, total, chunk):
-        flat = torch.arange(start, min(start + chunk, total), device=device)
-        parts.append(fn(flat // n_texts, flat % n_texts).reshape(-1))
-    if not parts:
-        return torch.zeros(n_images, n_texts, device=device)
-    return torch.cat(parts).reshape(n_images, n_texts)
-
-
 def encode_images(image_encoder: nn.Module, pixels: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The image encoder over ``pixels [N, 3, S, S]`` ``chunk`` images at a time: ``(tokens [N, R, D],
     pooled [N, D])``."""
@@ -188,4 +170,4 @@ def encode_images(image_encoder: nn.Module, pixels: torch.Tensor, chunk: int) ->
 
 
 __all__ = ["TiedMLM", "TokenMasker", "check_probability", "choose", "encode_images", "init_weights",
-           "matching_loss", "sample_negatives", "score_pairs", "transformer_config"]
+           "matching_loss", "sample_negatives", "transformer_config"]

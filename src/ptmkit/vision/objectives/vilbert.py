@@ -58,6 +58,7 @@ from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 from ptmkit.train.step import StepOutput, input_tokens
 from ptmkit.vision.objectives.base import VLObjective
+from ptmkit.vision.objectives.pair_scores import score_pairs
 from ptmkit.vision.objectives.pairs import (
     TiedMLM,
     TokenMasker,
@@ -67,7 +68,6 @@ from ptmkit.vision.objectives.pairs import (
     init_weights,
     matching_loss,
     sample_negatives,
-    score_pairs,
     transformer_config,
 )
 
@@ -287,7 +287,7 @@ class ViLBERT(VLObjective):
         def pair_logits(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
             return self.align(*self.co_attend(t0[j], v0[i], attention_mask[j]))
 
-        return score_pairs(pair_logits, pixels.shape[0], M, chunk, device=input_ids.device)
+        return score_pairs(pair_logits, pixels.shape[0], M, chunk)
 
 
 class _Activation(nn.Module):

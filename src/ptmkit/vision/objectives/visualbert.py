@@ -50,6 +50,7 @@ from ptmkit.nn.targets import IGNORE_INDEX
 from ptmkit.registry import register
 from ptmkit.train.step import StepOutput, input_tokens
 from ptmkit.vision.objectives.base import VLObjective
+from ptmkit.vision.objectives.pair_scores import score_pairs
 from ptmkit.vision.objectives.pairs import (
     TiedMLM,
     TokenMasker,
@@ -58,7 +59,6 @@ from ptmkit.vision.objectives.pairs import (
     init_weights,
     matching_loss,
     sample_negatives,
-    score_pairs,
     transformer_config,
 )
 from ptmkit.vision.streams import key_padding, run_layers
@@ -182,7 +182,7 @@ class VisualBERT(VLObjective):
         def pair_logits(i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
             return self.match(text_encoder, self.encode(text_encoder, tokens[i], input_ids[j], attention_mask[j]))
 
-        return score_pairs(pair_logits, pixels.shape[0], input_ids.shape[0], chunk, device=input_ids.device)
+        return score_pairs(pair_logits, pixels.shape[0], input_ids.shape[0], chunk)
 
 
 __all__ = ["VisualBERT", "VisualBERTConfig", "VisualEmbeddings"]
