@@ -47,6 +47,8 @@ def test_pretrain_resume_and_evaluate(folder: Path, tmp_path: Path, capsys) -> N
     assert run_cli(["pretrain", "--resume", "-o", part, "--data", folder, "train.max_steps=6"], capsys)[0] == 0
     a, b = weights(whole), weights(part)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # resumed exactly
+    card = (whole / "README.md").read_text()
+    assert "| image encoder | `vit` (16 px" in card and "| objective | `clip` |" in card
     compute = json.loads((whole / "compute.json").read_text())
     assert compute["steps"] == 6 and compute["flops"] == pytest.approx(6 * compute["flops_per_step"])
     rc, err = run_cli(["evaluate", whole, "--suite", "vl", "--images", folder, "-o", tmp_path / "eval"], capsys)

@@ -30,7 +30,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "run": Kind("pre-training run", "ptm pretrain",
-                ("config.json", "metrics.jsonl", "loss.png", "checkpoints", "README.md", "tensorboard")),
+                ("config.json", "metrics.jsonl", "loss.png", "checkpoints", "README.md", "tensorboard", "compute.json")),
     "corpus": Kind("prepared corpus", "ptm prepare"),
     "vectors": Kind("static word-vectors run", "ptm pretrain (static model)"),
     "finetune": Kind("fine-tuning output", "ptm finetune",

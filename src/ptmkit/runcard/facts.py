@@ -117,6 +117,13 @@ def _model_rows(card: Card, config: dict[str, Any]) -> None:
     sizes = [f"{model[k]} {label}" for k, label in (("num_layers", "layers"), ("hidden_size", "hidden"),
                                                     ("num_heads", "heads")) if k in model]
     card.rows["model"] = f"encoder `{model.get('encoder', 'transformer')}`" + (f" ({', '.join(sizes)})" if sizes else "")
+    vision = config.get("vision") or {}
+    if vision:  # a vision-language run: the image encoder beside the text tower
+        sizes = [f"{vision[k]} {label}" for k, label in (("image_size", "px"), ("num_layers", "layers"),
+                                                         ("hidden_size", "hidden")) if k in vision]
+        card.rows["image encoder"] = f"`{vision.get('encoder')}`" + (f" ({', '.join(sizes)})" if sizes else "")
+        if not model:
+            card.rows.pop("model")
     if objective.get("name"):
         card.rows["objective"] = f"`{objective['name']}`"
 
@@ -153,7 +160,8 @@ def _pretraining(d: Path, card: Card) -> None:
     inputs = read_json(d / "inputs.json") or {}
     for what in ("data", "eval_data"):
         for item in inputs.get(what) or []:
-            card.data.append({**item, "what": what.replace("_", " ")})
+            if isinstance(item, dict):  # a record of another layout is left out, never a crash
+                card.data.append({**item, "what": what.replace("_", " ")})
     train = config.get("train") or {}
     last = last_records(d / "metrics.jsonl")
     step = (last.get("train") or last.get("eval") or {}).get("step")

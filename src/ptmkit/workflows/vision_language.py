@@ -27,6 +27,7 @@ from ptmkit.config import apply_overrides, from_dict
 from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_text, read_record
 from ptmkit.presets import load_preset
+from ptmkit.runcard import write_run_card
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
@@ -91,7 +92,8 @@ def train_vl(raw: dict[str, Any], data: Any, out_dir: str | Path, overrides: Seq
         else:
             tokenizer = caption_tokenizer(dataset, data_cfg, raw.get("tokenizer") or {}, data)
         config = resolve_vl_config(raw, tokenizer)
-        record = {"data": str(data), "fingerprint": data_fingerprint(dataset)}
+        record = {"data": [{"name": Path(data).name, "bytes": int(dataset.images.nbytes),
+                            "sha256": data_fingerprint(dataset)}], "eval_data": None}  # the run card's layout
         if run.resuming:
             rundir.check_compatible(stored, config)
             _check_same_data(run_dir, record)
@@ -120,6 +122,7 @@ def train_vl(raw: dict[str, Any], data: Any, out_dir: str | Path, overrides: Seq
                        "images_seen": trainer.step * train_cfg.batch_size,
                        "flops": (trainer.flops_per_step or 0.0) * trainer.step}
             atomic_write_text(run_dir / COMPUTE_FILE, json.dumps(compute, indent=1) + "\n")
+            write_run_card(run_dir, derives_from=[config["text"]["init"]] if config["text"]["init"] else [])
         if verbose and info.is_main:
             last = result.get("eval") or result.get("train") or {}
             shown = ", ".join(f"{k} {v:.4g}" for k, v in last.items() if isinstance(v, (int, float)))
@@ -186,6 +189,7 @@ def data_fingerprint(dataset: ImageTextSet) -> str:
 def _check_same_data(run_dir: Path, record: dict[str, Any]) -> None:
     stored = read_record(run_dir / rundir.INPUTS_FILE, "it records the data the run was trained on: restore it, or "
                          "start a new run directory")
-    if stored.get("fingerprint") != record["fingerprint"]:
-        raise PtmError(f"cannot resume: the data differ from those the run was trained on ({stored.get('data')}); "
+    if stored.get("data") != record["data"]:
+        raise PtmError(f"cannot resume: the data differ from those the run was trained on "
+                       f"({', '.join(str(d.get('name')) for d in stored.get('data') or [])}); "
                        f"resume with the same --data, or start a new run directory")
