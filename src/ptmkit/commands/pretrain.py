@@ -98,6 +98,16 @@ Knowledge-graph embeddings (transe, distmult, their presets) read triple files i
 DATA is TRAIN [VALID] TEST, head<TAB>relation<TAB>tail per line (WordNet's: `ptm data get
 wordnet-kg`); the entity vectors go to vectors.bin, the relation vectors to relations.bin, and
 results.json holds the filtered MRR and Hits@1/3/10 on VALID and TEST (docs/knowledge.md).
+
+Vision-language models: a preset with a `vision` section (clip-tiny, clip-cnn-tiny, lit-minilm,
+visualbert-tiny, vilbert-tiny, caption-lm-tiny, bow-tiny) reads image-text data: DATA is `emoji`
+(`ptm data get emoji`) or a directory with captions.jsonl ({"image": "a.png", "caption": "..."}
+rows; square PNG / JPEG images).  Beside model (the text Transformer), objective, tokenizer and
+train it has the sections vision, augment, text (init: a run, an HF directory or minilm; frozen)
+and data (styles, locale, max_len).  vision.encoder: {names:image_encoder}
+objective.name: {names:vl_objective}
+RUN_DIR also receives compute.json (FLOPs per step, images seen); evaluate the run with
+`ptm evaluate RUN --suite vl` (docs/multimodal.md).
 """
 
 EPILOG = """\
@@ -107,6 +117,7 @@ examples:
       model.hidden_size=64 train.batch_size=32 train.lr=5e-4
   ptm pretrain gpt2-tiny --data corpus_dir -o runs/gpt train.schedule=cosine train.warmup_steps=100
   ptm pretrain my_preset.yaml --data corpus_dir -o runs/mine
+  ptm pretrain clip-tiny --data emoji -o runs/clip train.max_steps=500
   ptm pretrain bert-tiny --data wiki_dir books_dir --data-weights 0.7,0.3 -o runs/blend
                                                                       70 % / 30 % of every epoch's examples
   ptm pretrain bert-tiny --data corpus_dir -o runs/tiny --resume      continue after a kill

@@ -124,9 +124,9 @@ def train_vl(raw: dict[str, Any], data: Any, out_dir: str | Path, overrides: Seq
             atomic_write_text(run_dir / COMPUTE_FILE, json.dumps(compute, indent=1) + "\n")
             write_run_card(run_dir, derives_from=[config["text"]["init"]] if config["text"]["init"] else [])
         if verbose and info.is_main:
-            last = result.get("eval") or result.get("train") or {}
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in last.items() if isinstance(v, (int, float)))
-            print(f"done: {shown}\nrun: {run_dir}", flush=True)
+            shown = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" for k, v in result.items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "eval_ppl")
+            print(f"final: {shown}\nrun: {run_dir}  (evaluate: ptm evaluate {run_dir} --suite vl -o OUT)", flush=True)
     return run_dir
 
 
