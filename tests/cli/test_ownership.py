@@ -41,6 +41,10 @@ def writing_commands(out: Path, corpus: Path, tok: Path, model: Path) -> list[li
         ["export", model, "--out", out],
         ["import", model.parent / "hf", "--out", out],
         ["fasttext-classify", "train", "--input", corpus, "--out", out, "--overwrite"],
+        ["pretrain", "clip-tiny", "--data", corpus.parent, "-o", out, "--overwrite"],  # vision-language route
+        ["pretrain", "clip-tiny", "--data", corpus.parent, "-o", out, "--resume"],
+        ["pretrain", "--data", corpus.parent, "-o", out, "--resume"],
+        ["evaluate", model, "--suite", "vl", "-o", out],
     ]
 
 

@@ -59,8 +59,12 @@ def vision_language_config(preset_or_config: Any) -> dict[str, Any] | None:
 
 
 def stored_vl_config(run_dir: Path) -> dict[str, Any] | None:
-    """A resumable run's stored config when it is a vision–language run."""
-    latest = ckpt.latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    """A resumable run's stored config when it is a vision–language run.  RUN_DIR is checked to be
+    ptm's first: nothing is read from a folder that only looks like a run."""
+    if not run_dir.is_dir():
+        return None
+    outputs.check(run_dir, "run", [], reuse=True)
+    latest = ckpt.latest_checkpoint(run_dir)
     if latest is None:
         return None
     config = ckpt.read_config(latest)
