@@ -6,8 +6,10 @@ caption language model, in zero-shot accuracy per image seen).
 For every run given (``ptm pretrain clip-tiny | bow-tiny | caption-lm-tiny ... --data emoji``, with
 checkpoints kept: ``train.keep_checkpoints=9 train.save_every=125``), every checkpoint is scored on
 the *dev* concepts (never trained on; the test concepts stay for the final table of
-``ptm evaluate --suite vl``): image -> text R@1 / R@10 over the dev concepts' English names and
-zero-shot category accuracy, in the trained style.  The x axes are images seen and training FLOPs
+``ptm evaluate --suite vl``): R@10 over the dev concepts' English names, image -> text, text ->
+image and their mean (the curve: a generative score's image -> text ranking also carries each
+text's prior probability, which text -> image does not), image -> text R@1, and zero-shot
+category accuracy, in the trained style.  The x axes are images seen and training FLOPs
 (the Trainer's count per step, ``compute.json``).  The efficiency ratio of A over B is the share
 of B's images (or FLOPs) at which A first reaches B's final R@10 (interpolated on the checkpoints).
 
@@ -44,7 +46,8 @@ def curve(run_dir: Path, split: str) -> list[dict]:
         r = retrieval(run, data, split, cfg["styles"][0], ImageTextDataConfig().max_len)
         z = zero_shot(run, data, split, cfg["styles"][0], "categories", ImageTextDataConfig().max_len)
         points.append({"step": step, "images": step * run.config["train"]["batch_size"],
-                       "flops": step * compute["flops_per_step"], "R@1": r["i2t"]["R@1"], "R@10": r["i2t"]["R@10"],
+                       "flops": step * compute["flops_per_step"], "R@1": r["i2t"]["R@1"], "i2t_R@10": r["i2t"]["R@10"],
+                       "t2i_R@10": r["t2i"]["R@10"], "R@10": (r["i2t"]["R@10"] + r["t2i"]["R@10"]) / 2,
                        "chance_R@10": r["chance_i2t"]["R@10"], "category": z["accuracy"]})
     return points
 
@@ -78,10 +81,11 @@ def main() -> None:
                 for axis in ("images", "flops"):
                     got = reach(curves[a], target, axis)
                     ratios[f"{a}/{b}/{axis}"] = None if got is None else curves[b][-1][axis] / got
-    rows = [[label, str(p["step"]), f"{p['images']:,}", f"{p['flops']:.2e}", f"{p['R@1']:.3f}", f"{p['R@10']:.3f}",
-             f"{p['chance_R@10']:.3f}", f"{p['category']:.3f}"] for label, pts in curves.items() for p in pts]
-    print("\n".join(report.markdown_table(["run", "step", "images", "FLOPs", "R@1", "R@10", "chance R@10",
-                                           "category acc"], rows)))
+    rows = [[label, str(p["step"]), f"{p['images']:,}", f"{p['flops']:.2e}", f"{p['R@1']:.3f}", f"{p['i2t_R@10']:.3f}",
+             f"{p['t2i_R@10']:.3f}", f"{p['R@10']:.3f}", f"{p['chance_R@10']:.3f}", f"{p['category']:.3f}"]
+            for label, pts in curves.items() for p in pts]
+    print("\n".join(report.markdown_table(["run", "step", "images", "FLOPs", "i→t R@1", "i→t R@10", "t→i R@10",
+                                           "mean R@10", "chance R@10", "category acc"], rows)))
     fig = report.figure(11, 4)
     for k, axis in enumerate(("images", "flops")):
         ax = fig.add_subplot(1, 2, k + 1)
@@ -90,7 +94,7 @@ def main() -> None:
         ax.axhline(next(iter(curves.values()))[0]["chance_R@10"], color="black", lw=1, ls=":", label="chance")
         ax.set_xscale("log")
         ax.set_xlabel("images seen" if axis == "images" else "training FLOPs")
-        ax.set_ylabel(f"{args.split} image → text R@10 (unseen concepts)")
+        ax.set_ylabel(f"{args.split} R@10, mean of both directions (unseen concepts)")
         ax.legend(fontsize=7)
     report.save(fig, out / "compute_curve.png")
     result = {"split": args.split, "curves": curves, "efficiency": ratios}

@@ -2,7 +2,9 @@
 
 For each vision–language run, on the emoji set's *test concepts* (never seen in training):
 
-* **retrieval** image -> text and text -> image, R@1 / R@5 / R@10 and MRR, the text being each
+* **retrieval** image -> text and text -> image, R@1 / R@5 / R@10 and MRR (and in ``vl.json`` image ->
+  text with each text's mean score over the images subtracted, ``i2t_centered``: for the generative
+  objectives, whose score ``log p(t | i)`` also holds the text's prior), the text being each
   concept's name in the locale, in every drawing style (the style trained on, and the one held out)
   and every locale asked for (English, and e.g. Spanish and Chinese names, for a model trained on
   English captions: zero-shot cross-lingual), with a random ranking's recall beside each;
@@ -61,6 +63,8 @@ def retrieval(run: VLRun, data: ImageTextSet, split: str, style: str, max_len: i
     s = _scores(run, data, rows, distinct, max_len)
     return {"images": len(rows), "texts": len(distinct),
             "i2t": recall_at_k(s, image_labels, text_labels), "t2i": recall_at_k(s.T, text_labels, image_labels),
+            # each text's mean score over the images removed: a generative score's text prior (log p(t))
+            "i2t_centered": recall_at_k(s - s.mean(axis=0, keepdims=True), image_labels, text_labels),
             "chance_i2t": chance_recall(image_labels, text_labels), "chance_t2i": chance_recall(text_labels, image_labels)}
 
 
