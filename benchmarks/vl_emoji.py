@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.vision.build import ImageTextDataConfig
@@ -86,15 +87,17 @@ def main() -> None:
             for label, pts in curves.items() for p in pts]
     print("\n".join(report.markdown_table(["run", "step", "images", "FLOPs", "i→t R@1", "i→t R@10", "t→i R@10",
                                            "mean R@10", "chance R@10", "category acc"], rows)))
-    fig = report.figure(11, 4)
+    fig = report.figure(11, 4.5)
     for k, axis in enumerate(("images", "flops")):
         ax = fig.add_subplot(1, 2, k + 1)
         for (label, pts), colour in zip(curves.items(), report.colours(len(curves))):
             ax.plot([p[axis] for p in pts], [p["R@10"] for p in pts], "o-", color=colour, label=label)
         ax.axhline(next(iter(curves.values()))[0]["chance_R@10"], color="black", lw=1, ls=":", label="chance")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decade labels only: minor ones overlap
         ax.set_xlabel("images seen" if axis == "images" else "training FLOPs")
-        ax.set_ylabel(f"{args.split} R@10, mean of both directions (unseen concepts)")
+        ax.set_ylabel(f"{args.split} R@10 (i→t, t→i mean)")
+        ax.set_title("unseen concepts, trained style", fontsize=9)
         ax.legend(fontsize=7)
     report.save(fig, out / "compute_curve.png")
     result = {"split": args.split, "curves": curves, "efficiency": ratios}

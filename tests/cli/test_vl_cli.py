@@ -47,6 +47,8 @@ def test_pretrain_resume_and_evaluate(folder: Path, tmp_path: Path, capsys) -> N
     assert run_cli(["pretrain", "--resume", "-o", part, "--data", folder, "train.max_steps=6"], capsys)[0] == 0
     a, b = weights(whole), weights(part)
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # resumed exactly
+    evals = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert evals and all("ppl" not in r for r in evals)  # a contrastive loss is no perplexity
     card = (whole / "README.md").read_text()
     assert "| image encoder | `vit` (16 px" in card and "| objective | `clip` |" in card
     compute = json.loads((whole / "compute.json").read_text())

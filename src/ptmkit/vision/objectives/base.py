@@ -12,7 +12,10 @@ Class attributes:
 * ``image_encoders``: the image encoder names it can train (another pairing is refused naming both);
 * ``text_encoder``: ``True`` when it needs a text Transformer (CLIP, VisualBERT, ViLBERT, the
   caption LM); ``False`` when the image encoder alone is trained (bag-of-words prediction);
-* ``causal_text``: the text is read left to right (the caption LM).
+* ``causal_text``: the text is read left to right (the caption LM);
+* ``perplexity``: the metric the Trainer's ``ppl`` exponentiates (a mean token negative
+  log-likelihood: the caption LM's ``lm_loss``), ``None`` for a loss that is not one (contrastive,
+  matching, bag-of-words).
 
 Batches (:class:`~ptmkit.vision.batches.ImageTextBatches`): ``pixels [B, 3, S, S]`` float,
 ``input_ids [B, T]`` / ``attention_mask [B, T]`` (``[CLS] caption [SEP]`` right-padded),
@@ -43,6 +46,7 @@ class VLObjective(nn.Module):
     image_encoders: ClassVar[tuple[str, ...]] = ("cnn", "vit")
     text_encoder: ClassVar[bool] = True
     causal_text: ClassVar[bool] = False
+    perplexity: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any, image_encoder: nn.Module, text_encoder: nn.Module | None, tokenizer: Any) -> None:
         super().__init__()

@@ -82,6 +82,7 @@ class CaptionLM(VLObjective):
     config_class = CaptionLMConfig
     text_encoder = True
     causal_text = True
+    perplexity = "lm_loss"
 
     def __init__(self, cfg: CaptionLMConfig, image_encoder: nn.Module, text_encoder: nn.Module | None,
                  tokenizer: object) -> None:
