@@ -72,6 +72,7 @@ class ImageTextBatches:
         rows = self.data.rows(self.eval_split)
         _, first = np.unique(self.data.concept[rows], return_index=True)  # one image per concept
         rows = rows[np.sort(first)]
-        for lo in range(0, len(rows) - self.batch_size + 1, self.batch_size):  # full batches: a fixed number of negatives
-            chunk = rows[lo: lo + self.batch_size]
+        size = min(self.batch_size, len(rows))  # full batches (a fixed number of negatives), or all when fewer
+        for lo in range(0, len(rows) - size + 1, size) if size > 1 else ():
+            chunk = rows[lo: lo + size]
             yield self._batch(chunk, [self.data.text(int(c)) for c in self.data.concept[chunk]], None)
