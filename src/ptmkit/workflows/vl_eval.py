@@ -142,7 +142,7 @@ def markdown(results: dict[str, Any]) -> str:
 def figure(results: dict[str, Any], path: Path) -> None:
     """Image -> text R@1 and R@10 per run and condition, a random ranking's R@1 / R@10 as ticks."""
     conditions = list(dict.fromkeys(f"{c['style']}/{c['locale']}" for r in results.values() for c in r["retrieval"]))
-    fig = report.figure(max(6.0, 1.6 * len(conditions) * max(1, len(results)) ** 0.5), 4.0)
+    fig = report.figure(min(12.0, 3.0 + 2.0 * len(conditions)), 4.5)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(1, len(results))
     for j, ((label, r), colour) in enumerate(zip(results.items(), report.colours(len(results)))):
@@ -156,7 +156,7 @@ def figure(results: dict[str, Any], path: Path) -> None:
             for k in ("R@1", "R@10"):
                 ax.plot([x - width / 2, x + width / 2], [by[cond]["chance_i2t"][k]] * 2, color="black", lw=1)
     ax.set_xticks(range(len(conditions)), conditions)
-    ax.set_ylabel("image → text recall (dark R@1, light R@10; black: chance)")
-    ax.set_title("retrieval of unseen emoji concepts")
+    ax.set_ylabel("image → text recall")
+    ax.set_title("unseen concepts: R@1 (dark), R@10 (light); black lines: chance", fontsize=10)
     ax.legend(fontsize=7)
     report.save(fig, path)
