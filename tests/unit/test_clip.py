@@ -143,3 +143,18 @@ def test_recall_at_k_and_chance() -> None:
     draws = np.array([[(items[rng.permutation(30)[:5]] == q).any() for q in queries] for _ in range(400)])
     assert chance_recall(queries, items)["R@5"] == pytest.approx(draws.mean(), abs=0.01)
     assert chance_recall(queries, items)["R@5"] == pytest.approx(1 - (27 * 26 * 25 * 24 * 23) / (30 * 29 * 28 * 27 * 26))
+
+
+def test_training_batches_read_training_concepts_only(shape_tokenizer) -> None:
+    """Split by concept (as the emoji set is): an epoch of batches holds each training concept once and
+    no dev or test concept; evaluation batches hold dev concepts only, one image each."""
+    images, captions, _ = shapes(120, 16, seed=2)
+    concept = np.arange(120) // 3  # 40 concepts of 3 images each
+    split = np.array(["train"] * 72 + ["dev"] * 24 + ["test"] * 24)  # concepts 0-23, 24-31, 32-39
+    names = [captions[3 * c] for c in range(40)]
+    data = ImageTextSet(images, concept, split, np.full(120, "drawn"), names, [[] for _ in names], templates=False)
+    batches = ImageTextBatches(data, shape_tokenizer, 8, 0, AugmentConfig(), 16)
+    seen = np.concatenate([batches(1, s)["concept"].numpy() for s in range(batches.steps_per_epoch)])
+    assert sorted(seen) == list(range(24))
+    dev = np.concatenate([b["concept"].numpy() for b in batches.eval_batches()])
+    assert sorted(dev) == list(range(24, 32))
