@@ -4,58 +4,25 @@ distinct non-special words, each weighted 1/k; its loss, top1, score() and learn
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 import torch
-from torch import nn
+from vision_toys import PatchConfig, PatchEncoder, caption_tokenizer
 
 from ptmkit import registry
-from ptmkit.tokenization import Tokenizer
-from ptmkit.vision.encoders.base import ImageEncoder, ImageOutput
 from ptmkit.vision.objectives.bow import BagOfWords, BowConfig, bag_of_words, special_ids
 
 CAPTIONS = ["a red cat sleeps", "a blue dog runs fast", "the green bird sings", "one yellow fish swims",
             "a small red dog sleeps", "the big blue cat runs", "two green fish sing", "a yellow bird flies high"]
 
 
-@dataclass(frozen=True)
-class FakeConfig:
-    image_size: int = 16
-    width: int = 24
-
-
-class FakeImageEncoder(ImageEncoder):
-    """4 x 4 patches flattened and projected: tokens ``[B, 16, D]``; pooled = their mean."""
-
-    name = "fake"
-    config_class = FakeConfig
-
-    def __init__(self, config: FakeConfig) -> None:
-        super().__init__(config)
-        self.proj = nn.Linear(3 * 16, config.width)
-
-    @property
-    def output_size(self) -> int:
-        return self.config.width
-
-    @property
-    def num_tokens(self) -> int:
-        return (self.config.image_size // 4) ** 2
-
-    def forward(self, pixels: torch.Tensor) -> ImageOutput:
-        self.check_pixels(pixels)
-        B, g = pixels.shape[0], self.config.image_size // 4
-        patches = pixels.unfold(2, 4, 4).unfold(3, 4, 4)  # [B, 3, g, g, 4, 4]
-        tokens = self.proj(patches.permute(0, 2, 3, 1, 4, 5).reshape(B, g * g, 3 * 16))
-        return ImageOutput(tokens, tokens.mean(1))
+FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    path = tmp_path_factory.mktemp("captions") / "captions.txt"
-    path.write_text("\n".join(CAPTIONS) + "\n")
-    return Tokenizer.train([path], "wordpiece", 100, min_frequency=1)
+    return caption_tokenizer(tmp_path_factory.mktemp("captions"), CAPTIONS)
 
 
 def build(tok, seed=0, **cfg):

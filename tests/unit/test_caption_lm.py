@@ -4,17 +4,14 @@ Transformer; its loss, its attention pattern, score() and learning a toy set."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 import torch
-from torch import nn
+from vision_toys import PatchConfig, PatchEncoder, caption_tokenizer, tiny_text
 
 from ptmkit import registry
-from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
-from ptmkit.tokenization import Tokenizer
-from ptmkit.vision.encoders.base import ImageEncoder, ImageOutput
 from ptmkit.vision.objectives.caption_lm import CaptionLM, CaptionLMConfig, prefix_lm_mask
 from ptmkit.vision.objectives.pair_scores import score_pairs
 
@@ -22,54 +19,18 @@ CAPTIONS = ["a red cat sleeps", "a blue dog runs fast", "the green bird sings", 
             "a small red dog sleeps", "the big blue cat runs", "two green fish sing", "a yellow bird flies high"]
 
 
-@dataclass(frozen=True)
-class FakeConfig:
-    image_size: int = 16
-    width: int = 24
-
-
-class FakeImageEncoder(ImageEncoder):
-    """4 x 4 patches flattened and projected: tokens ``[B, 16, D]``; pooled = their mean.
-    ``seen`` counts the images it has encoded."""
-
-    name = "fake"
-    config_class = FakeConfig
-
-    def __init__(self, config: FakeConfig) -> None:
-        super().__init__(config)
-        self.proj = nn.Linear(3 * 16, config.width)
-        self.seen = 0
-
-    @property
-    def output_size(self) -> int:
-        return self.config.width
-
-    @property
-    def num_tokens(self) -> int:
-        return (self.config.image_size // 4) ** 2
-
-    def forward(self, pixels: torch.Tensor) -> ImageOutput:
-        self.check_pixels(pixels)
-        self.seen += pixels.shape[0]
-        B, g = pixels.shape[0], self.config.image_size // 4
-        patches = pixels.unfold(2, 4, 4).unfold(3, 4, 4)  # [B, 3, g, g, 4, 4]
-        tokens = self.proj(patches.permute(0, 2, 3, 1, 4, 5).reshape(B, g * g, 3 * 16))
-        return ImageOutput(tokens, tokens.mean(1))
+FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    path = tmp_path_factory.mktemp("captions") / "captions.txt"
-    path.write_text("\n".join(CAPTIONS) + "\n")
-    return Tokenizer.train([path], "wordpiece", 100, min_frequency=1)
+    return caption_tokenizer(tmp_path_factory.mktemp("captions"), CAPTIONS)
 
 
 def build(tok, seed=0, **cfg):
     torch.manual_seed(seed)
     image = FakeImageEncoder(FakeConfig())
-    text = TransformerEncoder(TransformerConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
-                                                intermediate_size=64, max_position=32, dropout=0.0,
-                                                attention_dropout=0.0))
+    text = tiny_text(tok.vocab_size)
     obj = CaptionLM(CaptionLMConfig(**cfg), image, text, tok)
     return image, text, obj
 

@@ -2,68 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
-from torch import nn
+from vision_toys import PatchConfig, PatchEncoder, caption_tokenizer, tiny_text
 
 from ptmkit import registry
-from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
-from ptmkit.tokenization import Tokenizer
-from ptmkit.vision.encoders.base import ImageEncoder, ImageOutput
 from ptmkit.vision.objectives.vilbert import ViLBERT, ViLBERTConfig
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle on grass", "a small yellow star",
             "two black dogs", "a white cat asleep", "the big orange sun", "a purple flower in a pot"]
 
 
-@dataclass(frozen=True)
-class FakeImageConfig:
-    image_size: int = 16
-    hidden: int = 24
-
-
-class FakeImageEncoder(ImageEncoder):
-    """4 x 4 patches of a 16 x 16 image, flattened and projected: tokens ``[B, 16, D]``, pooled = mean."""
-
-    name = "fake"
-    config_class = FakeImageConfig
-
-    def __init__(self, config: FakeImageConfig = FakeImageConfig()) -> None:
-        super().__init__(config)
-        self.proj = nn.Linear(3 * 16, config.hidden)
-
-    @property
-    def output_size(self) -> int:
-        return self.config.hidden
-
-    @property
-    def num_tokens(self) -> int:
-        return 16
-
-    def forward(self, pixels: torch.Tensor) -> ImageOutput:
-        self.check_pixels(pixels)
-        B = pixels.shape[0]
-        patches = pixels.unfold(2, 4, 4).unfold(3, 4, 4).permute(0, 2, 3, 1, 4, 5).reshape(B, 16, 48)
-        tokens = self.proj(patches)
-        return ImageOutput(tokens, tokens.mean(dim=1))
+FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    path = tmp_path_factory.mktemp("vil") / "captions.txt"
-    path.write_text("\n".join(CAPTIONS) + "\n")
-    return Tokenizer.train([path], "wordpiece", 100, min_frequency=1)
+    return caption_tokenizer(tmp_path_factory.mktemp("vil"), CAPTIONS)
 
 
 def build(tok, **cfg):
     torch.manual_seed(0)
     image = FakeImageEncoder()
-    text = TransformerEncoder(TransformerConfig(vocab_size=tok.vocab_size, hidden_size=32, num_layers=2, num_heads=2,
-                                                intermediate_size=64, max_position=32, dropout=0.0,
-                                                attention_dropout=0.0))
+    text = tiny_text(tok.vocab_size)
     cfg.setdefault("image_hidden", 16)  # a width of its own, so the co-attention maps between widths
     return image, text, ViLBERT(ViLBERTConfig(**cfg), image, text, tok)
 
