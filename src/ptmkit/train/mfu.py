@@ -12,6 +12,7 @@ threads and dtype training will use.  The numerator counts the operations that a
 from __future__ import annotations
 
 import functools
+import logging
 import platform
 import time
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 import torch
 
 from ptmkit.nn import fast_linear
+
+log = logging.getLogger(__name__)
 
 # Dense (non-sparse) peak FLOP/s per GPU model for bf16/fp16 tensor cores, tf32 and fp32.
 # Matched against ``torch.cuda.get_device_name`` by the first key contained in it (most specific first).
@@ -96,6 +99,20 @@ def _rate(product, a: torch.Tensor, b: torch.Tensor, device: torch.device, secon
 @functools.lru_cache(maxsize=None)
 def _cpu_peak(dtype: torch.dtype, threads: int, n: int) -> float:
     return measure_matmul_peak(dtype, "cpu", n=n)
+
+
+def checked_peak(peak: float, achieved: float, device: torch.device | str, dtype: torch.dtype = torch.float32) -> float:
+    """The peak to divide by, given that a run just did ``achieved`` FLOP/s.  On a CPU a rate above
+    the measured peak means the start-up probe ran while the machine was busy: the peak is measured
+    again (said once in a warning) and is at least ``achieved``, so MFU never reads above 100 %.  A
+    GPU's peak is the card's table value and stays."""
+    if achieved <= peak or torch.device(device).type != "cpu":
+        return peak
+    _cpu_peak.cache_clear()
+    again = max(peak_flops(device, dtype) or 0.0, achieved)
+    log.warning("CPU peak probed at start-up (%.0f GFLOP/s) was low (the machine was busy); steps ran at %.0f GFLOP/s: "
+                "MFU now against %.0f GFLOP/s, measured again", peak / 1e9, achieved / 1e9, again / 1e9)
+    return again
 
 
 def peak_flops(device: torch.device | str, dtype: torch.dtype = torch.float32, n: int = 1024) -> float | None:

@@ -302,7 +302,9 @@ class Trainer:
         record["grad_norm"] = w.grad_norm / max(1, w.steps)
         record["tokens_per_s"] = w.tokens / max(1e-9, now - window_start)
         if self.flops_per_step and self.peak_flops:  # this rank's FLOPs over this rank's device
-            record["mfu"] = (w.steps + w.skipped) * self.flops_per_step / max(1e-9, now - window_start) / self.peak_flops
+            achieved = (w.steps + w.skipped) * self.flops_per_step / max(1e-9, now - window_start)
+            self.peak_flops = mfu.checked_peak(self.peak_flops, achieved, self.device, mfu.training_dtype(self.cfg.precision))
+            record["mfu"] = achieved / self.peak_flops
         if w.overflow:
             record["overflow_skipped"] = w.overflow
         record["elapsed"] = self.elapsed + now - self._t0
