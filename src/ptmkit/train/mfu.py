@@ -104,7 +104,7 @@ def _cpu_peak(dtype: torch.dtype, threads: int, n: int) -> float:
 def checked_peak(peak: float, achieved: float, device: torch.device | str, dtype: torch.dtype = torch.float32) -> float:
     """The peak to divide by, given that a run just did ``achieved`` FLOP/s.  On a CPU a rate above
     the measured peak means the start-up probe ran while the machine was busy: the peak is measured
-    again (said once in a warning) and is at least ``achieved``, so MFU never reads above 100 %.  A
+    again (a warning says so) and is at least ``achieved``, so MFU never reads above 100 %.  A
     GPU's peak is the card's table value and stays."""
     if achieved <= peak or torch.device(device).type != "cpu":
         return peak
