@@ -176,7 +176,7 @@ def caption_tokenizer(dataset: ImageTextSet, cfg: ImageTextDataConfig, section: 
             texts.extend(filter(None, [other.names[c], " ".join(other.keywords[c])]))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "captions.txt"
-        path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+        atomic_write_text(path, "\n".join(texts) + "\n", durable=False)
         return Tokenizer.train([path], section.get("kind", "wordpiece"), int(section.get("vocab_size", 2000)),
                                min_frequency=int(section.get("min_frequency", 1)))
 

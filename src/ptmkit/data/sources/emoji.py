@@ -76,6 +76,7 @@ import numpy as np
 from ptmkit.data.sources.base import Package, Source
 from ptmkit.data.sources.parts import PARTS, cut, jsonl
 from ptmkit.errors import PtmError
+from ptmkit.fileio import atomic_stream, atomic_write_bytes, atomic_write_text
 from ptmkit.registry import register
 from ptmkit.vision.images import pack_images
 
@@ -215,7 +216,7 @@ def read_datasource(tgz: Path, style: str, dest: Path) -> tuple[list[dict], set[
                 name = m.name[len(prefix):]
                 if name.startswith("."):
                     continue
-                (dest / name).write_bytes(tf.extractfile(m).read())  # type: ignore[union-attr]
+                atomic_write_bytes(dest / name, tf.extractfile(m).read(), durable=False)  # type: ignore[union-attr]
                 images.add(name)
     if not isinstance(entries, list) or not entries:
         raise PtmError(f"{tgz.name} has no {_MEMBER_JSON} with a list of emoji (is it emoji-datasource-{style}?)")
@@ -330,8 +331,8 @@ class Emoji(Source):
             if not captions:
                 empty.append(locale)
                 continue
-            (out / "captions" / f"{locale}.json").write_text(
-                json.dumps(captions, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+            atomic_write_text(out / "captions" / f"{locale}.json",
+                              json.dumps(captions, ensure_ascii=False, indent=0) + "\n", durable=False)
             locales[locale] = {"captions": len(captions), "coverage": round(len(captions) / len(codes), 4),
                                "own_coverage": round(own / len(codes), 4)}
         if "en" not in locales:
@@ -346,12 +347,13 @@ class Emoji(Source):
                  "subcategory": e.get("subcategory"), "group": g, "split": part}
                 for i, (e, code, emoji, name, cat, g, part)
                 in enumerate(zip(kept, codes, emojis, names, categories, groups, splits))]
-        (out / "concepts.jsonl").write_text(jsonl(rows), encoding="utf-8")
+        atomic_write_text(out / "concepts.jsonl", jsonl(rows), durable=False)
 
         for style in STYLES:
             by_code = {e.get("unified"): e.get("image") for e in catalogues[style] if isinstance(e, dict)}
             paths = [work / "img" / style / by_code[e["unified"]] for e in kept]
-            np.save(out / f"images-{style}.npy", pack_images(paths, IMAGE_SIZE))
+            with atomic_stream(out / f"images-{style}.npy", durable=False) as f:
+                np.save(f, pack_images(paths, IMAGE_SIZE))
 
         per_split: dict[str, Any] = {}
         for part in PARTS:
@@ -369,4 +371,4 @@ class Emoji(Source):
             "locales": locales, "locales_without_captions": empty,
             "licenses": LICENSES, "origin": self.origin,
         }
-        (out / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        atomic_write_text(out / "stats.json", json.dumps(stats, indent=2, ensure_ascii=False) + "\n", durable=False)
