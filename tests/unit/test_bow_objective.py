@@ -17,7 +17,6 @@ CAPTIONS = ["a red cat sleeps", "a blue dog runs fast", "the green bird sings", 
             "a small red dog sleeps", "the big blue cat runs", "two green fish sing", "a yellow bird flies high"]
 
 
-FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,7 @@ def tok(tmp_path_factory):
 
 def build(tok, seed=0, **cfg):
     torch.manual_seed(seed)
-    image = FakeImageEncoder(FakeConfig())
+    image = PatchEncoder(PatchConfig())
     return image, BagOfWords(BowConfig(**cfg), image, None, tok)
 
 

@@ -19,7 +19,6 @@ CAPTIONS = ["a red cat sleeps", "a blue dog runs fast", "the green bird sings", 
             "a small red dog sleeps", "the big blue cat runs", "two green fish sing", "a yellow bird flies high"]
 
 
-FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +28,7 @@ def tok(tmp_path_factory):
 
 def build(tok, seed=0, **cfg):
     torch.manual_seed(seed)
-    image = FakeImageEncoder(FakeConfig())
+    image = PatchEncoder(PatchConfig())
     text = tiny_text(tok.vocab_size)
     obj = CaptionLM(CaptionLMConfig(**cfg), image, text, tok)
     return image, text, obj
@@ -48,7 +47,7 @@ def test_registered_and_causal(tok):
     assert registry.get("vl_objective", "caption_lm") is CaptionLM
     assert CaptionLM.causal_text and CaptionLM.text_encoder
     with pytest.raises(PtmError, match="text encoder"):
-        CaptionLM(CaptionLMConfig(), FakeImageEncoder(FakeConfig()), None, tok)
+        CaptionLM(CaptionLMConfig(), PatchEncoder(PatchConfig()), None, tok)
 
 
 def test_prefix_mask():

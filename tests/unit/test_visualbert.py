@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from vision_toys import PatchConfig, PatchEncoder, caption_tokenizer, tiny_text
+from vision_toys import PatchEncoder, caption_tokenizer, tiny_text
 
 from ptmkit import registry
 from ptmkit.errors import PtmError
@@ -18,7 +18,6 @@ CAPTIONS = ["a red square", "a blue circle", "a green triangle on grass", "a sma
             "two black dogs", "a white cat asleep", "the big orange sun", "a purple flower in a pot"]
 
 
-FakeImageEncoder, FakeConfig, FakeImageConfig = PatchEncoder, PatchConfig, PatchConfig
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def tok(tmp_path_factory):
 
 def build(tok, **cfg):
     torch.manual_seed(0)
-    image = FakeImageEncoder()
+    image = PatchEncoder()
     text = tiny_text(tok.vocab_size)
     return image, text, VisualBERT(VisualBERTConfig(**cfg), image, text, tok)
 
