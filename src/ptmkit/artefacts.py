@@ -128,5 +128,4 @@ def check_vocab(tokenizer_path: str | os.PathLike[str], tokens: int, model: Mapp
     rows = model.get("vocab_size")
     if isinstance(rows, int) and not isinstance(rows, bool) and tokens > rows:
         raise PtmError(f"{tokenizer_path} has {tokens} tokens, but model.vocab_size in {config_path} is {rows}: "
-                       f"the embedding has no row for ids {rows}..{tokens - 1}; the tokenizer is not the one "
-                       f"this model was trained with")
+                       f"the tokenizer is not the one this model was trained with")

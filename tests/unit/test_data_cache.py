@@ -85,7 +85,7 @@ def test_an_unreadable_done_never_costs_a_users_file(fake, force):
         base.fetch("fake", force=force)
     message = str(err.value)
     assert "\n" not in message and str(root) in message and "DONE is unreadable" in message
-    assert "my-notes.txt" in message and "move any file of yours away" in message
+    assert "my-notes.txt" in message and "move your files away" in message
     assert digest(mine) == kept and FakeSource.builds == 1
 
 

@@ -92,7 +92,7 @@ def test_tasks_that_are_not_word_pairs_are_refused(pairs_file, monkeypatch):
                         "He nursed the flowers in his garden and fertilized them regularly", 1)])
     wic = TaskData("toy-wic", [0, 1], sentences, sentences, sentences)
     monkeypatch.setattr("ptmkit.objectives.pair_exclusion.load_task", lambda name: wic)
-    with pytest.raises(PtmError, match="dev example 1 of task 'toy-wic' is not a word pair"):
+    with pytest.raises(PtmError, match="pairs_exclude=toy-wic: dev example 1 is not a word pair"):
         task_pairs("toy-wic")
     with pytest.raises(PtmError, match="expected TASK"):
         LIBERTConfig(pairs=str(pairs_file), pairs_exclude="toy-hypernym,")

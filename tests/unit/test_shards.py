@@ -146,7 +146,7 @@ def test_missing_or_foreign_shard_and_damaged_index(text, tmp_path):
     other = prepare(files[:1], tok, tmp_path / "other", workers=1, progress=False, shard_tokens=300)
     shutil.rmtree(out / "shards" / "00001")
     shutil.copytree(other.shards[0], out / "shards" / "00001")
-    with pytest.raises(PtmError, match=r"00001 holds .* but the index .* says .*not this set's"):
+    with pytest.raises(PtmError, match=r"00001 holds .* but the index .* says .*re-run `ptm prepare`"):
         Corpus.open(out)
     for damage, match in [({"shards": "nope"}, "damaged shard index"), ({"shards": []}, "lists no shards"),
                           ({"n_tokens": meta["n_tokens"] + 1}, "do not add up"),

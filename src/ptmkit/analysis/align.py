@@ -48,7 +48,7 @@ def _owner(s: int, e: int, chars: np.ndarray, sentence: Sequence[str], tokenizer
     if len(hit) > 1:
         raise PtmError(f"the {getattr(tokenizer, 'kind', '')} tokenizer makes one piece of the words "
                        f"{[sentence[k] for k in hit]} (characters {s}..{e}); the analysis aligns every piece to one "
-                       f"word: use a subword or word tokenizer that splits at spaces")
+                       f"word: use a tokenizer that splits at spaces")
     if len(hit) == 1:
         return int(hit[0])
     after = np.flatnonzero(chars[:, 0] >= e)

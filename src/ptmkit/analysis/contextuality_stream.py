@@ -34,8 +34,7 @@ def select_words(counts: Counter, min_count: int = MIN_COUNT, max_words: int | N
         top = counts.most_common(1)
         most = f"; the most frequent, {top[0][0]!r}, occurs {top[0][1]} times" if top else ""
         raise PtmError(f"no word of the corpus occurs at least {min_count} times ({sum(counts.values())} words, "
-                       f"{len(counts)} distinct{most}); self-similarity and MEV need words with {min_count} or more "
-                       f"occurrences: give a larger corpus")
+                       f"{len(counts)} distinct{most}); self-similarity and MEV need such words: give a larger corpus")
     return words[:max_words] if max_words else words
 
 

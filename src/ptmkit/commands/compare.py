@@ -65,17 +65,15 @@ def check_budget(budget, text: str, runs: int) -> None:
     if budget.flops is not None and budget.flops > MAX_BUDGET_FLOPS:
         each = budget.flops / ASSUMED_FLOPS_PER_SECOND
         raise PtmError(
-            f"--budget {text} ({budget.flops:.3g} FLOPs per objective) is beyond the sanity limit of "
-            f"{MAX_BUDGET_FLOPS:.0e} FLOPs: at {ASSUMED_FLOPS_PER_SECOND:.0e} FLOP/s (a fast GPU, sustained) it "
-            f"would take about {duration(each)} per objective, {duration(each * runs)} for the {runs} pre-training "
-            f"run(s); give a smaller budget (e.g. 30T)"
+            f"--budget {text} ({budget.flops:.3g} FLOPs) is beyond the sanity limit of {MAX_BUDGET_FLOPS:.0e} FLOPs "
+            f"per objective (about {duration(each)} each on a fast GPU, {duration(each * runs)} in all); give a "
+            f"smaller budget (e.g. 30T)"
         )
     if budget.minutes is not None and budget.minutes > MAX_BUDGET_MINUTES:
         each = 60 * budget.minutes
         raise PtmError(
-            f"--budget {text} is beyond the sanity limit of {MAX_BUDGET_MINUTES} minutes (a week) per objective: "
-            f"{duration(each)} per objective, {duration(each * runs)} for the {runs} pre-training run(s); give a "
-            f"smaller budget (e.g. 15min)"
+            f"--budget {text} is beyond the sanity limit of {MAX_BUDGET_MINUTES} minutes (a week) per objective "
+            f"({duration(each)} each, {duration(each * runs)} in all); give a smaller budget (e.g. 15min)"
         )
 
 

@@ -102,9 +102,9 @@ def run(args: argparse.Namespace) -> int:
     task_model = interop.is_task_model(args.source)
     if args.format == onnx_export.FORMAT:
         if task_model:
-            raise PtmError(f"{args.source} is a fine-tuned task model; --format onnx writes a pre-trained encoder alone. "
-                           f"Export the task model to HF (leave --format out) and convert that directory with HF's "
-                           f"ONNX tools, or export the checkpoint it was fine-tuned from with --format onnx")
+            raise PtmError(f"{args.source} is a fine-tuned task model and --format onnx exports a pre-trained encoder: "
+                           f"export it to HF (no --format) and use HF's ONNX tools, or export the "
+                           f"checkpoint it was fine-tuned from")
         info = onnx_export.export_onnx(args.source, args.out)
         check = info["check"]
         # a line per path: two paths on one line run past what a terminal or a log shows

@@ -96,9 +96,8 @@ def check_keeps_a_head(heads: Mapping[int, Sequence[int]], already: torch.Tensor
     empty = [i for i in range(L) if not left[i].any()]
     if empty:
         raise PtmError(
-            f"pruning every head of layer {empty[0]} is refused: each layer keeps at least one head (a layer without "
-            f"heads still runs its feed-forward sub-layer, so it is not removed). To drop whole layers use "
-            f"--method layers --keep-layers (e.g. every layer but {empty[0]})"
+            f"pruning every head of layer {empty[0]} is refused: each layer keeps at least one head; to drop whole "
+            f"layers use --method layers --keep-layers (e.g. every layer but {empty[0]})"
         )
 
 

@@ -197,11 +197,10 @@ def check_quantizable(model: nn.Module, embeddings: bool = False) -> None:
     for enc in (m for m in model.modules() if isinstance(m, Encoder)):
         cells = [n for n, m in enc.named_modules() if isinstance(m, nn.RNNBase)]
         if cells:
+            listed = ", ".join(cells[:3]) + (", ..." if len(cells) > 3 else "")
             raise PtmError(
-                f"the {enc.name} encoder keeps its weights in LSTM cells ({', '.join(cells[:3])}"
-                f"{', ...' if len(cells) > 3 else ''}), which int8 dynamic quantization of linear layers does not cover: "
-                f"most of the model would stay float32 and as slow. ptm quantize takes Transformer encoders "
-                f"(transformer, encoder_decoder, xlnet)"
+                f"the {enc.name} encoder keeps its weights in LSTM cells ({listed}), which int8 quantization does "
+                f"not cover; ptm quantize takes Transformer encoders (transformer, encoder_decoder, xlnet)"
             )
     has_linear = any(type(m) is nn.Linear for m in model.modules())
     has_table = any(type(m) is nn.Embedding for m in model.modules())

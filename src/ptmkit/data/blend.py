@@ -50,9 +50,8 @@ def join_corpora(paths: Sequence[str | os.PathLike[str]]) -> Corpus:
             continue
         if other.load_tokenizer().to_json() != first.load_tokenizer().to_json():
             raise PtmError(
-                f"the corpora {first.path} and {other.path} were prepared with different tokenizers (the same ids "
-                f"would mean other words); prepare every corpus with one tokenizer: ptm prepare FILES -t "
-                f"{first.tokenizer_path} -o DIR"
+                f"the corpora {first.path} and {other.path} were prepared with different tokenizers; prepare every "
+                f"corpus with one tokenizer: ptm prepare FILES -t {first.tokenizer_path} -o DIR"
             )
     meta = {k: v for k, v in first.meta.items() if k not in ("shards", "sources", "shard_tokens")}
     meta.update(n_tokens=sum(m.n_tokens for m in members), n_sentences=sum(m.n_sentences for m in members),
@@ -118,9 +117,9 @@ class BlendedBatches(PretrainBatches):
         super().__init__(corpus, objective, spans, seq_len, batch_size, seed, rank, world_size)
         if self.streams:
             raise PtmError(
-                f"--data-weights draws each batch's examples from the corpora in shuffled order, but the objective "
-                f"{getattr(objective, 'name', type(objective).__name__)!r} reads its corpus as parallel streams (each "
-                f"row continues the text of the row before); train it on one corpus, or join the corpora without weights"
+                f"--data-weights shuffles the corpora's examples together, but the objective "
+                f"{getattr(objective, 'name', type(objective).__name__)!r} reads its corpus as parallel streams; "
+                f"train it on one corpus, or join the corpora without weights"
             )
         self.sizes = np.asarray(sizes, dtype=np.int64)
         if self.sizes.sum() != len(self.spans):

@@ -309,8 +309,7 @@ def _open_shard(root: Path, rel: str, want: tuple[int, int, int], meta: dict[str
     got = (shard.n_tokens, shard.n_sentences, shard.n_documents)
     if got != want:
         raise PtmError(f"{sub} holds {got[0]} tokens, {got[1]} sentences, {got[2]} documents but the index "
-                       f"{root / META} says {want[0]}, {want[1]}, {want[2]}: the shard is not this set's; "
-                       f"re-run `ptm prepare`")
+                       f"{root / META} says {want[0]}, {want[1]}, {want[2]}; re-run `ptm prepare`")
     if shard.meta.get("tokenizer_sha256") != meta.get("tokenizer_sha256") or shard.tokens.dtype != dtype:
         raise PtmError(f"{sub} was prepared with another tokenizer than the set {root}: the shard is not "
                        f"this set's; re-run `ptm prepare`")

@@ -135,7 +135,7 @@ def plan(budget: int, workers: int, workers_given: bool, max_block: int = MAX_BL
     raise PtmError(
         f"--memory-budget {format_size(budget)} is too small: with {workers if workers_given else 1} worker"
         f"{'s' if workers_given and workers > 1 else ''} prepare needs at least {format_size(need)}{fewer} for the "
-        f"text in flight (blocks of {MIN_BLOCK >> 10} KiB); give --memory-budget {format_size(need)} or more"
+        f"text in flight; give --memory-budget {format_size(need)} or more"
     )
 
 

@@ -119,7 +119,7 @@ class EncoderDecoderConfig:
                 return f"{kind}.{int(index)}"
             raise PtmError(
                 f"{name} names {key!r}; attention layers are 'encoder.0' .. 'encoder.{self.encoder_layers - 1}', "
-                f"'decoder.0' .. 'decoder.{self.decoder_layers - 1}' (self-attention) and 'cross.0' .. "
+                f"'decoder.0' .. 'decoder.{self.decoder_layers - 1}' and 'cross.0' .. "
                 f"'cross.{self.decoder_layers - 1}' (cross-attention)"
             )
 

@@ -274,8 +274,7 @@ class TransformerEncoder(Encoder):
         if new and self.config.shares_attention and (len(new) != self.config.num_layers or len(set(new.values())) != 1):
             raise PtmError(
                 f"prune_heads({dict(new)}): with model.sharing={self.config.sharing!r} all {self.config.num_layers} "
-                f"layers use one attention module, so a head can only be pruned in every layer at once; give the "
-                f"same heads for each layer 0 .. {self.config.num_layers - 1}"
+                f"layers share one attention module; give the same heads for each layer 0 .. {self.config.num_layers - 1}"
             )
         self._cut_heads(new)
         self.config = replace(self.config, pruned_heads=merge_heads(self.config.pruned_heads, new))

@@ -91,9 +91,8 @@ def check_exportable(pretrained: Any) -> None:
     objective = (pretrained.config.get("objective") or {}).get("name")
     if name == "transformer" and pretrained.causal:
         raise PtmError(
-            f"this model is a causal decoder (objective {objective!r}, GPT-style): ONNX export covers {SUPPORTED}, "
-            f"and a decoder's generation needs its key/value cache as graph inputs and outputs, which it does not "
-            f"write; export it to HF transformers instead (ptm export RUN -o DIR --format gpt2)"
+            f"this model is a causal decoder (objective {objective!r}): ONNX export covers {SUPPORTED}, without "
+            f"the key/value cache generation needs; export it to HF instead (ptm export RUN -o DIR --format gpt2)"
         )
     if name not in ("transformer", "encoder_decoder"):
         raise PtmError(f"cannot export this model to ONNX: {WHY_NOT.get(name, f'the {name!r} encoder is not exported')}; "

@@ -253,9 +253,9 @@ def export_task_hf(task_model: str | Path | TaskModel, out_dir: str | Path, form
         _refuse(tm.path, _early_refusals(tm.info, tm.cfg))
     backbone = tm.backbone
     if not isinstance(getattr(backbone, "config", None), TransformerConfig):
-        raise PtmError(f"{tm.path} cannot be exported to HF transformers: its encoder is {backbone.name!r} (a BiLSTM "
-                       f"student, say), and HF's task classes hold Transformer encoders; distil into a Transformer "
-                       f"student (ptm distil --layers ...) to export")
+        raise PtmError(f"{tm.path} cannot be exported to HF transformers: its encoder is {backbone.name!r}, and HF's "
+                       f"task classes hold Transformer encoders; distil into a Transformer student (ptm distil "
+                       f"--layers ...) to export")
     check_unpruned(backbone)
     head = task_head(tm)
     causal = bool(tm.info.get("causal", is_causal(tm.config)))  # the direction the task model reads in

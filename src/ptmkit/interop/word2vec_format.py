@@ -161,8 +161,7 @@ def _finite_rows(path: Path, words: list[str], vectors: np.ndarray, skip: bool,
     if not skip:
         raise PtmError(
             f"{path}: the vector of {words[first]!r} ({where(first)}) holds a non-finite value ({value}); "
-            f"{int(bad.sum())} of {len(words)} vectors do. Fix the file, or leave those words out "
-            f"(ptm vectors --skip-nonfinite; skip_nonfinite=True in Python)"
+            f"{int(bad.sum())} of {len(words)} vectors do. Fix the file, or skip them: --skip-nonfinite"
         )
     if bad.all():
         raise PtmError(f"{path}: every one of its {len(words)} vectors holds NaN or inf (the first: {at})")

@@ -256,10 +256,9 @@ class ErnieTHU(MaskedLM):
         if cfg.alignment != "corpus":
             table = token_entities(tokenizer, self.vocab_size, read_alignment(cfg.alignment), names)
             if not (table >= 0).any():
-                raise PtmError(f"objective.alignment={cfg.alignment} with objective.entities={cfg.entities}: no entry "
-                               f"of the tokenizer's vocabulary is a word aligned to an entity of the vectors "
-                               f"({len(names)} entities), so no token would be aligned; check that the alignment "
-                               f"names the vectors' entities and the language and case of the words")
+                raise PtmError(f"objective.alignment={cfg.alignment}: no entry of the tokenizer's vocabulary is a word "
+                               f"aligned to one of the {len(names)} entities in {cfg.entities}; check the entity names "
+                               f"and the words' language and case")
             log.info("ERNIE: %d of %d vocabulary entries aligned to %d entities (of %d, dimension %d)",
                      int((table >= 0).sum()), self.vocab_size, len(np.unique(table[table >= 0])), len(names),
                      vectors.shape[1])

@@ -64,9 +64,9 @@ def task_pairs(name: str) -> set[tuple[str, str]]:
             a, b = term(text), term(pair)
             if a is None or b is None:
                 bad = text if a is None else pair
-                raise PtmError(f"objective.pairs_exclude={name}: {split} example {row} of task {name!r} is not a "
-                               f"word pair ({bad[:60]!r} is not a term of at most {MAX_TERM_WORDS} words, alone "
-                               f"or followed by '{GLOSS.strip()} gloss'); name a task whose examples are word pairs")
+                raise PtmError(f"objective.pairs_exclude={name}: {split} example {row} is not a word pair "
+                               f"({bad[:60]!r} is not a term of at most {MAX_TERM_WORDS} words); name a task whose "
+                               f"examples are word pairs")
             out.add(pair_key(a, b))
     return out
 

@@ -130,8 +130,8 @@ class SenseBERT(MaskedLM):
         covered = int(table.any(1).sum())
         if covered == 0:
             raise PtmError(f"objective.lexicon={cfg.lexicon}: no entry of the tokenizer's vocabulary is a word of the "
-                           f"lexicon ({len(senses)} words), so no masked word has a supersense; check the lexicon's "
-                           f"language and case, or use a word-level tokenizer")
+                           f"lexicon ({len(senses)} words); check the lexicon's language and case, or use a "
+                           f"word-level tokenizer")
         log.info("SenseBERT: %d of %d vocabulary entries have supersenses (%d supersenses)", covered,
                  self.vocab_size, len(self.sense_names))
         self.register_buffer("allowed", torch.from_numpy(table), persistent=False)  # [V, S]

@@ -189,9 +189,9 @@ class UniLM(MaskedLM):
         ok = lines >= 2
         if not ok.any():
             raise PtmError(
-                "objective.seq2seq_finetune=true reads each document as a pair (the source line, then the target "
-                "lines, a blank line between pairs) but no document has two lines; write the pairs that way "
-                "(ptmkit.objectives.unilm.write_pairs converts a source<TAB>target file)"
+                "objective.seq2seq_finetune=true reads each document as a pair (a source line, then target "
+                "lines) but no document has two lines; ptmkit.objectives.unilm.write_pairs converts a "
+                "source<TAB>target file"
             )
         if not ok.all():
             log.warning("seq2seq fine-tuning: %d one-line documents are not pairs and are skipped", int((~ok).sum()))

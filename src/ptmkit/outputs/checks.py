@@ -32,8 +32,7 @@ def check_inputs(out: PathLike, inputs: Iterable[PathLike | None]) -> None:
             if any(_inside(candidate, root) for root in roots):
                 raise PtmError(
                     f"the input {inp} lies inside the output directory {out}; ptm never writes where its "
-                    f"inputs are (a new output or --overwrite could destroy them): choose an output directory "
-                    f"outside your inputs"
+                    f"inputs are: choose an output directory outside your inputs"
                 )
 
 
@@ -84,8 +83,7 @@ def check(out: PathLike, kind: str, inputs: Iterable[PathLike | None] = (), over
     if found is None:
         raise PtmError(
             f"{out} is not empty ({_sample(content)}) and was not written by ptm (it has no {MARKER}); ptm writes "
-            f"only into a new or empty directory or one holding its own {spec.label}, and never replaces files it "
-            f"did not write: choose a new output directory"
+            f"only into a new or empty directory or its own {spec.label}: choose a new output directory"
         )
     if found != kind:
         other = KINDS[found]

@@ -17,9 +17,8 @@ def damaged(path: Path, reason: str) -> PtmError:
     """The refusal for a marker or journal that cannot be trusted: ptm cannot tell its files
     from the user's there, so it neither writes nor removes anything."""
     return PtmError(
-        f"the marker {path} is damaged ({reason}); ptm cannot tell which files there are its own, so it "
-        f"changes nothing: restore the marker from a backup, or move the files you want to keep out of "
-        f"{path.parent} and delete it"
+        f"the marker {path} is damaged ({reason}); ptm cannot tell its files from yours, so it changes "
+        f"nothing: restore the marker from a backup, or move your files out of {path.parent} and delete it"
     )
 
 

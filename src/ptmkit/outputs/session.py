@@ -382,11 +382,10 @@ def clean(out: PathLike, keep: Iterable[str] = ()) -> list[str]:
     nested: list[Path] = []
     _plan_clean(out, keep, removals, changed, nested)
     if changed:
+        it = "it" if len(changed) == 1 else "them"
         raise PtmError(
-            f"cannot overwrite {out}: {_sample(changed)} changed since ptm wrote "
-            f"{'it' if len(changed) == 1 else 'them'}, and ptm removes only its own unchanged files; move "
-            f"{'it' if len(changed) == 1 else 'them'} away (or delete {'it' if len(changed) == 1 else 'them'}) "
-            f"and run the command again"
+            f"cannot overwrite {out}: {_sample(changed)} changed since ptm wrote {it}, and ptm removes only its own "
+            f"unchanged files; move {it} away and run the command again"
         )
     removed = [n for n in m.entries if n not in keep and os.path.lexists(out / n)]
     for p in removals:

@@ -106,7 +106,6 @@ def classify(d: Path) -> str:
         return "step"
     raise PtmError(
         f"{d} is not a run: it has no ptm marker ({MARKER}) and no model config.json with weights; "
-        f"ptm info describes pre-training, fine-tuning and static-vectors runs and model directories; "
         f"`ptm runs {d}` lists the runs under a folder"
     )
 

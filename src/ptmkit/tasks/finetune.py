@@ -116,9 +116,8 @@ def check_aux_lm(config: dict[str, Any], cfg: FinetuneConfig) -> None:
     name, cls, _ = objective_class(config.get("objective"))
     if getattr(cls, "generation", None) != "causal_lm":
         raise PtmError(
-            f"aux_lm_weight={cfg.aux_lm_weight:g} adds GPT's auxiliary LM loss, which needs a model pre-trained as a "
-            f"causal LM with a tied output layer (objective clm); this one was pre-trained with {name!r}: "
-            f"set aux_lm_weight=0"
+            f"aux_lm_weight={cfg.aux_lm_weight:g} adds GPT's auxiliary LM loss, which needs a causal LM with a tied "
+            f"output layer (objective clm); this model was pre-trained with {name!r}: set aux_lm_weight=0"
         )
 
 

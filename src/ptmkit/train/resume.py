@@ -72,9 +72,8 @@ def load(trainer: Any, ck: Path) -> None:
         sharded.load_shards(ck, t.model, t.optimizer)
     elif t.strategy.sharded:
         raise PtmError(
-            f"{ck} was written by a run with train.strategy={state.get('strategy', 'ddp')} (one file of weights, "
-            f"the optimizer state by position); resume it with train.strategy=ddp, or start a new run from its "
-            f"weights with train.strategy=fsdp"
+            f"{ck} was written with train.strategy={state.get('strategy', 'ddp')} (one weights file); resume it "
+            f"with train.strategy=ddp, or start a new run from its weights with train.strategy=fsdp"
         )
     else:
         ckpt.load_model_weights(t.model, ck)

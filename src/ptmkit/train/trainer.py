@@ -135,8 +135,8 @@ class Trainer:
             switches = sorted({getattr(m, "carried_state_switch", "") for m in self.carriers.values()} - {""})
             raise PtmError(
                 f"{', '.join(sorted(n or 'the model' for n in self.carriers))} carries state across steps (a memory), "
-                f"which is not supported with {self.dist.world_size} processes (train.strategy={cfg.strategy}: each rank "
-                f"would hold only its rows' state); train on one process, or switch the memory off"
+                f"which is not supported with {self.dist.world_size} processes (train.strategy={cfg.strategy}); "
+                f"train on one process, or switch the memory off"
                 + (f" ({', '.join(switches)})" if switches else "")
             )
         self.strategy.prepare(self.model)  # before the optimizer: FSDP replaces the parameters by shards

@@ -300,7 +300,7 @@ def resumed_config(stored: dict[str, Any], preset_or_config: str | Path | dict[s
             return str((cfg.get("model") or {}).get("encoder", "transformer")), str((cfg.get("objective") or {}).get("name"))
 
         if names(preset) != names(base):
-            raise PtmError(f"cannot resume: the run trains encoder {names(base)[0]!r} with objective {names(base)[1]!r}, "
+            raise PtmError(f"cannot resume: the run trains {names(base)[0]!r} with objective {names(base)[1]!r}, "
                            f"not {names(preset)[1]!r} of {preset_or_config}; resume without a preset (`ptm pretrain "
                            f"--resume -o RUN --data DATA`) or with the run's own")
     raw = apply_overrides(base, list(overrides))

@@ -187,8 +187,8 @@ def _heads(tm: Any, model: torch.nn.Module, fraction: float | None, order: str, 
     most = most_prunable(L, H)
     if fraction is not None and heads_for(fraction, L, H) > most:
         raise PtmError(f"--fraction {fraction:g} prunes {heads_for(fraction, L, H)} of {L * H} heads, but every layer "
-                       f"keeps at least one head: at most {most} ({most / (L * H):.3f}) can go; whole layers go with "
-                       f"--method layers --keep-layers")
+                       f"keeps at least one head: at most {most} can go; whole layers go with --method layers "
+                       f"--keep-layers")
     grid = [f for f in fractions_to(CURVE_TO) if heads_for(f, L, H) <= most]
     if curve or fraction is None:
         steps = sorted(set(grid) | ({fraction} if fraction is not None else set()))

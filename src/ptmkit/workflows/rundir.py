@@ -99,14 +99,12 @@ def check_same_tokenizer(checkpoint: Path, tokenizer: Any, corpus: Any, what: st
         return  # the same tokenizer, serialised differently
     if what != "resume":
         raise PtmError(
-            f"cannot {what}: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
-            f"{checkpoint} was trained with (its token ids would mean other words); give text files (they are "
-            f"prepared with the run's tokenizer) or a corpus prepared with `ptm prepare --tokenizer {checkpoint / ckpt.TOKENIZER_FILE}`"
+            f"cannot {what}: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint's; "
+            f"give text files, or a corpus from `ptm prepare --tokenizer {checkpoint / ckpt.TOKENIZER_FILE}`"
         )
     raise PtmError(
         f"cannot resume: the corpus {corpus.path} was prepared with a different tokenizer than the checkpoint "
-        f"{checkpoint} was trained with (its token ids would mean other words); resume with the data the run "
-        f"was trained on, or start a new run directory"
+        f"{checkpoint} was trained with; resume with the run's data, or start a new run directory"
     )
 
 
@@ -240,7 +238,7 @@ def check_settings(out: Path, settings: dict[str, Any], resume: bool) -> None:
         diffs = differences({**recorded, "tasks": now} if added else recorded, settings)
         if diffs:
             raise PtmError(
-                f"cannot resume {out}: the comparison was started with other settings ({'; '.join(diffs[:6])}"
+                f"cannot resume {out}: it was started with other settings ({'; '.join(diffs[:6])}"
                 f"{'; ...' if len(diffs) > 6 else ''}); resume with the same ones (tasks may be added after "
                 f"the recorded ones), or start a new output directory"
             )

@@ -258,9 +258,8 @@ def fetch(name: str, force: bool = False, checksums: bool = False) -> Path:
             listed = f"{', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}"
             if problem:
                 raise PtmError(
-                    f"the data cache {out} cannot be fetched again: its {problem}, so ptm cannot tell its own "
-                    f"files from files put there by hand ({listed}); move any file of yours away, delete {out} "
-                    f"(or set PTMKIT_HOME to another cache directory) and run the command again"
+                    f"the data cache {out} cannot be refetched: its {problem}, so ptm cannot tell its files from "
+                    f"yours ({listed}); move your files away and delete the cache, or set PTMKIT_HOME elsewhere"
                 )
             raise PtmError(
                 f"the data cache {out} holds files ptm did not fetch ({listed}); ptm replaces the directory whole, "
