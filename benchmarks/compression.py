@@ -18,6 +18,10 @@ student stage trains one student per teacher seed):
 * ``general``: task-agnostic distillation of MiniLM into 3 layers on a slice of english-mix (TinyBERT's
   general distillation: hidden states, attention maps, cosine), then fine-tuned on MR and brown-pos
   beside MiniLM and the directly cut 3-layer MiniLM (brown-pos: a fixed 4,000-sentence training subset);
+* ``small``: the small-data row: MiniLM fine-tuned on a fixed 500-sentence MR subset with the
+  small-data recipe (5 epochs, batch 16, LR 1e-4), the 3-layer student distilled from each seed with
+  ``ptm distil``'s defaults for a small transfer set (Tang et al.'s augmentation, a labels-only twin),
+  and int8 of each teacher; the majority class of MR's test split beside them;
 * ``speed``: CPU inference of the teacher, the 3-layer student, the BiLSTM and the int8 models on MR's
   test sentences, batch 1 and 32, interleaved rounds, medians.
 
@@ -41,11 +45,12 @@ import numpy as np
 from ptmkit.train.mfu import cpu_name
 
 STAGES = ("teacher", "kd", "labels", "tinybert", "bilstm", "augment", "theseus", "heads", "magnitude", "layerdrop", "int8",
-          "general", "pos", "speed")
+          "general", "pos", "small", "speed")
 TEACHER = ["epochs=2", "lr=5e-5", "batch_size=32", "max_seq_len=64", "precision=bf16"]
 STUDENT = ["epochs=3", "lr=1e-4"]
 POS = ["--task", "brown-pos", "--train-size", 4000, *TEACHER]  # a fixed 4,000-sentence training subset
 LAYERS = "1,3,5"
+SMALL = ["--task", "mr", "--train-size", 500, "epochs=5", "lr=1e-4", "batch_size=16", "max_seq_len=64", "precision=bf16"]
 
 
 def ptm(*args: object) -> None:
@@ -127,6 +132,25 @@ def scores(runs: list[Path], key: str = "accuracy") -> dict:
     return {"test": test, "dev": dev, "test_mean": float(np.mean(test)), "test_sd": float(np.std(test, ddof=1)) if len(test) > 1 else 0.0}
 
 
+def small_data(out: Path, base: Path, seeds: list[int]) -> dict:
+    """The small-data row: teacher, distilled student (small-set defaults), its labels-only twin and
+    int8, on a fixed 500-sentence MR training subset; MR's test majority class beside them."""
+    from ptmkit.data.tasks import load_task
+
+    teachers = finetune(out, "small-teacher", base, seeds, *SMALL)
+    students = [distil(out, "small-kd", t, s, "--layers", LAYERS, *STUDENT) for t, s in zip(teachers, seeds)]
+    twins = [out / "small-kd" / f"t{s}" / f"labels-only-seed{s}" for s in seeds]
+    q = [once(out, f"small-int8-t{s}", "quantize", t, "--int8", "--quiet") for t, s in zip(teachers, seeds)]
+    int8 = [read(p / "results.json") for p in q]
+    labels = load_task("mr").test.labels
+    summary = read(out / "small-kd" / f"t{seeds[0]}" / "summary.json")
+    return {"teacher": scores(teachers), "kd": scores(students), "labels": scores(twins),
+            "int8_test": [x["test"]["int8"]["accuracy"] for x in int8],
+            "fp32_test": [x["test"]["float32"]["accuracy"] for x in int8],
+            "majority_test": float(np.bincount(labels).max() / len(labels)),
+            "augment": summary.get("augment"), "verdict": summary.get("labels_only", {}).get("verdict")}
+
+
 def english_slice(out: Path, megabytes: float = 6.0, name: str = "english-mix-slice.txt") -> Path:
     """``out/name``: the first ``megabytes`` of english-mix, cut at a document boundary."""
     from ptmkit.data.sources.base import fetch
@@ -192,6 +216,12 @@ def main() -> None:
     def save() -> None:
         path.write_text(json.dumps(res, indent=2) + "\n")
 
+    if "small" in stages:  # needs none of the full-data teachers
+        res["small"] = small_data(out, base, seeds)
+        save()
+        if set(stages) == {"small"}:
+            print(json.dumps(res["small"]))
+            return
     teachers = teacher_runs(out, seeds, base)
     res["teacher"] = scores(teachers)
     save()
