@@ -78,6 +78,12 @@ tokens/s), ``mlm_mem_ratio``, ``clm_mem_ratio``, ``bart_mem_ratio``, ``t5_mem_ra
 peak / HF peak), and the same keys for ``roberta``, ``albert`` and ``electra`` (``electra_speedup``,
 ``electra_mem_ratio``); with ``--bf16`` also ``mlm_bf16_speedup`` and ``clm_bf16_speedup`` (see above).
 ``--workloads`` picks a subset.
+
+``--account``: instead of the comparison, where each step's time goes (:mod:`step_account`, in
+this directory): for every workload, ptmkit's and HF's step split into matrix products, attention
+core, norms, activations, dropout, loss, optimizer, copies/casts, other element-wise work and
+framework time, each in ms per step and share, with the matrix products' time at the measured peak
+as their floor; printed as tables and written to ``--account-out`` (JSON).
 """
 
 from __future__ import annotations
@@ -555,6 +561,35 @@ def measure_speed(args: argparse.Namespace) -> dict:
                          "step_s_all": [round(t, 4) for t in times[(f, w)]]} for (f, w) in keys}
 
 
+def run_account(args: argparse.Namespace, peaks: dict[str, float]) -> None:
+    """``--account``: every workload's step, ptmkit's and HF's, split by operator group."""
+    import step_account
+
+    from ptmkit.train.heap import keep_freed_memory
+    from ptmkit.train.mfu import cpu_name
+
+    keep_freed_memory()
+    result: dict = {"cpu": cpu_name(), "threads": args.threads, "batch_size": args.batch_size, "seq_len": args.seq_len,
+                    "peak_fp32_gflops": round(peaks["fp32"] / 1e9, 1), "peak_bf16_gflops": round(peaks["bf16"] / 1e9, 1),
+                    "load_at_start": os.getloadavg()[0], "workloads": {}}
+    for workload in args.workloads:
+        batches = make_batches(base_workload(workload), args.batch_size, args.seq_len, 4)
+        peak = peaks["bf16" if workload.endswith("_bf16") else "fp32"]
+        for framework in FRAMEWORKS:
+            runner = Runner(framework, workload, batches)
+            for _ in range(max(1, args.warmup)):
+                runner.step()
+            matmul, attention = step_account.flops_split(runner.step)
+            timed = step_account.median_step(runner.step, max(3, args.steps))
+            acc = step_account.account(runner.step, args.account_steps, matmul, attention, peak, timed)
+            result["workloads"][f"{framework}_{workload}"] = acc
+            print(step_account.table(f"{framework} {workload}", acc), flush=True)
+            del runner
+    with open(args.account_out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds and steps (about a minute)")
@@ -568,6 +603,10 @@ def main() -> None:
     p.add_argument("--workloads", nargs="+", choices=ALL_WORKLOADS, default=list(WORKLOADS), help="which workloads to run")
     p.add_argument("--bf16", action="store_true",
                    help="add mlm_bf16 and clm_bf16 (CPU bf16 autocast) and the fp32 workloads they are compared with")
+    p.add_argument("--account", action="store_true",
+                   help="a per-operator account of each step instead of the comparison (see the docstring)")
+    p.add_argument("--account-steps", type=int, default=3, help="profiled steps per model (--account)")
+    p.add_argument("--account-out", default="step_account.json", help="where --account writes its JSON")
     p.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.memory_worker:
@@ -589,6 +628,9 @@ def main() -> None:
     # MFU against this CPU's measured matrix-product peak for the step's dtype (same threads),
     # probed first, while nothing else of this benchmark runs
     peaks = {"fp32": mfu.peak_flops("cpu", torch.float32, n=2048), "bf16": mfu.peak_flops("cpu", torch.bfloat16, n=2048)}
+    if args.account:
+        run_account(args, peaks)
+        return
     speed = measure_speed(args)
     memory = measure_memory(args)
     result: dict = {
