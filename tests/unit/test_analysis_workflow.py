@@ -116,3 +116,22 @@ def test_refusals(setup, tmp_path, capsys):
                        "--probe-sentences", "40,20", "-o", tmp_path / "o5"], capsys)
     assert rc == 2 and "broken.jsonl, test: tree 6" in err and "gives no piece for the word" in err
     assert not (tmp_path / "o5").exists()
+
+
+def test_a_fine_tuned_model_is_analysed_through_its_fine_tuned_encoder(tmp_path):
+    """A fine-tuned run (``OUT/pretrained-seed0``) is a subject: its encoder as the task left it, not
+    the checkpoint it started from (SimCSE's anisotropy is measured this way)."""
+    from conftest import fine_tuned_toy, toy_sentiment
+
+    from ptmkit.analysis.models import load_subject
+    from ptmkit.tasks.saved import load_predictor
+
+    fine_tuned_toy(tmp_path, toy_sentiment())
+    run = tmp_path / "run"
+    subject = load_subject(run)
+    tuned = load_predictor(run).backbone.state_dict()
+    start = load_subject(tmp_path / "model" / "ck").backbone.state_dict()
+    mine = subject.backbone.state_dict()
+    assert subject.model is None and not subject.causal
+    assert all(torch.equal(mine[k], tuned[k]) for k in tuned)
+    assert any(not torch.equal(mine[k], start[k]) for k in start if k in mine)

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from ptmkit import fileio
-from ptmkit.build import build_encoder, build_model
+from ptmkit.build import build_encoder, build_model, is_causal
 from ptmkit.errors import PtmError
 from ptmkit.interop import load_hf
 from ptmkit.pretrained import load_pretrained
+from ptmkit.tasks.saved import TASK_MODEL_FILE, load_predictor
 
 
 @dataclass
@@ -48,11 +49,17 @@ def _is_hf_dir(path: Path) -> bool:
 
 
 def load_subject(path: str | Path, label: str | None = None) -> Subject:
-    """A run / checkpoint directory (with its heads where it has them) or an HF directory."""
+    """A run / checkpoint directory (with its heads where it has them), an HF directory, or a
+    fine-tuned task model (``ptm finetune``'s ``OUT/pretrained-seed0``: its encoder as trained for
+    the task, LoRA merged; no pre-training heads)."""
     path = Path(path)
     if not path.exists():
-        raise PtmError(f"{path} does not exist: give a pre-training run, a checkpoint or an HF model directory")
+        raise PtmError(f"{path} does not exist: give a pre-training run, a checkpoint, a fine-tuned model or an HF "
+                       f"model directory")
     label = label or fileio.path_label(path)
+    if (path / TASK_MODEL_FILE).is_file():
+        tm = load_predictor(path)  # bound to no data: only its encoder is read
+        return Subject(label, tm.backbone, tm.tokenizer, is_causal(tm.config), tm.config, None, str(path))
     if _is_hf_dir(path):
         pre = load_hf(path)
         return Subject(label, pre.backbone, pre.tokenizer, bool(pre.causal), pre.config, pre.model if pre.objective is not None else None,

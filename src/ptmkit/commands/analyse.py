@@ -10,7 +10,9 @@ HELP = "analyse pre-trained models: contextuality, probes with control tasks, at
 DESCRIPTION = """\
 Analyse one or more pre-trained models on a corpus (one sentence per line) and write OUT/report.md,
 OUT/figures/*.png and OUT/analysis.json.  RUN is a pre-training run or checkpoint of any encoder
-(Transformer, GPT, ELMo/LSTM, an encoder-decoder's encoder) or an HF transformers directory.
+(Transformer, GPT, ELMo/LSTM, an encoder-decoder's encoder), an HF transformers directory, or a
+fine-tuned model (OUT/pretrained-seed0 of ptm finetune: its encoder after fine-tuning, such as a
+SimCSE sentence encoder's).
 
 --what (comma-separated; default all four):
   contextuality  Ethayarajh (2019): per layer, self-similarity of the words with at least 5

@@ -45,7 +45,7 @@ from ptmkit.errors import PtmError
 from ptmkit.fileio import atomic_write_bytes, atomic_write_text
 from ptmkit.nn.adapters import add_adapters
 from ptmkit.pretrained import load_pretrained
-from ptmkit.tasks.base import TaskType, task_type_of
+from ptmkit.tasks.base import TaskType, task_type_names, task_type_of, type_of
 from ptmkit.tasks.callbacks import BEST_FILE
 from ptmkit.tasks.efficient import is_merged, make_efficient, merge, method, small_names, small_state
 from ptmkit.tasks.finetune_config import FinetuneConfig
@@ -283,3 +283,30 @@ def load_task_model(run_dir: str | Path, task_data: Any = None, device: str | to
 
 __all__ = ["TASK_MODEL_FILE", "TaskModel", "encoder_config", "encoder_of", "is_task_model", "load_task_model", "save_task_model",
            "uses_token_types"]
+
+
+def load_predictor(run: str | Path, device: str | torch.device = "cpu") -> TaskModel:
+    """The task model in ``run``, bound to its task type's (empty) prediction data; a directory
+    that is not a fine-tuned task model, or a task type without prediction, is one line naming the fix."""
+    run = Path(run)
+    if not is_task_model(run):
+        what = "a file" if run.is_file() else ("missing" if not run.exists() else "a directory")
+        held = sorted(p.parent.name for p in run.glob(f"*/{TASK_MODEL_FILE}")) if run.is_dir() else []
+        hint = (f"; it holds fine-tuned models: {', '.join(held[:4])} (give one of them)" if held else
+                "; give a fine-tuning run (OUT/pretrained-seed0 of ptm finetune, or the output of ptm distil, "
+                "prune or quantize); for sentence vectors of a pre-trained model use ptm encode")
+        raise PtmError(f"{run} ({what}) is not a fine-tuned task model (no {TASK_MODEL_FILE}){hint}")
+    info = read_task_info(run)
+    kind = type_for(info)
+    return load_task_model(run, kind.unlabelled(info, []), device)
+
+
+def type_for(info: dict[str, Any]) -> type[TaskType]:
+    name = str(info.get("task_type", "classification"))
+    if name not in task_type_names():
+        raise PtmError(f"the model's task type {name!r} is unknown to this ptmkit; task types: "
+                       f"{', '.join(task_type_names())}")
+    kind = type_of(name)
+    if not kind.input_columns:
+        kind.unlabelled(info, [])  # raises: not offered for this type, naming the fix
+    return kind

@@ -33,15 +33,8 @@ from ptmkit.data.tasks import json_objects
 from ptmkit.devices import resolve_device
 from ptmkit.errors import PtmError, require_file
 from ptmkit.fileio import atomic_stream
-from ptmkit.tasks.base import TaskType, task_type_names, type_of
-from ptmkit.tasks.saved import (
-    TASK_MODEL_FILE,
-    TaskModel,
-    is_task_model,
-    load_task_model,
-    read_task_info,
-    uses_token_types,
-)
+from ptmkit.tasks.base import TaskType
+from ptmkit.tasks.saved import TaskModel, load_predictor, uses_token_types
 
 log = logging.getLogger(__name__)
 
@@ -50,33 +43,6 @@ CHUNK = 1024  # rows read, predicted and written at a time
 
 
 # ------------------------------------------------------------------------------------ the model
-
-
-def load_predictor(run: str | Path, device: str | torch.device = "cpu") -> TaskModel:
-    """The task model in ``run``, bound to its task type's (empty) prediction data; a directory
-    that is not a fine-tuned task model, or a task type without prediction, is one line naming the fix."""
-    run = Path(run)
-    if not is_task_model(run):
-        what = "a file" if run.is_file() else ("missing" if not run.exists() else "a directory")
-        held = sorted(p.parent.name for p in run.glob(f"*/{TASK_MODEL_FILE}")) if run.is_dir() else []
-        hint = (f"; it holds fine-tuned models: {', '.join(held[:4])} (give one of them)" if held else
-                "; give a fine-tuning run (OUT/pretrained-seed0 of ptm finetune, or the output of ptm distil, "
-                "prune or quantize); for sentence vectors of a pre-trained model use ptm encode")
-        raise PtmError(f"{run} ({what}) is not a fine-tuned task model (no {TASK_MODEL_FILE}){hint}")
-    info = read_task_info(run)
-    kind = type_for(info)
-    return load_task_model(run, kind.unlabelled(info, []), device)
-
-
-def type_for(info: dict[str, Any]) -> type[TaskType]:
-    name = str(info.get("task_type", "classification"))
-    if name not in task_type_names():
-        raise PtmError(f"the model's task type {name!r} is unknown to this ptmkit; task types: "
-                       f"{', '.join(task_type_names())}")
-    kind = type_of(name)
-    if not kind.input_columns:
-        kind.unlabelled(info, [])  # raises: not offered for this type, naming the fix
-    return kind
 
 
 def predict_rows(tm: TaskModel, rows: list[dict[str, Any]], batch_size: int | None = None) -> list[dict[str, Any]]:
