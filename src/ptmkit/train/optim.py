@@ -1,4 +1,4 @@
-"""AdamW with parameter groups, and learning-rate schedules.
+"""Optimizers (AdamW, LAMB, Adafactor) with parameter groups, and learning-rate schedules.
 
 Parameter groups follow BERT: no weight decay on biases and normalisation weights (every
 parameter with fewer than two dimensions, and anything named ``*norm*``); weight matrices,
@@ -6,9 +6,14 @@ including embedding tables, are decayed.  Optional layer-wise LR decay (ELECTRA,
 2020) scales the LR of layer ``i`` by ``layer_decay ** (L - i)``; the layers are the ones the
 encoder declares (``Encoder.layer_index``), never guessed from parameter names.
 
-The optimizer is torch's AdamW, or with ``train.bias_correction=false`` :class:`AdamWNoBiasCorrection`:
-the same decoupled-weight-decay update without Adam's bias correction of the moments, as the
-reference implementations of BERT and ELECTRA (their ``AdamWeightDecayOptimizer``) train.
+``train.optimizer`` picks the optimizer; all three see the same parameter groups:
+
+- ``adamw``: torch's AdamW, or with ``train.bias_correction=false`` :class:`AdamWNoBiasCorrection`:
+  the same decoupled-weight-decay update without Adam's bias correction of the moments, as the
+  reference implementations of BERT and ELECTRA (their ``AdamWeightDecayOptimizer``) train.
+- ``lamb``: :class:`Lamb` (You et al. 2020), Adam's update plus decoupled weight decay, scaled per
+  parameter tensor by the trust ratio ``||w|| / ||update||``.
+- ``adafactor``: torch's ``Adafactor`` (Shazeer & Stern 2018), with ``train.adafactor_*`` settings.
 
 Schedules are multipliers of the peak LR as a function of the number of completed optimizer
 steps ``s`` (0 for the first step), used through :class:`torch.optim.lr_scheduler.LambdaLR`.
@@ -127,10 +132,77 @@ class AdamWNoBiasCorrection(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay, cfg.lr, cfg.layer_decay)
-    for g in groups:
-        g.pop("names")
+def _whole_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each tensor, stacked: of the whole tensor when it is sharded (FSDP's DTensor)."""
+    norms = torch._foreach_norm(tensors)
+    return torch.stack([n.full_tensor() if hasattr(n, "full_tensor") else n for n in norms])
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning", Algorithm 2).
+
+    Per parameter tensor ``w`` with gradient ``g`` at step ``t``, at learning rate ``lr``::
+
+        m <- b1 m + (1 - b1) g                   v <- b2 v + (1 - b2) g^2
+        r <- m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay w
+        w <- w - lr * (||w|| / ||r||) * r        (the ratio is 1 when either norm is 0)
+
+    The trust ratio's scaling function is the identity.  A group with ``weight_decay`` 0 (biases
+    and normalisation weights, :func:`param_groups`) still gets the trust ratio.  All tensors of
+    a group are updated together (``torch._foreach_*``); the norms are of whole tensors, also when
+    FSDP shards them.  State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` (AdamW's names).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["step"] = torch.zeros((), dtype=torch.float32)
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    self.state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            self._update(group, params)
+        return loss
+
+    def _update(self, group: dict, params: list[torch.Tensor]) -> None:
+        b1, b2 = group["betas"]
+        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        states = [self.state[p] for p in params]
+        grads = [p.grad for p in params]
+        steps = [s["step"] for s in states]
+        m = [s["exp_avg"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        torch._foreach_add_(steps, 1.0)
+        torch._foreach_lerp_(m, grads, 1.0 - b1)
+        torch._foreach_mul_(v, b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1.0 - b2)
+        t = torch.stack(steps).tolist()  # the step counters live on the CPU, as torch's AdamW's
+        # r = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) + wd * w
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, [math.sqrt(1.0 - b2**k) for k in t])
+        torch._foreach_add_(denom, eps)
+        update = torch._foreach_div(m, denom)
+        torch._foreach_div_(update, [1.0 - b1**k for k in t])
+        if wd != 0:
+            torch._foreach_add_(update, params, alpha=wd)
+        w_norm, r_norm = _whole_norms(params), _whole_norms(update)
+        ratio = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, 1.0)
+        torch._foreach_mul_(update, list(ratio.unbind()))
+        torch._foreach_add_(params, update, alpha=-lr)
+
+
+def _adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
     if not cfg.bias_correction:
         return AdamWNoBiasCorrection(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
     params = [p for g in groups for p in g["params"]]
@@ -139,6 +211,19 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                              fused=fused or None)
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` over :func:`param_groups` of ``model``."""
+    groups = param_groups(model, cfg.weight_decay, cfg.lr, cfg.layer_decay)
+    for g in groups:
+        g.pop("names")
+    if cfg.optimizer == "lamb":
+        return Lamb(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adafactor":
+        return torch.optim.Adafactor(groups, lr=cfg.lr, beta2_decay=cfg.adafactor_beta2_decay,
+                                     eps=(cfg.adafactor_eps1, cfg.adafactor_eps2), weight_decay=cfg.weight_decay)
+    return _adamw(groups, cfg)
 
 
 @dataclass
