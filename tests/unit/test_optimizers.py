@@ -118,6 +118,9 @@ def test_adamw_stays_the_default():
     ({"optimizer": "adafactor", "strategy": "fsdp"}, "use train.strategy=ddp, or train.optimizer=adamw or lamb"),
     ({"adafactor_beta2_decay": 0.5}, "adafactor_beta2_decay must be <= 0"),
     ({"adafactor_eps1": "tiny"}, "adafactor_eps1 must be a number or null"),
+    ({"schedule": "wds"}, "did you mean 'wsd'"),
+    ({"decay_fraction": 0.0}, r"decay_fraction must be in \(0, 1\]"),
+    ({"decay_shape": "exp"}, r"is not one of \('linear', 'cosine', 'sqrt'\)"),
 ])
 def test_bad_values_name_the_allowed_ones(kw, match):
     with pytest.raises(PtmError, match=match) as err:

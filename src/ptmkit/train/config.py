@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from ptmkit.errors import PtmError, suggest
 
-SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
+SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt", "wsd")
+DECAY_SHAPES = ("linear", "cosine", "sqrt")  # the decay at the end of train.schedule=wsd
 OPTIMIZERS = ("adamw", "lamb", "adafactor")  # ptmkit.train.optim.build_optimizer
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("ddp", "fsdp")  # ptmkit.train.sharding
@@ -33,7 +34,10 @@ class TrainConfig:
     adafactor_eps1: the floor of the second-moment estimates' square root and row means (``null``: the weights'
         dtype epsilon, torch's default); adafactor_eps2: the floor of the parameter scale ``RMS(w)``.
     schedule: ``linear`` (warmup + linear decay, BERT), ``cosine``, ``constant``,
-        ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer).
+        ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer),
+        ``wsd`` (warmup-stable-decay, Hu et al. 2024: the peak LR until the last ``decay_fraction`` of
+        ``max_steps``, then a ``decay_shape`` decay, ``linear``, ``cosine`` or ``sqrt`` (``1 - sqrt``),
+        to ``min_lr_ratio``).  ``linear`` and ``cosine`` also decay to ``min_lr_ratio``.
     bias_correction: Adam's bias correction of the moment estimates; ``false`` trains with AdamW
         without it, as the reference BERT and ELECTRA code (``ptmkit.train.optim.AdamWNoBiasCorrection``;
         ``optimizer=adamw`` only).
@@ -92,6 +96,8 @@ class TrainConfig:
     stlr_cut_frac: float = 0.1
     stlr_ratio: float = 32.0
     min_lr_ratio: float = 0.0
+    decay_fraction: float = 0.1
+    decay_shape: str = "linear"
     layer_decay: float = 1.0
     clip_norm: float = 1.0
     eval_every: int = 0
@@ -132,7 +138,7 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_every", "save_every", "log_every", "num_threads", "nan_guard", "seed"):
             non_negative(name)
         for name in ("lr", "eps", "weight_decay", "clip_norm", "min_lr_ratio", "layer_decay", "stlr_cut_frac", "stlr_ratio",
-                     "max_seconds", "adafactor_beta2_decay", "adafactor_eps2"):
+                     "max_seconds", "decay_fraction", "adafactor_beta2_decay", "adafactor_eps2"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PtmError(f"train.{name} must be a number, got {value!r}")
@@ -175,6 +181,12 @@ class TrainConfig:
             raise PtmError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
         if self.schedule not in SCHEDULES:
             raise PtmError(f"train.schedule={self.schedule!r} is not one of {SCHEDULES}{suggest(str(self.schedule), SCHEDULES)}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise PtmError(f"train.decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise PtmError(
+                f"train.decay_shape={self.decay_shape!r} is not one of {DECAY_SHAPES}{suggest(str(self.decay_shape), DECAY_SHAPES)}"
+            )
         if self.init_embeddings not in INIT_EMBEDDINGS:
             raise PtmError(
                 f"train.init_embeddings={self.init_embeddings!r} is not one of {INIT_EMBEDDINGS}"

@@ -17,7 +17,12 @@ encoder declares (``Encoder.layer_index``), never guessed from parameter names.
 
 Schedules are multipliers of the peak LR as a function of the number of completed optimizer
 steps ``s`` (0 for the first step), used through :class:`torch.optim.lr_scheduler.LambdaLR`.
-Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trains.
+Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trains.  ``wsd``
+(warmup-stable-decay, Hu et al. 2024, MiniCPM) holds the peak after the warmup and decays over the
+last ``D = round(decay_fraction * max_steps)`` steps (at least 1; never into the warmup): with
+``p = (s - (max_steps - D)) / D``, the multiplier is ``floor + (1 - floor) * shape(p)``, ``shape``
+``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine) or ``1 - sqrt(p)``.  As with ``linear``, the
+multiplier is 1 at the first decay step and reaches ``floor`` after the last step.
 """
 
 from __future__ import annotations
@@ -236,6 +241,8 @@ class Schedule:
     min_lr_ratio: float = 0.0
     cut_frac: float = 0.1
     ratio: float = 32.0
+    decay_fraction: float = 0.1
+    decay_shape: str = "linear"
 
     def __call__(self, s: int) -> float:
         w, total, floor = self.warmup_steps, self.max_steps, self.min_lr_ratio
@@ -253,6 +260,11 @@ class Schedule:
         if self.kind == "inverse_sqrt":
             # Vaswani et al. (2017): lr ~ 1/sqrt(step), continuous with the warmup at s = w.
             return math.sqrt(max(w, 1) / (s + 1))
+        if self.kind == "wsd":
+            start = max(w, total - max(1, round(self.decay_fraction * total)))
+            if s < start:
+                return 1.0
+            return floor + (1.0 - floor) * _decay(self.decay_shape, min(1.0, (s - start) / max(1, total - start)))
         progress = min(1.0, (s - w) / max(1, total - w))
         if self.kind == "linear":
             return floor + (1.0 - floor) * (1.0 - progress)
@@ -261,8 +273,20 @@ class Schedule:
         raise ValueError(f"unknown schedule {self.kind!r}")
 
 
+def _decay(shape: str, p: float) -> float:
+    """The share of the peak left at progress ``p`` in [0, 1] of a decay."""
+    if shape == "linear":
+        return 1.0 - p
+    if shape == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * p))
+    if shape == "sqrt":
+        return 1.0 - math.sqrt(p)
+    raise ValueError(f"unknown decay shape {shape!r}")
+
+
 def build_schedule(cfg: TrainConfig) -> Schedule:
-    return Schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, cfg.stlr_cut_frac, cfg.stlr_ratio)
+    return Schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, cfg.stlr_cut_frac, cfg.stlr_ratio,
+                    cfg.decay_fraction, cfg.decay_shape)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
