@@ -134,6 +134,15 @@ def test_sharded_checkpoints_resume_at_another_world_size(tmp_path):
     np.testing.assert_allclose(losses(tmp_path / "one-two"), ref, rtol=1e-5)
 
 
+def test_lamb_under_fsdp_matches_one_process(tmp_path):
+    """LAMB's trust ratio takes the norms of whole tensors, not of each rank's shard."""
+    torchrun(tmp_path / "fsdp", 12, "strategy=fsdp", "optimizer=lamb")
+    train(tmp_path / "single", 12, {"optimizer": "lamb"})
+    ref = losses(tmp_path / "single")
+    assert len(ref) == 12 and ref[-1] < ref[0]
+    np.testing.assert_allclose(losses(tmp_path / "fsdp"), ref, rtol=1e-5)
+
+
 def test_resuming_shards_with_another_model_config_is_refused(tmp_path):
     train(tmp_path / "run", 10, {"strategy": "fsdp"})
     cfg = TrainConfig(batch_size=B, max_steps=20, device="cpu", strategy="fsdp")

@@ -56,9 +56,9 @@ class ToySource:
             yield self(99, i)
 
 
-def _run(run_dir, resume=False, callbacks=(), model_seed=0):
+def _run(run_dir, resume=False, callbacks=(), model_seed=0, **settings):
     cfg = TrainConfig(batch_size=8, grad_accum=2, lr=5e-2, max_steps=14, warmup_steps=3, log_every=1,
-                      save_every=4, eval_every=5, keep_checkpoints=2, seed=3, num_threads=1)
+                      save_every=4, eval_every=5, keep_checkpoints=2, seed=3, num_threads=1, **settings)
     return Trainer(ToyLM(model_seed), ToySource(), cfg, run_dir, ToySource(), callbacks=callbacks).fit(resume=resume)
 
 
@@ -66,12 +66,17 @@ def _losses(run_dir, split="train"):
     return [(r["step"], r["loss"]) for r in read_metrics(run_dir / "metrics.jsonl", split)]
 
 
-def test_resume_matches_uninterrupted_toy(tmp_path):
-    full = _run(tmp_path / "full")
+@pytest.mark.parametrize("settings", [
+    {},
+    {"optimizer": "lamb", "schedule": "wsd", "decay_fraction": 0.5},  # the decay starts at step 7, before the cut
+    {"optimizer": "adafactor"},
+], ids=["adamw", "lamb-wsd", "adafactor"])
+def test_resume_matches_uninterrupted_toy(tmp_path, settings):
+    full = _run(tmp_path / "full", **settings)
     with pytest.raises(Killed):
-        _run(tmp_path / "cut", callbacks=[kill_at(10)])  # checkpoint at 8, steps 9-10 logged then lost
+        _run(tmp_path / "cut", callbacks=[kill_at(10)], **settings)  # checkpoint at 8, steps 9-10 logged then lost
     assert ckpt.latest_checkpoint(tmp_path / "cut").name == "step-0000008"
-    resumed = _run(tmp_path / "cut", resume=True, model_seed=123)  # other init: weights must come from disk
+    resumed = _run(tmp_path / "cut", resume=True, model_seed=123, **settings)  # other init: weights must come from disk
     a, b = _losses(tmp_path / "full"), _losses(tmp_path / "cut")
     assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 15))
     np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=0, atol=1e-6)

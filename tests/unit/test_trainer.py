@@ -13,7 +13,7 @@ from ptmkit.config import from_dict
 from ptmkit.encoders.base import Encoder
 from ptmkit.errors import PtmError
 from ptmkit.train.config import TrainConfig
-from ptmkit.train.optim import Schedule, build_optimizer, param_groups
+from ptmkit.train.optim import Schedule, build_optimizer, build_schedule, param_groups
 from ptmkit.train.step import StepOutput
 from ptmkit.train.trainer import Trainer, read_metrics, split_batch
 
@@ -124,6 +124,24 @@ def test_schedules_match_formulas():
         p = t / cut if t < cut else 1 - (t - cut) / (cut * (1 / 0.1 - 1))
         assert st(t - 1) == pytest.approx((1 + p * 31) / 32)
     assert st(cut - 1) == pytest.approx(1.0)
+
+
+def test_wsd_warms_up_holds_then_decays_over_its_last_fraction():
+    w, total = 10, 100  # decay_fraction 0.1: the last 10 steps, s = 90 .. 99
+    wsd = Schedule("wsd", w, total, min_lr_ratio=0.1, decay_fraction=0.1)
+    assert wsd(0) == pytest.approx(0.1) and wsd(w - 1) == 1.0  # warmup end
+    assert wsd(w) == wsd(50) == wsd(89) == 1.0  # stable at the peak
+    assert wsd(90) == 1.0  # decay start: the first decay step still trains at the peak
+    assert wsd(95) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert wsd(total - 1) == pytest.approx(0.1 + 0.9 / 10)  # the last step; the floor is reached after it
+    assert wsd(total) == pytest.approx(0.1)
+    p = 5 / 10
+    assert Schedule("wsd", w, total, decay_shape="cosine")(95) == pytest.approx(0.5 * (1 + math.cos(math.pi * p)))
+    assert Schedule("wsd", w, total, decay_shape="sqrt")(95) == pytest.approx(1 - math.sqrt(p))
+    # the decay never starts inside the warmup; the default floor is 0
+    short = Schedule("wsd", 8, 10, decay_fraction=0.5)
+    assert short(7) == 1.0 and short(9) == pytest.approx(0.5)
+    assert build_schedule(TrainConfig(schedule="wsd", max_steps=30))(29) == pytest.approx(1 / 3)
 
 
 def test_scheduler_drives_optimizer_lr(tmp_path):

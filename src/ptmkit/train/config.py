@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from ptmkit.errors import PtmError, suggest
 
-SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt")
+SCHEDULES = ("linear", "cosine", "constant", "slanted_triangular", "inverse_sqrt", "wsd")
+DECAY_SHAPES = ("linear", "cosine", "sqrt")  # the decay at the end of train.schedule=wsd
+OPTIMIZERS = ("adamw", "lamb", "adafactor")  # ptmkit.train.optim.build_optimizer
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("ddp", "fsdp")  # ptmkit.train.sharding
 INIT_EMBEDDINGS = ("none", "skipgram", "cbow")  # ptmkit.static.init_embeddings.METHODS
@@ -20,10 +22,25 @@ class TrainConfig:
     batch_size: examples per optimizer step, summed over all ranks and micro-batches.
     grad_accum: micro-batches per optimizer step (each rank's rows are split into this many).
     seq_len: tokens per example (at most ``model.max_position``).
+    optimizer: ``adamw`` (torch's AdamW), ``lamb`` (You et al. 2020: Adam's update scaled per parameter
+        by the trust ratio ``||w|| / ||update||``, for large batches; ``ptmkit.train.optim.Lamb``) or
+        ``adafactor`` (Shazeer & Stern 2018, torch's ``Adafactor``: factored second moments, no first
+        moment, so ``betas`` and ``eps`` are unused; not under ``strategy=fsdp``, whose sharded weights
+        torch's Adafactor cannot step).  Every one decays the weights as AdamW does
+        (``weight_decay``, decoupled; not biases and normalisation weights) and follows ``schedule``.
+        Under ``adafactor``, ``lr`` caps the relative step ``min(lr, 1/sqrt(t))`` (torch's default
+        is 1e-2), which is multiplied by ``max(adafactor_eps2, RMS(w))``.
+    adafactor_beta2_decay: the second moments' decay ``beta2_t = 1 - t**adafactor_beta2_decay`` (<= 0).
+    adafactor_eps1: the floor of the second-moment estimates' square root and row means (``null``: the weights'
+        dtype epsilon, torch's default); adafactor_eps2: the floor of the parameter scale ``RMS(w)``.
     schedule: ``linear`` (warmup + linear decay, BERT), ``cosine``, ``constant``,
-        ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer).
+        ``slanted_triangular`` (ULMFiT; ``stlr_cut_frac``, ``stlr_ratio``), ``inverse_sqrt`` (Transformer),
+        ``wsd`` (warmup-stable-decay, Hu et al. 2024: the peak LR until the last ``decay_fraction`` of
+        ``max_steps``, then a ``decay_shape`` decay, ``linear``, ``cosine`` or ``sqrt`` (``1 - sqrt``),
+        to ``min_lr_ratio``).  ``linear`` and ``cosine`` also decay to ``min_lr_ratio``.
     bias_correction: Adam's bias correction of the moment estimates; ``false`` trains with AdamW
-        without it, as the reference BERT and ELECTRA code (``ptmkit.train.optim.AdamWNoBiasCorrection``).
+        without it, as the reference BERT and ELECTRA code (``ptmkit.train.optim.AdamWNoBiasCorrection``;
+        ``optimizer=adamw`` only).
     layer_decay: layer-wise LR decay (ELECTRA): layer ``i`` of ``L`` gets ``lr * layer_decay**(L - i)``,
         embeddings ``lr * layer_decay**(L + 1)``; 1.0 disables it.
     eval_every / save_every / log_every: in optimizer steps; 0 disables (eval and save still run at the end);
@@ -68,6 +85,10 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
     bias_correction: bool = True
+    optimizer: str = "adamw"
+    adafactor_beta2_decay: float = -0.8
+    adafactor_eps1: float | None = None
+    adafactor_eps2: float = 1e-3
     weight_decay: float = 0.01
     warmup_steps: int = 0
     max_steps: int = 1000
@@ -75,6 +96,8 @@ class TrainConfig:
     stlr_cut_frac: float = 0.1
     stlr_ratio: float = 32.0
     min_lr_ratio: float = 0.0
+    decay_fraction: float = 0.1
+    decay_shape: str = "linear"
     layer_decay: float = 1.0
     clip_norm: float = 1.0
     eval_every: int = 0
@@ -115,13 +138,25 @@ class TrainConfig:
         for name in ("warmup_steps", "eval_every", "save_every", "log_every", "num_threads", "nan_guard", "seed"):
             non_negative(name)
         for name in ("lr", "eps", "weight_decay", "clip_norm", "min_lr_ratio", "layer_decay", "stlr_cut_frac", "stlr_ratio",
-                     "max_seconds"):
+                     "max_seconds", "decay_fraction", "adafactor_beta2_decay", "adafactor_eps2"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PtmError(f"train.{name} must be a number, got {value!r}")
         for name in ("bias_correction", "fsdp_offload", "fsdp_mixed_precision", "activation_checkpointing", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise PtmError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.adafactor_eps1 is not None and (isinstance(self.adafactor_eps1, bool)
+                                                or not isinstance(self.adafactor_eps1, (int, float))):
+            raise PtmError(f"train.adafactor_eps1 must be a number or null, got {self.adafactor_eps1!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise PtmError(f"train.optimizer={self.optimizer!r} is not one of {OPTIMIZERS}{suggest(str(self.optimizer), OPTIMIZERS)}")
+        if self.optimizer != "adamw" and not self.bias_correction:
+            raise PtmError(f"train.bias_correction=false applies to train.optimizer=adamw only, not {self.optimizer}")
+        if self.optimizer == "adafactor" and self.strategy == "fsdp":
+            raise PtmError("train.optimizer=adafactor cannot step FSDP's sharded weights (torch's Adafactor); use "
+                           "train.strategy=ddp, or train.optimizer=adamw or lamb")
+        if self.adafactor_beta2_decay > 0 or self.adafactor_eps2 < 0 or (self.adafactor_eps1 or 0) < 0:
+            raise PtmError("train.adafactor_beta2_decay must be <= 0, train.adafactor_eps1 and train.adafactor_eps2 >= 0")
         if self.strategy not in STRATEGIES:
             raise PtmError(f"train.strategy={self.strategy!r} is not one of {STRATEGIES}{suggest(str(self.strategy), STRATEGIES)}")
         if self.strategy != "fsdp" and (self.fsdp_offload or self.fsdp_mixed_precision):
@@ -146,6 +181,12 @@ class TrainConfig:
             raise PtmError(f"train.betas must be two numbers in [0, 1), got {self.betas!r}")
         if self.schedule not in SCHEDULES:
             raise PtmError(f"train.schedule={self.schedule!r} is not one of {SCHEDULES}{suggest(str(self.schedule), SCHEDULES)}")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise PtmError(f"train.decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        if self.decay_shape not in DECAY_SHAPES:
+            raise PtmError(
+                f"train.decay_shape={self.decay_shape!r} is not one of {DECAY_SHAPES}{suggest(str(self.decay_shape), DECAY_SHAPES)}"
+            )
         if self.init_embeddings not in INIT_EMBEDDINGS:
             raise PtmError(
                 f"train.init_embeddings={self.init_embeddings!r} is not one of {INIT_EMBEDDINGS}"

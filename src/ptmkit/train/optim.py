@@ -1,4 +1,4 @@
-"""AdamW with parameter groups, and learning-rate schedules.
+"""Optimizers (AdamW, LAMB, Adafactor) with parameter groups, and learning-rate schedules.
 
 Parameter groups follow BERT: no weight decay on biases and normalisation weights (every
 parameter with fewer than two dimensions, and anything named ``*norm*``); weight matrices,
@@ -6,13 +6,23 @@ including embedding tables, are decayed.  Optional layer-wise LR decay (ELECTRA,
 2020) scales the LR of layer ``i`` by ``layer_decay ** (L - i)``; the layers are the ones the
 encoder declares (``Encoder.layer_index``), never guessed from parameter names.
 
-The optimizer is torch's AdamW, or with ``train.bias_correction=false`` :class:`AdamWNoBiasCorrection`:
-the same decoupled-weight-decay update without Adam's bias correction of the moments, as the
-reference implementations of BERT and ELECTRA (their ``AdamWeightDecayOptimizer``) train.
+``train.optimizer`` picks the optimizer; all three see the same parameter groups:
+
+- ``adamw``: torch's AdamW, or with ``train.bias_correction=false`` :class:`AdamWNoBiasCorrection`:
+  the same decoupled-weight-decay update without Adam's bias correction of the moments, as the
+  reference implementations of BERT and ELECTRA (their ``AdamWeightDecayOptimizer``) train.
+- ``lamb``: :class:`Lamb` (You et al. 2020), Adam's update plus decoupled weight decay, scaled per
+  parameter tensor by the trust ratio ``||w|| / ||update||``.
+- ``adafactor``: torch's ``Adafactor`` (Shazeer & Stern 2018), with ``train.adafactor_*`` settings.
 
 Schedules are multipliers of the peak LR as a function of the number of completed optimizer
 steps ``s`` (0 for the first step), used through :class:`torch.optim.lr_scheduler.LambdaLR`.
-Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trains.
+Warmup is linear: ``(s + 1) / warmup_steps`` so the very first step already trains.  ``wsd``
+(warmup-stable-decay, Hu et al. 2024, MiniCPM) holds the peak after the warmup and decays over the
+last ``D = round(decay_fraction * max_steps)`` steps (at least 1; never into the warmup): with
+``p = (s - (max_steps - D)) / D``, the multiplier is ``floor + (1 - floor) * shape(p)``, ``shape``
+``1 - p`` (linear), ``(1 + cos(pi p)) / 2`` (cosine) or ``1 - sqrt(p)``.  As with ``linear``, the
+multiplier is 1 at the first decay step and reaches ``floor`` after the last step.
 """
 
 from __future__ import annotations
@@ -127,10 +137,77 @@ class AdamWNoBiasCorrection(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    groups = param_groups(model, cfg.weight_decay, cfg.lr, cfg.layer_decay)
-    for g in groups:
-        g.pop("names")
+def _whole_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of each tensor, stacked: of the whole tensor when it is sharded (FSDP's DTensor)."""
+    norms = torch._foreach_norm(tensors)
+    return torch.stack([n.full_tensor() if hasattr(n, "full_tensor") else n for n in norms])
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning", Algorithm 2).
+
+    Per parameter tensor ``w`` with gradient ``g`` at step ``t``, at learning rate ``lr``::
+
+        m <- b1 m + (1 - b1) g                   v <- b2 v + (1 - b2) g^2
+        r <- m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay w
+        w <- w - lr * (||w|| / ||r||) * r        (the ratio is 1 when either norm is 0)
+
+    The trust ratio's scaling function is the identity.  A group with ``weight_decay`` 0 (biases
+    and normalisation weights, :func:`param_groups`) still gets the trust ratio.  All tensors of
+    a group are updated together (``torch._foreach_*``); the norms are of whole tensors, also when
+    FSDP shards them.  State per parameter: ``step``, ``exp_avg``, ``exp_avg_sq`` (AdamW's names).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["step"] = torch.zeros((), dtype=torch.float32)
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    self.state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            self._update(group, params)
+        return loss
+
+    def _update(self, group: dict, params: list[torch.Tensor]) -> None:
+        b1, b2 = group["betas"]
+        lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+        states = [self.state[p] for p in params]
+        grads = [p.grad for p in params]
+        steps = [s["step"] for s in states]
+        m = [s["exp_avg"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        torch._foreach_add_(steps, 1.0)
+        torch._foreach_lerp_(m, grads, 1.0 - b1)
+        torch._foreach_mul_(v, b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1.0 - b2)
+        t = torch.stack(steps).tolist()  # the step counters live on the CPU, as torch's AdamW's
+        # r = (m / bc1) / (sqrt(v) / sqrt(bc2) + eps) + wd * w
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, [math.sqrt(1.0 - b2**k) for k in t])
+        torch._foreach_add_(denom, eps)
+        update = torch._foreach_div(m, denom)
+        torch._foreach_div_(update, [1.0 - b1**k for k in t])
+        if wd != 0:
+            torch._foreach_add_(update, params, alpha=wd)
+        w_norm, r_norm = _whole_norms(params), _whole_norms(update)
+        ratio = torch.where((w_norm > 0) & (r_norm > 0), w_norm / r_norm, 1.0)
+        torch._foreach_mul_(update, list(ratio.unbind()))
+        torch._foreach_add_(params, update, alpha=-lr)
+
+
+def _adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
     if not cfg.bias_correction:
         return AdamWNoBiasCorrection(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
     params = [p for g in groups for p in g["params"]]
@@ -139,6 +216,19 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     fused = bool(params) and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                              fused=fused or None)
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` over :func:`param_groups` of ``model``."""
+    groups = param_groups(model, cfg.weight_decay, cfg.lr, cfg.layer_decay)
+    for g in groups:
+        g.pop("names")
+    if cfg.optimizer == "lamb":
+        return Lamb(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adafactor":
+        return torch.optim.Adafactor(groups, lr=cfg.lr, beta2_decay=cfg.adafactor_beta2_decay,
+                                     eps=(cfg.adafactor_eps1, cfg.adafactor_eps2), weight_decay=cfg.weight_decay)
+    return _adamw(groups, cfg)
 
 
 @dataclass
@@ -151,6 +241,8 @@ class Schedule:
     min_lr_ratio: float = 0.0
     cut_frac: float = 0.1
     ratio: float = 32.0
+    decay_fraction: float = 0.1
+    decay_shape: str = "linear"
 
     def __call__(self, s: int) -> float:
         w, total, floor = self.warmup_steps, self.max_steps, self.min_lr_ratio
@@ -168,6 +260,11 @@ class Schedule:
         if self.kind == "inverse_sqrt":
             # Vaswani et al. (2017): lr ~ 1/sqrt(step), continuous with the warmup at s = w.
             return math.sqrt(max(w, 1) / (s + 1))
+        if self.kind == "wsd":
+            start = max(w, total - max(1, round(self.decay_fraction * total)))
+            if s < start:
+                return 1.0
+            return floor + (1.0 - floor) * _decay(self.decay_shape, min(1.0, (s - start) / max(1, total - start)))
         progress = min(1.0, (s - w) / max(1, total - w))
         if self.kind == "linear":
             return floor + (1.0 - floor) * (1.0 - progress)
@@ -176,8 +273,20 @@ class Schedule:
         raise ValueError(f"unknown schedule {self.kind!r}")
 
 
+def _decay(shape: str, p: float) -> float:
+    """The share of the peak left at progress ``p`` in [0, 1] of a decay."""
+    if shape == "linear":
+        return 1.0 - p
+    if shape == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * p))
+    if shape == "sqrt":
+        return 1.0 - math.sqrt(p)
+    raise ValueError(f"unknown decay shape {shape!r}")
+
+
 def build_schedule(cfg: TrainConfig) -> Schedule:
-    return Schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, cfg.stlr_cut_frac, cfg.stlr_ratio)
+    return Schedule(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, cfg.stlr_cut_frac, cfg.stlr_ratio,
+                    cfg.decay_fraction, cfg.decay_shape)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
