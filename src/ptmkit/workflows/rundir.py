@@ -26,6 +26,7 @@ from ptmkit.identity import differences, fingerprint
 from ptmkit.tokenization import Tokenizer
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.train import distributed as dist
+from ptmkit.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,11 @@ def inputs_record(data: DataArg, eval_data: DataArg | None) -> dict[str, Any]:
 
 
 def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
-    """Raise unless ``new`` continues ``stored`` exactly (only logging/length settings may change)."""
+    """Raise unless ``new`` continues ``stored`` exactly (only logging/length settings may change).
+    A train setting the stored run does not record (it was written before the setting existed) is
+    read as its default, which is what that run trained with."""
     diffs = []
+    defaults = json.loads(json.dumps(vars(TrainConfig())))  # as a stored config reads (lists, not tuples)
     was, now = (stored.get("train") or {}).get("max_steps"), (new.get("train") or {}).get("max_steps")
     if isinstance(was, int) and isinstance(now, int) and now < was:
         diffs.append(f"train.max_steps: {was} in the run, {now} now (it may only grow on resume)")
@@ -76,8 +80,10 @@ def check_compatible(stored: dict[str, Any], new: dict[str, Any]) -> None:
         for key in sorted(set(a) | set(b)):
             if section == "train" and key in RESUMABLE_CHANGES:
                 continue
-            if a.get(key) != b.get(key):
-                diffs.append(f"{section}.{key}: {a.get(key)!r} in the run, {b.get(key)!r} now")
+            fallback = defaults.get(key) if section == "train" else None
+            was, now = a.get(key, fallback), b.get(key, fallback)
+            if was != now:
+                diffs.append(f"{section}.{key}: {was!r} in the run, {now!r} now")
     if diffs:
         raise PtmError(
             "cannot resume: the config differs from the stored run's config (" + "; ".join(diffs) + "); "
