@@ -59,124 +59,15 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.encoders.transformer_config import ACTIVATIONS, NORMS, POSITIONS, SHARING, TransformerConfig
+from ptmkit.encoders.transformer_layers import Embeddings, Pooler, TransformerLayer, build_layers
 from ptmkit.errors import PtmError
-from ptmkit.nn.attention import MultiHeadSelfAttention
-from ptmkit.nn.dropout import Dropout
-from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
-from ptmkit.nn.kv_cache import KV, KVCache, KVSlot
+from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.nn.projections import Projection, stack_projections
 from ptmkit.registry import register
-
-
-class Embeddings(nn.Module):
-    """``input_ids [B, T] -> [B, T, H]``: token (+ absolute position) (+ segment) embeddings of
-    width E, optional LayerNorm, dropout, and a projection E -> H when factorized (ALBERT)."""
-
-    def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__()
-        E = cfg.embedding_dim
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, E)
-        self.position_embeddings = nn.Embedding(cfg.max_position, E) if cfg.positions == "absolute" else None
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
-        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
-        self.dropout = Dropout(cfg.dropout)
-        self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        T = input_ids.shape[1]
-        x = self.word_embeddings(input_ids)
-        if self.position_embeddings is not None:
-            if position_ids is None:
-                x = x + self.position_embeddings.weight[:T]  # [T, E] broadcast over the batch, no gather
-            else:
-                x = x + self.position_embeddings(position_ids)
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                x = x + self.token_type_embeddings.weight[0]  # every token in segment 0
-            else:
-                x = x + self.token_type_embeddings(token_type_ids)
-        if self.norm is not None:
-            x = self.norm(x)
-        x = self.dropout(x)
-        return self.project(x) if self.project is not None else x
-
-
-class TransformerLayer(nn.Module):
-    """One block: self-attention and feed-forward sub-layers, each with a residual connection.
-
-    post-LN (BERT):  ``h = LN(x + drop(attn(x)))``; ``y = LN(h + drop(ffn(h)))``.
-    pre-LN (GPT-2):  ``h = x + drop(attn(LN(x)))``; ``y = h + drop(ffn(LN(h)))``.
-    """
-
-    def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__()
-        self.pre_norm = cfg.norm == "pre"
-        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
-                packing: Packing | None = None) -> torch.Tensor:
-        """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to) /
-        packing (``x`` is the real tokens' rows ``[N, H]``): see :meth:`MultiHeadSelfAttention.forward`."""
-        if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing))
-            return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing)))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
-
-    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | KVSlot | None,
-                       head_gate: torch.Tensor | None = None,
-                       probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
-        """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
-        the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``.
-        Returns ``[B, T, H]`` and the extended keys/values."""
-        if self.pre_norm:
-            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask, head_gate, probs)
-            x = x + self.dropout(a)
-            return x + self.dropout(self.ffn(self.ffn_norm(x))), kv
-        a, kv = self.attn.forward_cached(x, past, mask, head_gate, probs)
-        x = self.attn_norm(x + self.dropout(a))
-        return self.ffn_norm(x + self.dropout(self.ffn(x))), kv
-
-
-def build_layers(cfg: TransformerConfig) -> nn.ModuleList:
-    """``num_layers`` layers; with ``sharing`` the shared sub-modules are one object reused."""
-    if cfg.sharing == "all":
-        layer = TransformerLayer(cfg)
-        return nn.ModuleList([layer] * cfg.num_layers)
-    layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_layers))
-    first = layers[0]
-    for layer in layers[1:]:
-        if cfg.sharing == "attention":
-            layer.attn, layer.attn_norm = first.attn, first.attn_norm
-        elif cfg.sharing == "ffn":
-            layer.ffn, layer.ffn_norm = first.ffn, first.ffn_norm
-    return layers
-
-
-class Pooler(nn.Module):
-    """BERT's pooler: ``tanh(dense(h[:, 0]))``, ``[B, T, H] -> [B, H]``."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
-
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 
