@@ -1,4 +1,4 @@
-"""The Transformer encoder (Vaswani et al. 2017) in the variants the BERT and GPT families use.
+"""The Transformer encoder (Vaswani et al. 2017) in the variants the BERT, GPT and LLaMA families use.
 
 One config describes them all:
 
@@ -13,6 +13,12 @@ One config describes them all:
 * ``positions="relative"``: no position embeddings; a learned bias per head and bucketed offset
   is added to the attention scores (T5), computed once and shared by all layers.
   ``positions="none"``: no position information at all (a bag of tokens, or causal attention alone).
+* LLaMA (Touvron et al. 2023): ``norm="pre"``, ``norm_type="rmsnorm"`` (Zhang & Sennrich 2019),
+  ``ffn="swiglu"`` (Shazeer 2020), ``positions="rope"`` (rotary, Su et al. 2021, base
+  ``rope_theta``), ``bias=False``, ``embedding_norm=False``, ``type_vocab_size=0``, ``pooler=False``,
+  causal attention; ``num_kv_heads < num_heads`` is grouped-query attention (Ainslie et al. 2023).
+  ``positions="alibi"`` (Press et al. 2022): a fixed bias ``-m_h |i - j|`` per head on the scores,
+  computed once like the relative one.  Each option combines with the others.
 
 Incremental decoding: ``forward(..., causal=True, cache=KVCache)`` (:meth:`TransformerEncoder.forward_cached`)
 runs only the new positions and reads the earlier ones' keys and values from the cache, so
@@ -40,9 +46,11 @@ Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddi
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
 (``embedding_norm``), ``embeddings.project.*`` (``E != H``), ``relative_bias.bias.weight [buckets, heads]``
-(relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked),
-``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``, ``layers.{i}.ffn.fc1.*``, ``layers.{i}.ffn.fc2.*``,
-``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*`` (``pooler``).  With sharing,
+(relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked;
+``[(h + 2 g) d, H]`` with ``g = num_kv_heads``), ``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``,
+``layers.{i}.ffn.fc1.*`` (SwiGLU's gate), ``layers.{i}.ffn.fc1_linear.*`` (SwiGLU's up projection),
+``layers.{i}.ffn.fc2.*``, ``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*``
+(``pooler``); ``bias=False`` leaves out every ``*.bias`` but the pooler's.  With sharing,
 the shared tensors are stored once, under the first layer's name.  A layer left with ``h'`` heads
 after pruning has ``attn.qkv.weight [3 h' d, H]`` and ``attn.out.weight [H, h' d]``.
 """
@@ -61,12 +69,15 @@ from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.encoders.transformer_config import ACTIVATIONS, NORMS, POSITIONS, SHARING, TransformerConfig
 from ptmkit.encoders.transformer_layers import Embeddings, Pooler, TransformerLayer, build_layers
 from ptmkit.errors import PtmError
+from ptmkit.nn.alibi import AlibiBias
 from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
 from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
+from ptmkit.nn.norms import make_norm
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.nn.projections import Projection, stack_projections
+from ptmkit.nn.rotary import Rotary, rotary_angles
 from ptmkit.registry import register
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
@@ -99,8 +110,10 @@ class TransformerEncoder(Encoder):
             RelativePositionBias(config.num_heads, config.relative_buckets, config.relative_max_distance)
             if config.positions == "relative" else None
         )
+        self.alibi = AlibiBias(config.num_heads) if config.positions == "alibi" else None
         self.layers = build_layers(config)
-        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm == "pre" else None
+        self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps, config.bias)
+                           if config.norm == "pre" else None)
         self.pooler = Pooler(config.hidden_size) if config.pooler else None
         self.reset_parameters()
         self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
@@ -111,7 +124,7 @@ class TransformerEncoder(Encoder):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """BERT / GPT-2 initialisation: weights ~ N(0, init_std), biases 0, LayerNorm gain 1.
+        """BERT / GPT-2 initialisation: weights ~ N(0, init_std), biases 0, norm gains 1.
 
         With ``scaled_residual_init`` (GPT-2) the projections that write into the residual
         stream (``attn.out``, ``ffn.fc2``) use ``init_std / sqrt(2 * num_layers)``, so the
@@ -123,9 +136,10 @@ class TransformerEncoder(Encoder):
                 module.weight.normal_(0.0, std)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.weight.fill_(1.0)
-                module.bias.zero_()
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
         if self.config.scaled_residual_init:
             scaled = std / math.sqrt(2 * self.config.num_layers)
             for layer in self.layers:
@@ -227,13 +241,28 @@ class TransformerEncoder(Encoder):
         if position_ids is not None and position_ids.numel() and int(position_ids.max()) >= P:
             raise PtmError(f"position id {int(position_ids.max())} >= the model's max_position {P}")
 
+    @property
+    def score_bias(self) -> RelativePositionBias | AlibiBias | None:
+        """The additive attention bias by position (T5's relative buckets or ALiBi), if any."""
+        return self.relative_bias if self.relative_bias is not None else self.alibi
+
+    def _rotary(self, position_ids: torch.Tensor | None, t0: int, T: int, dtype: torch.dtype) -> Rotary | None:
+        """RoPE's angles ``[B or 1, 1, T, d]`` for positions ``position_ids`` (default ``t0 .. t0 + T - 1``),
+        computed once and shared by every layer; ``None`` without rotary positions."""
+        if self.config.positions != "rope":
+            return None
+        if position_ids is None:
+            position_ids = torch.arange(t0, t0 + T, device=self.embeddings.word_embeddings.weight.device)[None]
+        return rotary_angles(position_ids, self.config.head_dim, self.config.rope_theta, dtype)
+
     def _mask(self, attention_mask, attn_mask, causal: bool, T: int, dtype: torch.dtype, device,
               position_ids: torch.Tensor | None = None) -> tuple[Any, bool]:
         mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, T, dtype)
-        if self.relative_bias is None:
+        score_bias = self.score_bias
+        if score_bias is None:
             return mask, is_causal
-        bias = (self.relative_bias(T, T, bidirectional=not causal, device=device) if position_ids is None  # [1, h, T, T]
-                else self.relative_bias.at(position_ids, bidirectional=not causal)).to(dtype)  # [B, h, T, T]
+        bias = (score_bias(T, T, bidirectional=not causal, device=device) if position_ids is None  # [1, h, T, T]
+                else score_bias.at(position_ids, bidirectional=not causal)).to(dtype)  # [B, h, T, T]
         if mask is None and is_causal:
             mask = causal_mask(T, device)[None, None]
         if mask is None:
@@ -275,6 +304,7 @@ class TransformerEncoder(Encoder):
         self._check_inputs(input_ids, position_ids)
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        rotary = self._rotary(position_ids, 0, input_ids.shape[1], x.dtype)
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device, position_ids)
         packing = Packing.of(attention_mask) if self.pack_padding else None
         if packing is not None:
@@ -287,7 +317,7 @@ class TransformerEncoder(Encoder):
                 if probs is not None:
                     probs.append(None)
             else:
-                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing)
+                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing, rotary)
             if hidden is not None:
                 hidden.append(x)
         if self.final_norm is not None:
@@ -333,13 +363,14 @@ class TransformerEncoder(Encoder):
         """
         t0 = cache.length
         T = input_ids.shape[1]
-        if self.config.positions == "absolute" and position_ids is None and t0:
+        if self.config.positions in ("absolute", "rope") and position_ids is None and t0:
             position_ids = torch.arange(t0, t0 + T, device=input_ids.device)[None]
         self._check_inputs(input_ids, position_ids, start=0 if position_ids is not None else t0)
         if len(cache.kv) != len(self.layers):
             raise PtmError(f"the cache has {len(cache.kv)} layers, the model {len(self.layers)}")
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        rotary = self._rotary(position_ids, t0, T, x.dtype)
         key_mask = cache.key_mask
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             new = attention_mask.bool()
@@ -348,22 +379,23 @@ class TransformerEncoder(Encoder):
         elif key_mask is not None:
             key_mask = torch.cat([key_mask, key_mask.new_ones(key_mask.shape[0], T)], dim=1)
         mask = None
-        if key_mask is not None or self.relative_bias is not None:
+        score_bias = self.score_bias
+        if key_mask is not None or score_bias is not None:
             # query i (position t0 + i) sees keys j <= t0 + i that are real tokens
             allowed = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)[None, None]
             if key_mask is not None:
                 allowed = allowed & key_mask[:, None, None, :]
                 allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a padded query attends to anything: no NaN
             mask = allowed
-            if self.relative_bias is not None:
-                bias = self.relative_bias(t0 + T, t0 + T, bidirectional=False, device=x.device)[:, :, t0:].to(x.dtype)
+            if score_bias is not None:
+                bias = score_bias(T, t0 + T, bidirectional=False, device=x.device, q_start=t0).to(x.dtype)
                 mask = bias.masked_fill(~allowed, torch.finfo(x.dtype).min)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         kv: list[KV | None] = []
         probs: list[torch.Tensor] | None = [] if output_attentions else None
         slots = cache.slots()  # the new keys and values are written into each layer's store, not concatenated
         for i, (layer, slot) in enumerate(zip(self.layers, slots)):
-            x, layer_kv = layer.forward_cached(x, mask, slot, None if gates is None else gates[i], probs)
+            x, layer_kv = layer.forward_cached(x, mask, slot, None if gates is None else gates[i], probs, rotary)
             kv.append(layer_kv)
             if hidden is not None:
                 hidden.append(x)

@@ -12,12 +12,14 @@ from ptmkit.nn.attention import MultiHeadSelfAttention
 from ptmkit.nn.dropout import Dropout
 from ptmkit.nn.feedforward import FeedForward
 from ptmkit.nn.kv_cache import KV, KVSlot
+from ptmkit.nn.norms import make_norm
 from ptmkit.nn.packing import Packing
+from ptmkit.nn.rotary import Rotary
 
 
 class Embeddings(nn.Module):
     """``input_ids [B, T] -> [B, T, H]``: token (+ absolute position) (+ segment) embeddings of
-    width E, optional LayerNorm, dropout, and a projection E -> H when factorized (ALBERT)."""
+    width E, optional norm, dropout, and a projection E -> H when factorized (ALBERT)."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
@@ -25,9 +27,9 @@ class Embeddings(nn.Module):
         self.word_embeddings = nn.Embedding(cfg.vocab_size, E)
         self.position_embeddings = nn.Embedding(cfg.max_position, E) if cfg.positions == "absolute" else None
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
-        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+        self.norm = make_norm(cfg.norm_type, E, cfg.layer_norm_eps, cfg.bias) if cfg.embedding_norm else None
         self.dropout = Dropout(cfg.dropout)
-        self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None
+        self.project = nn.Linear(E, cfg.hidden_size, bias=cfg.bias) if E != cfg.hidden_size else None
 
     def forward(
         self,
@@ -58,39 +60,49 @@ class TransformerLayer(nn.Module):
 
     post-LN (BERT):  ``h = LN(x + drop(attn(x)))``; ``y = LN(h + drop(ffn(h)))``.
     pre-LN (GPT-2):  ``h = x + drop(attn(LN(x)))``; ``y = h + drop(ffn(LN(h)))``.
+
+    ``LN`` is the config's ``norm_type`` (LayerNorm or RMSNorm); the feed-forward network is the
+    plain one or SwiGLU (``ffn``); the attention has ``num_kv_heads`` key/value heads.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.pre_norm = cfg.norm == "pre"
-        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        H = cfg.hidden_size
+        self.attn = MultiHeadSelfAttention(H, cfg.num_heads, cfg.attention_dropout, cfg.bias,
+                                           num_kv_heads=cfg.num_kv_heads)
+        self.attn_norm = make_norm(cfg.norm_type, H, cfg.layer_norm_eps, cfg.bias)
+        if cfg.ffn == "swiglu":  # Shazeer 2020: fc1 is the gate W, fc1_linear the up projection V, fc2 down
+            self.ffn = FeedForward(H, cfg.intermediate_size, "silu", cfg.bias, gated=True)
+        else:
+            self.ffn = FeedForward(H, cfg.intermediate_size, cfg.activation, cfg.bias)
+        self.ffn_norm = make_norm(cfg.norm_type, H, cfg.layer_norm_eps, cfg.bias)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
                 head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
-                packing: Packing | None = None) -> torch.Tensor:
+                packing: Packing | None = None, rotary: Rotary | None = None) -> torch.Tensor:
         """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to) /
-        packing (``x`` is the real tokens' rows ``[N, H]``): see :meth:`MultiHeadSelfAttention.forward`."""
+        packing (``x`` is the real tokens' rows ``[N, H]``) / rotary (RoPE's angles): see
+        :meth:`MultiHeadSelfAttention.forward`."""
         if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing))
+            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing, rotary))
             return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing)))
+        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing, rotary)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
     def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | KVSlot | None,
                        head_gate: torch.Tensor | None = None,
-                       probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
+                       probs: list[torch.Tensor] | None = None,
+                       rotary: Rotary | None = None) -> tuple[torch.Tensor, KV]:
         """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
-        the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``.
-        Returns ``[B, T, H]`` and the extended keys/values."""
+        the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``; rotary:
+        the new positions' RoPE angles.  Returns ``[B, T, H]`` and the extended keys/values."""
         if self.pre_norm:
-            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask, head_gate, probs)
+            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask, head_gate, probs, rotary)
             x = x + self.dropout(a)
             return x + self.dropout(self.ffn(self.ffn_norm(x))), kv
-        a, kv = self.attn.forward_cached(x, past, mask, head_gate, probs)
+        a, kv = self.attn.forward_cached(x, past, mask, head_gate, probs, rotary)
         x = self.attn_norm(x + self.dropout(a))
         return self.ffn_norm(x + self.dropout(self.ffn(x))), kv
 
