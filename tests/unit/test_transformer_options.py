@@ -14,6 +14,7 @@ from torch.testing import assert_close
 from ptmkit.encoders import TransformerConfig, TransformerEncoder
 from ptmkit.errors import PtmError
 from ptmkit.generation import GenerationConfig, generate_ids, left_pad
+from ptmkit.interop import hf_bert, hf_gpt2
 from ptmkit.nn.alibi import AlibiBias, alibi_slopes
 from ptmkit.nn.attention import attend
 from ptmkit.nn.rotary import apply_rotary, rotary_angles
@@ -238,3 +239,11 @@ def test_grouped_heads_cannot_be_pruned():
     full = model(replace(LLAMA, num_kv_heads=4))
     full.prune_heads({0: [1]})  # as many key/value heads as query heads: pruning as before
     assert full.layers[0].attn.qkv.weight.shape == (72, 32)
+
+
+def test_the_bert_and_gpt2_formats_refuse_the_options_they_cannot_express():
+    cfg = replace(LLAMA, positions="absolute")
+    for family in (hf_gpt2, hf_bert):
+        assert any("ffn='swiglu', norm_type='rmsnorm', bias=False, num_kv_heads=2" in p for p in family.problems(cfg))
+    assert not [p for p in hf_gpt2.problems(replace(cfg, ffn="plain", norm_type="layernorm", bias=True,
+                                                      num_kv_heads=None)) if "not part of" in p]

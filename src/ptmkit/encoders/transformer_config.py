@@ -121,6 +121,15 @@ class TransformerConfig:
             raise PtmError(f"model.positions='rope' rotates pairs of dimensions: the head size hidden_size / "
                            f"num_heads = {self.head_dim} must be even")
 
+    def llama_options(self) -> list[str]:
+        """The options of LLaMA-style models this config sets, as ``key=value`` (none: empty): what
+        the BERT and GPT-2 families' HF formats cannot express."""
+        defaults = {"ffn": "plain", "norm_type": "layernorm", "bias": True}
+        out = [f"{k}={getattr(self, k)!r}" for k, v in defaults.items() if getattr(self, k) != v]
+        if self.kv_heads != self.num_heads:
+            out.append(f"num_kv_heads={self.num_kv_heads}")
+        return out
+
     @property
     def kv_heads(self) -> int:
         """The key/value heads of grouped-query attention (Ainslie et al. 2023); ``num_heads`` without it."""
