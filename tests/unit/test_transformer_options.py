@@ -142,9 +142,9 @@ def test_cache_with_left_padding_matches_each_row_alone():
             assert_close(step.last_hidden_state[i, 0], alone[-1], **EXACT)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_cached_greedy_generation_equals_uncached_recomputation(dtype):
-    m = model(dtype=dtype)
+@pytest.mark.parametrize("dtype,positions", [(torch.float64, "rope"), (torch.float32, "rope"), (torch.float64, "alibi")])
+def test_cached_greedy_generation_equals_uncached_recomputation(dtype, positions):
+    m = model(replace(LLAMA, positions=positions), dtype=dtype)
     prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
     cfg = GenerationConfig(max_new_tokens=12, greedy=True)
     cached = generate_ids(m, "causal_lm", prompts, cfg, eos_id=None, pad_id=0)
