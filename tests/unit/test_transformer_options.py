@@ -222,6 +222,7 @@ def test_bias_false_leaves_out_every_bias_and_layernorm_keeps_its_type():
     ({"norm_type": "rms"}, r"norm_type='rms' is not one of \('layernorm', 'rmsnorm'\)"),
     ({"bias": "no"}, r"model.bias must be true or false"),
     ({"rope_theta": 0}, r"rope_theta must be a positive number"),
+    ({"rope_theta": True}, r"rope_theta must be a positive number"),
     ({"rope_theta": "lots"}, r"rope_theta must be a number"),
     ({"hidden_size": 36, "num_heads": 4, "num_kv_heads": None}, r"head size .* = 9 must be even"),
     ({"pruned_heads": {0: [1]}}, r"pruned_heads cannot be set with grouped-query attention"),

@@ -115,7 +115,7 @@ class TransformerConfig:
         if kv is not None and kv != self.num_heads and self.pruned_heads:
             raise PtmError(f"model.pruned_heads cannot be set with grouped-query attention (model.num_kv_heads={kv} "
                            f"< num_heads={self.num_heads})")
-        if not float(self.rope_theta) > 0:
+        if isinstance(self.rope_theta, bool) or not float(self.rope_theta) > 0:
             raise PtmError(f"model.rope_theta must be a positive number, got {self.rope_theta!r}")
         if self.positions == "rope" and self.head_dim % 2:
             raise PtmError(f"model.positions='rope' rotates pairs of dimensions: the head size hidden_size / "
