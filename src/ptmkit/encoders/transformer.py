@@ -1,4 +1,4 @@
-"""The Transformer encoder (Vaswani et al. 2017) in the variants the BERT and GPT families use.
+"""The Transformer encoder (Vaswani et al. 2017) in the variants the BERT, GPT and LLaMA families use.
 
 One config describes them all:
 
@@ -13,6 +13,12 @@ One config describes them all:
 * ``positions="relative"``: no position embeddings; a learned bias per head and bucketed offset
   is added to the attention scores (T5), computed once and shared by all layers.
   ``positions="none"``: no position information at all (a bag of tokens, or causal attention alone).
+* LLaMA (Touvron et al. 2023): ``norm="pre"``, ``norm_type="rmsnorm"`` (Zhang & Sennrich 2019),
+  ``ffn="swiglu"`` (Shazeer 2020), ``positions="rope"`` (rotary, Su et al. 2021, base
+  ``rope_theta``), ``bias=False``, ``embedding_norm=False``, ``type_vocab_size=0``, ``pooler=False``,
+  causal attention; ``num_kv_heads < num_heads`` is grouped-query attention (Ainslie et al. 2023).
+  ``positions="alibi"`` (Press et al. 2022): a fixed bias ``-m_h |i - j|`` per head on the scores,
+  computed once like the relative one.  Each option combines with the others.
 
 Incremental decoding: ``forward(..., causal=True, cache=KVCache)`` (:meth:`TransformerEncoder.forward_cached`)
 runs only the new positions and reads the earlier ones' keys and values from the cache, so
@@ -40,9 +46,11 @@ Parameter names (fixed; the HF key maps rely on them): ``embeddings.word_embeddi
 ``embeddings.position_embeddings.weight [P, E]`` (absolute positions),
 ``embeddings.token_type_embeddings.weight [S, E]`` (``type_vocab_size > 0``), ``embeddings.norm.*``
 (``embedding_norm``), ``embeddings.project.*`` (``E != H``), ``relative_bias.bias.weight [buckets, heads]``
-(relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked),
-``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``, ``layers.{i}.ffn.fc1.*``, ``layers.{i}.ffn.fc2.*``,
-``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*`` (``pooler``).  With sharing,
+(relative positions); per layer ``layers.{i}.attn.qkv.{weight [3H, H], bias}`` (q, k, v stacked;
+``[(h + 2 g) d, H]`` with ``g = num_kv_heads``), ``layers.{i}.attn.out.*``, ``layers.{i}.attn_norm.*``,
+``layers.{i}.ffn.fc1.*`` (SwiGLU's gate), ``layers.{i}.ffn.fc1_linear.*`` (SwiGLU's up projection),
+``layers.{i}.ffn.fc2.*``, ``layers.{i}.ffn_norm.*``; ``final_norm.*`` (pre-LN), ``pooler.dense.*``
+(``pooler``); ``bias=False`` leaves out every ``*.bias`` but the pooler's.  With sharing,
 the shared tensors are stored once, under the first layer's name.  A layer left with ``h'`` heads
 after pruning has ``attn.qkv.weight [3 h' d, H]`` and ``attn.out.weight [H, h' d]``.
 """
@@ -59,124 +67,18 @@ from torch import nn
 
 from ptmkit.encoders.base import Encoder, EncoderOutput, check_token_ids
 from ptmkit.encoders.transformer_config import ACTIVATIONS, NORMS, POSITIONS, SHARING, TransformerConfig
+from ptmkit.encoders.transformer_layers import Embeddings, Pooler, TransformerLayer, build_layers
 from ptmkit.errors import PtmError
-from ptmkit.nn.attention import MultiHeadSelfAttention
-from ptmkit.nn.dropout import Dropout
-from ptmkit.nn.feedforward import FeedForward
+from ptmkit.nn.alibi import AlibiBias
 from ptmkit.nn.heads import check_heads, head_gates, layer_number, merge_heads
-from ptmkit.nn.kv_cache import KV, KVCache, KVSlot
+from ptmkit.nn.kv_cache import KV, KVCache
 from ptmkit.nn.masks import build_attention_mask, causal_mask
+from ptmkit.nn.norms import make_norm
 from ptmkit.nn.packing import Packing
 from ptmkit.nn.positions import RelativePositionBias
 from ptmkit.nn.projections import Projection, stack_projections
+from ptmkit.nn.rotary import Rotary, rotary_angles
 from ptmkit.registry import register
-
-
-class Embeddings(nn.Module):
-    """``input_ids [B, T] -> [B, T, H]``: token (+ absolute position) (+ segment) embeddings of
-    width E, optional LayerNorm, dropout, and a projection E -> H when factorized (ALBERT)."""
-
-    def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__()
-        E = cfg.embedding_dim
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, E)
-        self.position_embeddings = nn.Embedding(cfg.max_position, E) if cfg.positions == "absolute" else None
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
-        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
-        self.dropout = Dropout(cfg.dropout)
-        self.project = nn.Linear(E, cfg.hidden_size) if E != cfg.hidden_size else None
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        T = input_ids.shape[1]
-        x = self.word_embeddings(input_ids)
-        if self.position_embeddings is not None:
-            if position_ids is None:
-                x = x + self.position_embeddings.weight[:T]  # [T, E] broadcast over the batch, no gather
-            else:
-                x = x + self.position_embeddings(position_ids)
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                x = x + self.token_type_embeddings.weight[0]  # every token in segment 0
-            else:
-                x = x + self.token_type_embeddings(token_type_ids)
-        if self.norm is not None:
-            x = self.norm(x)
-        x = self.dropout(x)
-        return self.project(x) if self.project is not None else x
-
-
-class TransformerLayer(nn.Module):
-    """One block: self-attention and feed-forward sub-layers, each with a residual connection.
-
-    post-LN (BERT):  ``h = LN(x + drop(attn(x)))``; ``y = LN(h + drop(ffn(h)))``.
-    pre-LN (GPT-2):  ``h = x + drop(attn(LN(x)))``; ``y = h + drop(ffn(LN(h)))``.
-    """
-
-    def __init__(self, cfg: TransformerConfig) -> None:
-        super().__init__()
-        self.pre_norm = cfg.norm == "pre"
-        self.attn = MultiHeadSelfAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.activation)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
-                head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
-                packing: Packing | None = None) -> torch.Tensor:
-        """head_gate ``[heads]`` / probs (a list the attention probabilities are appended to) /
-        packing (``x`` is the real tokens' rows ``[N, H]``): see :meth:`MultiHeadSelfAttention.forward`."""
-        if self.pre_norm:
-            x = x + self.dropout(self.attn(self.attn_norm(x), mask, is_causal, head_gate, probs, packing))
-            return x + self.dropout(self.ffn(self.ffn_norm(x)))
-        x = self.attn_norm(x + self.dropout(self.attn(x, mask, is_causal, head_gate, probs, packing)))
-        return self.ffn_norm(x + self.dropout(self.ffn(x)))
-
-    def forward_cached(self, x: torch.Tensor, mask: torch.Tensor | None, past: KV | KVSlot | None,
-                       head_gate: torch.Tensor | None = None,
-                       probs: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, KV]:
-        """The block over the new positions ``x [B, T, H]`` with causal attention that also reads
-        the cached keys/values ``past``; mask ``[B|1, 1|heads, T, t0 + T]`` or ``None``.
-        Returns ``[B, T, H]`` and the extended keys/values."""
-        if self.pre_norm:
-            a, kv = self.attn.forward_cached(self.attn_norm(x), past, mask, head_gate, probs)
-            x = x + self.dropout(a)
-            return x + self.dropout(self.ffn(self.ffn_norm(x))), kv
-        a, kv = self.attn.forward_cached(x, past, mask, head_gate, probs)
-        x = self.attn_norm(x + self.dropout(a))
-        return self.ffn_norm(x + self.dropout(self.ffn(x))), kv
-
-
-def build_layers(cfg: TransformerConfig) -> nn.ModuleList:
-    """``num_layers`` layers; with ``sharing`` the shared sub-modules are one object reused."""
-    if cfg.sharing == "all":
-        layer = TransformerLayer(cfg)
-        return nn.ModuleList([layer] * cfg.num_layers)
-    layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_layers))
-    first = layers[0]
-    for layer in layers[1:]:
-        if cfg.sharing == "attention":
-            layer.attn, layer.attn_norm = first.attn, first.attn_norm
-        elif cfg.sharing == "ffn":
-            layer.ffn, layer.ffn_norm = first.ffn, first.ffn_norm
-    return layers
-
-
-class Pooler(nn.Module):
-    """BERT's pooler: ``tanh(dense(h[:, 0]))``, ``[B, T, H] -> [B, H]``."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
-
 
 _LAYER_RE = re.compile(r"^layers\.(\d+)\.")
 
@@ -208,8 +110,10 @@ class TransformerEncoder(Encoder):
             RelativePositionBias(config.num_heads, config.relative_buckets, config.relative_max_distance)
             if config.positions == "relative" else None
         )
+        self.alibi = AlibiBias(config.num_heads) if config.positions == "alibi" else None
         self.layers = build_layers(config)
-        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm == "pre" else None
+        self.final_norm = (make_norm(config.norm_type, config.hidden_size, config.layer_norm_eps, config.bias)
+                           if config.norm == "pre" else None)
         self.pooler = Pooler(config.hidden_size) if config.pooler else None
         self.reset_parameters()
         self._cut_heads(config.pruned_heads)  # a pruned model's config rebuilds its smaller weights
@@ -220,7 +124,7 @@ class TransformerEncoder(Encoder):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """BERT / GPT-2 initialisation: weights ~ N(0, init_std), biases 0, LayerNorm gain 1.
+        """BERT / GPT-2 initialisation: weights ~ N(0, init_std), biases 0, norm gains 1.
 
         With ``scaled_residual_init`` (GPT-2) the projections that write into the residual
         stream (``attn.out``, ``ffn.fc2``) use ``init_std / sqrt(2 * num_layers)``, so the
@@ -232,9 +136,10 @@ class TransformerEncoder(Encoder):
                 module.weight.normal_(0.0, std)
                 if getattr(module, "bias", None) is not None:
                     module.bias.zero_()
-            elif isinstance(module, nn.LayerNorm):
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.weight.fill_(1.0)
-                module.bias.zero_()
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
         if self.config.scaled_residual_init:
             scaled = std / math.sqrt(2 * self.config.num_layers)
             for layer in self.layers:
@@ -336,13 +241,28 @@ class TransformerEncoder(Encoder):
         if position_ids is not None and position_ids.numel() and int(position_ids.max()) >= P:
             raise PtmError(f"position id {int(position_ids.max())} >= the model's max_position {P}")
 
+    @property
+    def score_bias(self) -> RelativePositionBias | AlibiBias | None:
+        """The additive attention bias by position (T5's relative buckets or ALiBi), if any."""
+        return self.relative_bias if self.relative_bias is not None else self.alibi
+
+    def _rotary(self, position_ids: torch.Tensor | None, t0: int, T: int, dtype: torch.dtype) -> Rotary | None:
+        """RoPE's angles ``[B or 1, 1, T, d]`` for positions ``position_ids`` (default ``t0 .. t0 + T - 1``),
+        computed once and shared by every layer; ``None`` without rotary positions."""
+        if self.config.positions != "rope":
+            return None
+        if position_ids is None:
+            position_ids = torch.arange(t0, t0 + T, device=self.embeddings.word_embeddings.weight.device)[None]
+        return rotary_angles(position_ids, self.config.head_dim, self.config.rope_theta, dtype)
+
     def _mask(self, attention_mask, attn_mask, causal: bool, T: int, dtype: torch.dtype, device,
               position_ids: torch.Tensor | None = None) -> tuple[Any, bool]:
         mask, is_causal = build_attention_mask(attention_mask, attn_mask, causal, T, dtype)
-        if self.relative_bias is None:
+        score_bias = self.score_bias
+        if score_bias is None:
             return mask, is_causal
-        bias = (self.relative_bias(T, T, bidirectional=not causal, device=device) if position_ids is None  # [1, h, T, T]
-                else self.relative_bias.at(position_ids, bidirectional=not causal)).to(dtype)  # [B, h, T, T]
+        bias = (score_bias(T, T, bidirectional=not causal, device=device) if position_ids is None  # [1, h, T, T]
+                else score_bias.at(position_ids, bidirectional=not causal)).to(dtype)  # [B, h, T, T]
         if mask is None and is_causal:
             mask = causal_mask(T, device)[None, None]
         if mask is None:
@@ -384,6 +304,7 @@ class TransformerEncoder(Encoder):
         self._check_inputs(input_ids, position_ids)
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        rotary = self._rotary(position_ids, 0, input_ids.shape[1], x.dtype)
         mask, is_causal = self._mask(attention_mask, attn_mask, causal, input_ids.shape[1], x.dtype, x.device, position_ids)
         packing = Packing.of(attention_mask) if self.pack_padding else None
         if packing is not None:
@@ -396,7 +317,7 @@ class TransformerEncoder(Encoder):
                 if probs is not None:
                     probs.append(None)
             else:
-                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing)
+                x = layer(x, mask, is_causal, None if gates is None else gates[i], probs, packing, rotary)
             if hidden is not None:
                 hidden.append(x)
         if self.final_norm is not None:
@@ -442,13 +363,14 @@ class TransformerEncoder(Encoder):
         """
         t0 = cache.length
         T = input_ids.shape[1]
-        if self.config.positions == "absolute" and position_ids is None and t0:
+        if self.config.positions in ("absolute", "rope") and position_ids is None and t0:
             position_ids = torch.arange(t0, t0 + T, device=input_ids.device)[None]
         self._check_inputs(input_ids, position_ids, start=0 if position_ids is not None else t0)
         if len(cache.kv) != len(self.layers):
             raise PtmError(f"the cache has {len(cache.kv)} layers, the model {len(self.layers)}")
         gates = head_gates(head_mask, self.config.num_layers, self.config.num_heads)
         x = self.embeddings(input_ids, token_type_ids, position_ids)
+        rotary = self._rotary(position_ids, t0, T, x.dtype)
         key_mask = cache.key_mask
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             new = attention_mask.bool()
@@ -457,22 +379,23 @@ class TransformerEncoder(Encoder):
         elif key_mask is not None:
             key_mask = torch.cat([key_mask, key_mask.new_ones(key_mask.shape[0], T)], dim=1)
         mask = None
-        if key_mask is not None or self.relative_bias is not None:
+        score_bias = self.score_bias
+        if key_mask is not None or score_bias is not None:
             # query i (position t0 + i) sees keys j <= t0 + i that are real tokens
             allowed = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)[None, None]
             if key_mask is not None:
                 allowed = allowed & key_mask[:, None, None, :]
                 allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a padded query attends to anything: no NaN
             mask = allowed
-            if self.relative_bias is not None:
-                bias = self.relative_bias(t0 + T, t0 + T, bidirectional=False, device=x.device)[:, :, t0:].to(x.dtype)
+            if score_bias is not None:
+                bias = score_bias(T, t0 + T, bidirectional=False, device=x.device, q_start=t0).to(x.dtype)
                 mask = bias.masked_fill(~allowed, torch.finfo(x.dtype).min)
         hidden: list[torch.Tensor] | None = [x] if output_hidden_states else None
         kv: list[KV | None] = []
         probs: list[torch.Tensor] | None = [] if output_attentions else None
         slots = cache.slots()  # the new keys and values are written into each layer's store, not concatenated
         for i, (layer, slot) in enumerate(zip(self.layers, slots)):
-            x, layer_kv = layer.forward_cached(x, mask, slot, None if gates is None else gates[i], probs)
+            x, layer_kv = layer.forward_cached(x, mask, slot, None if gates is None else gates[i], probs, rotary)
             kv.append(layer_kv)
             if hidden is not None:
                 hidden.append(x)

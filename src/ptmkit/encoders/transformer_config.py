@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 
 from ptmkit.errors import PtmError, suggest
 from ptmkit.nn.heads import check_heads, layer_number
+from ptmkit.nn.norms import NORM_TYPES
 
 NORMS = ("post", "pre")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
-POSITIONS = ("absolute", "relative", "none")
+POSITIONS = ("absolute", "relative", "rope", "alibi", "none")
 SHARING = ("none", "all", "attention", "ffn")
+FFNS = ("plain", "swiglu")
 
 
 @dataclass(frozen=True)
@@ -23,7 +25,7 @@ class TransformerConfig:
     intermediate_size: int = 3072
     max_position: int = 512
     type_vocab_size: int = 2  # 0 = no segment embeddings
-    norm: str = "post"  # "post" (BERT) | "pre" (GPT-2, adds final_norm)
+    norm: str = "post"  # where the norms sit: "post" (BERT) | "pre" (GPT-2, adds final_norm)
     activation: str = "gelu"  # "gelu" (exact erf) | "gelu_tanh" | "relu"
     layer_norm_eps: float = 1e-12
     dropout: float = 0.1
@@ -33,7 +35,8 @@ class TransformerConfig:
     init_std: float = 0.02
     scaled_residual_init: bool = False  # GPT-2: residual projections ~ N(0, init_std / sqrt(2 L))
     pad_token_id: int = 0
-    positions: str = "absolute"  # "absolute" (learned) | "relative" (T5 buckets) | "none"
+    # "absolute" (learned) | "relative" (T5 buckets) | "rope" (rotary) | "alibi" (linear biases) | "none"
+    positions: str = "absolute"
     relative_buckets: int = 32
     relative_max_distance: int = 128
     embedding_size: int | None = None  # E; None = hidden_size (ALBERT: 128, then a projection E -> H)
@@ -42,12 +45,17 @@ class TransformerConfig:
     layerdrop: float = 0.0
     # heads removed by prune_heads, {layer: [original head index, ...]}; the weights are that much smaller
     pruned_heads: dict[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    rope_theta: float = 10000.0  # RoPE's base: pair p of a head turns by position * theta^(-2p/d)
+    ffn: str = "plain"  # "plain": fc2(act(fc1 x)) | "swiglu": fc2(silu(fc1 x) * fc1_linear x) (LLaMA)
+    norm_type: str = "layernorm"  # "layernorm" | "rmsnorm" (Zhang & Sennrich 2019; LLaMA)
+    bias: bool = True  # biases in the attention and FFN projections and the norms (LLaMA: none)
+    num_kv_heads: int | None = None  # grouped-query attention's key/value heads; None = num_heads
 
     def __post_init__(self) -> None:
         if self.sharing is None:  # `model.sharing=none` on the command line reads as null
             object.__setattr__(self, "sharing", "none")
         # YAML 1.1 reads "1e-12" as a string; accept any float spelling.
-        for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std", "layerdrop"):
+        for name in ("layer_norm_eps", "dropout", "attention_dropout", "init_std", "layerdrop", "rope_theta"):
             value = getattr(self, name)
             if isinstance(value, (str, int)) and not isinstance(value, bool):
                 try:
@@ -68,10 +76,12 @@ class TransformerConfig:
                 f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
                 f"pick a number of heads that divides the hidden size"
             )
-        for name, allowed in (("norm", NORMS), ("activation", ACTIVATIONS), ("positions", POSITIONS), ("sharing", SHARING)):
+        for name, allowed in (("norm", NORMS), ("activation", ACTIVATIONS), ("positions", POSITIONS), ("sharing", SHARING),
+                              ("ffn", FFNS), ("norm_type", NORM_TYPES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise PtmError(f"model.{name}={value!r} is not one of {allowed}{suggest(str(value), allowed)}")
+        self._check_modern_options()
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             if not 0.0 <= float(value) < 1.0:
@@ -93,6 +103,37 @@ class TransformerConfig:
                     f"{self.sharing!r} every layer uses one attention module: prune the same heads in all "
                     f"{self.num_layers} layers"
                 )
+
+    def _check_modern_options(self) -> None:
+        """``bias``, ``num_kv_heads`` and ``rope_theta`` (the options of LLaMA-style models)."""
+        if not isinstance(self.bias, bool):
+            raise PtmError(f"model.bias must be true or false, got {self.bias!r}")
+        kv = self.num_kv_heads
+        if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool) or kv <= 0 or self.num_heads % kv):
+            raise PtmError(f"model.num_kv_heads must be a positive integer dividing model.num_heads={self.num_heads} "
+                           f"(or null: as many as num_heads), got {kv!r}")
+        if kv is not None and kv != self.num_heads and self.pruned_heads:
+            raise PtmError(f"model.pruned_heads cannot be set with grouped-query attention (model.num_kv_heads={kv} "
+                           f"< num_heads={self.num_heads})")
+        if isinstance(self.rope_theta, bool) or not float(self.rope_theta) > 0:
+            raise PtmError(f"model.rope_theta must be a positive number, got {self.rope_theta!r}")
+        if self.positions == "rope" and self.head_dim % 2:
+            raise PtmError(f"model.positions='rope' rotates pairs of dimensions: the head size hidden_size / "
+                           f"num_heads = {self.head_dim} must be even")
+
+    def llama_options(self) -> list[str]:
+        """The options of LLaMA-style models this config sets, as ``key=value`` (none: empty): what
+        the BERT and GPT-2 families' HF formats cannot express."""
+        defaults = {"ffn": "plain", "norm_type": "layernorm", "bias": True}
+        out = [f"{k}={getattr(self, k)!r}" for k, v in defaults.items() if getattr(self, k) != v]
+        if self.kv_heads != self.num_heads:
+            out.append(f"num_kv_heads={self.num_kv_heads}")
+        return out
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads of grouped-query attention (Ainslie et al. 2023); ``num_heads`` without it."""
+        return self.num_kv_heads or self.num_heads
 
     @property
     def shares_attention(self) -> bool:

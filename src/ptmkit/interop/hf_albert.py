@@ -80,6 +80,8 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
         out.append(f"sharing={model_cfg.sharing!r} (ALBERT shares all of a layer or nothing)")
     if not model_cfg.embedding_norm:
         out.append("embedding_norm=false (ALBERT always normalises the embedding sum)")
+    if model_cfg.llama_options():
+        out.append(f"{', '.join(model_cfg.llama_options())} (not part of ALBERT)")
     return out
 
 

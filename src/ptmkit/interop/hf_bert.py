@@ -74,6 +74,8 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
         out.append("relative positions, factorized embeddings or shared layers (not part of BERT)")
     if not model_cfg.embedding_norm:
         out.append("embedding_norm=false (BERT always normalises the embedding sum)")
+    if model_cfg.llama_options():
+        out.append(f"{', '.join(model_cfg.llama_options())} (not part of BERT)")
     return out
 
 

@@ -71,6 +71,8 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
         out.append("relative positions or shared layers (not part of ELECTRA)")
     if not model_cfg.embedding_norm:
         out.append("embedding_norm=false (ELECTRA always normalises the embedding sum)")
+    if model_cfg.llama_options():
+        out.append(f"{', '.join(model_cfg.llama_options())} (not part of ELECTRA)")
     return out
 
 

@@ -69,6 +69,8 @@ def problems(model_cfg: Any, causal: bool = True) -> list[str]:
         out.append(f"type_vocab_size={model_cfg.type_vocab_size} (GPT-2 has no segment embeddings)")
     if model_cfg.positions != "absolute" or model_cfg.embedding_size is not None or model_cfg.sharing != "none":
         out.append("relative positions, factorized embeddings or shared layers (not part of GPT-2)")
+    if model_cfg.llama_options():
+        out.append(f"{', '.join(model_cfg.llama_options())} (not part of GPT-2)")
     return out
 
 

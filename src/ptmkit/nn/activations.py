@@ -23,6 +23,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
     "relu": F.relu,
+    "silu": F.silu,  # x * sigmoid(x) (Swish with beta 1): the gate of SwiGLU (Shazeer 2020)
 }
 
 

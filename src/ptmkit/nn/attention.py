@@ -1,19 +1,23 @@
 """Multi-head self-attention over ``torch.nn.functional.scaled_dot_product_attention``, with head
-gates, written-out probabilities on request (``output_attentions``) and head pruning."""
+gates, written-out probabilities on request (``output_attentions``), head pruning, grouped-query
+attention (fewer key/value heads) and rotary position embeddings applied to queries and keys."""
 
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ptmkit.errors import PtmError
 from ptmkit.nn.dropout import dropout
 from ptmkit.nn.fast_linear import project
 from ptmkit.nn.heads import PrunableHeads, keep_columns, keep_rows
 from ptmkit.nn.kv_cache import KV, KVSlot, extend
 from ptmkit.nn.packing import Packing
+from ptmkit.nn.rotary import Rotary, apply_rotary
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
@@ -45,6 +49,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     if probs is not None:
         probs.append(p)
     return dropout(p, dropout_p) @ v
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """Grouped-query attention's keys or values ``[B, kv_heads, S, d]`` -> ``[B, kv_heads * groups,
+    S, d]``: key/value head ``j`` serves query heads ``j * groups .. (j + 1) * groups - 1``."""
+    if groups == 1:
+        return x
+    B, kv, S, d = x.shape
+    return x[:, :, None].expand(B, kv, groups, S, d).reshape(B, kv * groups, S, d)
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
@@ -96,18 +109,61 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
     Pruning (:meth:`prune`, heads named by their original index, :mod:`ptmkit.nn.heads`) leaves
     ``h' = num_heads`` heads: ``qkv.weight [3 h' d, H]`` (still q, k, v blocks), ``out.weight
     [H, h' d]``; masks with one plane per original head are cut to the kept heads' planes.
+
+    Grouped-query attention (Ainslie et al. 2023): ``num_kv_heads = g < heads`` key/value heads,
+    each shared by ``heads / g`` consecutive query heads; ``qkv.weight [(heads + 2 g) d, H]`` (the
+    query block, then the key and value blocks of ``g d`` rows each).  The keys and values, and a
+    key/value cache of them, keep ``g`` heads, a ``heads / g`` smaller cache; they are repeated to
+    ``heads`` only for the product.  Such heads cannot be pruned.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, attention_dropout: float = 0.0, bias: bool = True,
-                 scale: float | None = None) -> None:
+                 scale: float | None = None, num_kv_heads: int | None = None) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.attention_dropout = attention_dropout
         self.scale = scale
-        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        # query heads per key/value head; fixed, since grouped heads are never pruned (a pruned
+        # layer without groups keeps one key/value head per query head)
+        self.groups = num_heads // (num_kv_heads or num_heads)
+        kv_rows = 2 * self.num_kv_heads * self.head_dim
+        self.qkv = nn.Linear(hidden_size, hidden_size + kv_rows, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
         self._init_heads(num_heads)
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.num_heads // self.groups
+
+    @property
+    def grouped(self) -> bool:
+        """Fewer key/value heads than query heads (grouped-query attention)."""
+        return self.groups > 1
+
+    @property
+    def qkv_sizes(self) -> tuple[int, int, int]:
+        """The rows of the query, key and value blocks of ``qkv``."""
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return q, kv, kv
+
+    def _split(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[B, T, (heads + 2 g) d]`` -> q ``[B, heads, T, d]``, k and v ``[B, g, T, d]``."""
+        B, T = qkv.shape[:2]
+        if not self.grouped:  # [B, T, 3, heads, d] -> [3, B, heads, T, d]
+            q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            return q, k, v
+        q, k, v = qkv.split(self.qkv_sizes, dim=-1)
+        return (q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2),
+                k.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2),
+                v.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2))
+
+    def prune(self, heads: Iterable[int]) -> None:
+        heads = list(heads)
+        if self.grouped and set(heads) - (set(range(self.total_heads)) - set(self.kept_heads)):
+            raise PtmError(f"heads of grouped-query attention (num_kv_heads={self.num_kv_heads} < num_heads="
+                           f"{self.total_heads}) cannot be pruned: query heads share their keys and values")
+        super().prune(heads)
 
     def _keep(self, local: list[int]) -> None:
         device = self.qkv.weight.device
@@ -116,19 +172,23 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
-                packing: Packing | None = None) -> torch.Tensor:
+                packing: Packing | None = None, rotary: Rotary | None = None) -> torch.Tensor:
         """x: ``[B, T, H]``; mask: broadcastable to ``[B, heads, T, T]`` or ``None`` -> ``[B, T, H]``.
         head_gate ``[total_heads]``, probs: see :func:`attend` (``probs`` receives ``[B, h', T, T]``).
         packing: ``x`` holds the real tokens' rows ``[N, H]`` of a padded batch
-        (:mod:`ptmkit.nn.packing`), and so does the output; the projections run on those rows only."""
+        (:mod:`ptmkit.nn.packing`), and so does the output; the projections run on those rows only.
+        rotary: RoPE's ``(cos, sin)`` ``[B or 1, 1, T, d]`` (:mod:`ptmkit.nn.rotary`), applied to the
+        queries and keys."""
         qkv = project(self.qkv, x)
         if packing is not None:
             qkv = packing.pad(qkv)  # [B, T, 3 h d], zeros at the padding (masked as keys, dropped as queries)
         B, T = qkv.shape[:2]
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
-        # [B, T, 3, heads, d] -> [3, B, heads, T, d]
-        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._split(qkv)
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
+        k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
                    head_gate, probs)
         y = y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)
@@ -137,18 +197,25 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
     def forward_cached(
         self, x: torch.Tensor, past: KV | KVSlot | None, mask: torch.Tensor | None = None,
         head_gate: torch.Tensor | None = None, probs: list[torch.Tensor] | None = None,
+        rotary: Rotary | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Attention for incremental decoding: the ``T`` new positions of ``x [B, T, H]`` attend to
         the cached keys/values ``past`` (each ``[B, heads, t0, d]``, or ``None`` for ``t0 = 0``; or a
         :class:`~ptmkit.nn.kv_cache.KVSlot`, whose store the new ones are written into) and to
         themselves.  mask: broadcastable to ``[B, heads, T, t0 + T]`` (bool, True = may attend), or
         ``None`` for plain causal attention over all keys.  Returns ``[B, T, H]`` and
-        the extended keys/values ``[B, heads, t0 + T, d]``; head_gate / probs as in :meth:`forward`."""
+        the extended keys/values ``[B, heads, t0 + T, d]`` (``num_kv_heads`` of them with grouped-query
+        attention); head_gate / probs as in :meth:`forward`; rotary: the new positions' angles
+        ``[B or 1, 1, T, d]``, applied before the keys are cached."""
         B, T, H = x.shape
         if self.pruned:
             mask, head_gate = self.head_slice(mask), self.gate(head_gate)
-        q, k, v = project(self.qkv, x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._split(project(self.qkv, x))
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         k, v = extend(past, (k, v))  # in place when ``past`` is a slot of a cache with room, else copied
+        cached = k, v
+        k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
         is_causal = False
         if mask is None and T > 1:
             t0 = k.shape[2] - T
@@ -158,4 +225,4 @@ class MultiHeadSelfAttention(PrunableHeads, nn.Module):
                 mask = torch.ones(T, t0 + T, dtype=torch.bool, device=x.device).tril(t0)
         y = attend(q, k, v, mask, is_causal, self.attention_dropout if self.training else 0.0, self.scale,
                    head_gate, probs)
-        return project(self.out, y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)), (k, v)
+        return project(self.out, y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_dim)), cached

@@ -36,18 +36,22 @@ class Projection:
         return self.rows.stop - self.rows.start
 
 
-def fused(prefix: str, linear: nn.Linear, names: tuple[str, ...]) -> dict[str, Projection]:
-    """``linear``'s output split into ``len(names)`` equal blocks named ``prefix + name`` in order
-    (``qkv``: ``("q", "k", "v")``; a pruned attention's blocks are ``h' d`` rows each)."""
-    size = linear.out_features // len(names)
-    return {prefix + n: Projection(linear, slice(i * size, (i + 1) * size)) for i, n in enumerate(names)}
+def fused(prefix: str, linear: nn.Linear, names: tuple[str, ...],
+          sizes: tuple[int, ...] | None = None) -> dict[str, Projection]:
+    """``linear``'s output split into ``len(names)`` blocks named ``prefix + name`` in order
+    (``qkv``: ``("q", "k", "v")``; a pruned attention's blocks are ``h' d`` rows each): equal blocks,
+    or blocks of ``sizes`` rows (grouped-query attention's smaller key and value blocks)."""
+    if sizes is None:
+        sizes = (linear.out_features // len(names),) * len(names)
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return {prefix + n: Projection(linear, slice(a, a + size)) for n, a, size in zip(names, starts, sizes)}
 
 
 def attention_projections(prefix: str, attn: nn.Module) -> dict[str, Projection]:
     """``q``, ``k``, ``v``, ``o`` of a self-attention (a fused ``qkv``) or a cross-attention
     (``q`` and a fused ``kv``), each as ``prefix + name``."""
     if hasattr(attn, "qkv"):
-        out = fused(prefix, attn.qkv, ("q", "k", "v"))
+        out = fused(prefix, attn.qkv, ("q", "k", "v"), getattr(attn, "qkv_sizes", None))
     else:
         out = {**fused(prefix, attn.q, ("q",)), **fused(prefix, attn.kv, ("k", "v"))}
     return {**out, **fused(prefix, attn.out, ("o",))}

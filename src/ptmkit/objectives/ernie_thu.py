@@ -233,7 +233,8 @@ def top_layer_refusal(encoder: Encoder, n: int) -> str | None:
         return f"the {type(encoder).__name__} has no Transformer layers to take the K-encoder from"
     if n >= len(layers):
         return f"objective.k_from_top={n} leaves no T-encoder below it (the encoder has {len(layers)} layers)"
-    if getattr(cfg, "norm", "post") != "post" or getattr(encoder, "relative_bias", None) is not None:
+    if (getattr(cfg, "norm", "post") != "post" or getattr(encoder, "relative_bias", None) is not None
+            or getattr(cfg, "positions", "absolute") in ("rope", "alibi")):
         return "it needs a post-LN Transformer with absolute or no positions (BERT, MiniLM)"
     if getattr(cfg, "sharing", "none") != "none" or any(layer.ffn.fc1_linear is not None for layer in layers):
         return "it needs layers of their own (no cross-layer sharing) with plain feed-forward networks"

@@ -22,6 +22,10 @@ def run_layers(encoder: torch.nn.Module, x: torch.Tensor, allowed: torch.Tensor 
     layers = getattr(encoder, "layers", None)
     if layers is None:
         raise PtmError(f"a vision–language stream needs a Transformer text encoder, got {type(encoder).__name__}")
+    positions = getattr(getattr(encoder, "config", None), "positions", None)
+    if positions in ("rope", "alibi"):  # the layers are run here without the angles or biases they need
+        raise PtmError(f"a vision–language stream runs the text layers without model.positions={positions!r}; "
+                       f"use absolute positions")
     hidden = [x] if output_hidden_states else None
     for layer in layers:
         x = layer(x, allowed, False)
