@@ -79,6 +79,16 @@ def finetune(out: Path, base: Path, task: str, method: str, lr: float, seeds: li
     return [json.loads((r / "results.json").read_text()) for r in runs]
 
 
+def save_entry(path: Path, task: str, method: str, entry: dict) -> None:
+    """Write one (task, method) entry into ``results.json``, re-read first: one process per task
+    (``--tasks``) may run beside another on the same ``--out``."""
+    res = json.loads(path.read_text()) if path.is_file() else {}
+    res.setdefault(task, {})[method] = entry
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=2) + "\n")
+    tmp.replace(path)
+
+
 def dev_score(result: dict) -> float:
     return float(result["dev"][result["select"]])
 
@@ -136,14 +146,12 @@ def main() -> None:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     res_path = out / "results.json"
-    res = json.loads(res_path.read_text()) if res_path.is_file() else {}
-    res["cpu"] = cpu_name()
     base = minilm(out)
     first, rest = args.seeds[0], args.seeds[1:]
 
     for task in tasks:
         for method, (_, lrs) in METHODS.items():
-            entry = res.setdefault(task, {}).setdefault(method, {})
+            entry: dict = {}
             if "grid" in stages or "seeds" in stages:
                 grid = {lr: finetune(out, base, task, method, lr, [first])[0] for lr in lrs}
                 entry["grid"] = {f"{lr:g}": dev_score(r) for lr, r in grid.items()}
@@ -160,7 +168,9 @@ def main() -> None:
                 entry["num_parameters"] = runs[0]["num_parameters"]
                 entry["saved_bytes"] = saved_bytes(run_dir(out, task, method, lr) / f"pretrained-seed{first}")
                 entry["time_s"] = [r["time_s"] for r in runs]
-            res_path.write_text(json.dumps(res, indent=2) + "\n")
+                save_entry(res_path, task, method, entry)
+    res = json.loads(res_path.read_text()) if res_path.is_file() else {}
+    res["cpu"] = cpu_name()
     if "speed" in stages:
         load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
         res["speed"] = {"seconds_per_step": step_times(base, args.rounds, args.steps), "load_at_start": load,
