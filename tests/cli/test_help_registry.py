@@ -72,3 +72,20 @@ def test_every_help_line_fits_100_characters(capsys):
         out = capsys.readouterr().out
         long = [line for line in out.splitlines() if len(line) > 100]
         assert exc.value.code == 0 and out and not long, (command, long[:2])
+
+
+def test_a_paragraph_with_a_long_expanded_line_is_filled_again_as_a_whole():
+    """Names expanded into a description make one line long; its paragraph is refilled, so no short
+    remnant is left mid-paragraph, while option rows and list items keep their layout."""
+    from ptmkit.commands import wrap_help
+
+    names = ", ".join(f"family{i}" for i in range(12))
+    text = (f"Supported: {names}; one each.  The\nrest of the paragraph follows here and\nends.\n\n"
+            "  --flag NAME      an option row that is short\n- a list item\n")
+    out = wrap_help(text, width=60).splitlines()
+    blank = out.index("")
+    paragraph = out[:blank]
+    assert " ".join(paragraph).split() == f"Supported: {names}; one each.  The rest of the paragraph follows here and ends.".split()
+    assert all(len(line) <= 60 for line in paragraph) and all(len(line) > 30 for line in paragraph[:-1])
+    assert out[blank + 1:] == ["  --flag NAME      an option row that is short", "- a list item"]
+    assert wrap_help("short\nlines\n", width=60) == "short\nlines\n"

@@ -17,14 +17,42 @@ from ptmkit import registry
 HELP_WIDTH = 100  # help lines are wrapped at this width, whatever the terminal
 
 
+def _prose(line: str) -> bool:
+    """A line of running text: not blank, not a list item, and no column gap (an option or table row)."""
+    body = line.strip()
+    return bool(body) and not body.startswith(("-", "*", "$")) and "   " not in body
+
+
+def _paragraphs(lines: list[str]) -> list[list[str]]:
+    """Runs of prose lines with one indentation (each a paragraph); every other line alone."""
+    runs: list[list[str]] = []
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        last = runs[-1] if runs else None
+        if (last and _prose(line) and _prose(last[-1])
+                and len(last[-1]) - len(last[-1].lstrip()) == indent):
+            last.append(line)
+        else:
+            runs.append([line])
+    return runs
+
+
 def wrap_help(text: str, width: int = HELP_WIDTH) -> str:
-    """``text`` with every line longer than ``width`` wrapped, its continuation lines indented as
-    the line was (a description's paragraphs, an option's help, an expanded name list)."""
+    """``text`` with every line longer than ``width`` wrapped.  A paragraph of running text that
+    holds such a line (a description's, once registered names are expanded into it) is filled again
+    as a whole, so no short remnant line is left inside it; any other long line (an option's help,
+    an expanded name list) is wrapped alone, its continuation lines indented as the line was."""
     out = []
-    for line in text.splitlines():
-        if len(line) <= width:
-            out.append(line)
+    for run in _paragraphs(text.splitlines()):
+        if all(len(line) <= width for line in run):
+            out.extend(run)
             continue
+        if len(run) > 1:
+            indent = run[0][: len(run[0]) - len(run[0].lstrip())]
+            out.extend(textwrap.wrap(" ".join(line.strip() for line in run), width, initial_indent=indent,
+                                     subsequent_indent=indent, break_on_hyphens=False, break_long_words=False))
+            continue
+        line = run[0]
         indent = line[: len(line) - len(line.lstrip())]
         hang = indent + " " * (len(re.match(r"\s*(\S+\s+)?", line).group(0)) - len(indent)
                                if re.match(r"\s*-", line) else 0)
