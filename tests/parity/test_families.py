@@ -296,9 +296,31 @@ def case_electra(tmp_path):
     return pairs
 
 
+LLAMA = dict(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=48, max_position=64,
+             type_vocab_size=0, norm="pre", norm_type="rmsnorm", ffn="swiglu", positions="rope", rope_theta=500000.0,
+             bias=False, layer_norm_eps=1e-6, dropout=0.0, attention_dropout=0.0, embedding_norm=False, pooler=False)
+
+
+@torch.no_grad()
+def case_llama(tmp_path):
+    """Grouped-query attention (4 query heads, 2 key/value heads), rotary positions, RMSNorm, SwiGLU."""
+    pre = random_pretrained(LLAMA, {"name": "clm"})
+    batch = padded_batch(segments=False)
+    export_hf(pre, tmp_path / "hf")
+    hf = hf_from_dir(tmp_path / "hf")
+    assert type(hf).__name__ == "LlamaForCausalLM"
+    theirs = hf(**batch, output_hidden_states=True)
+    ours = pre.backbone(**batch, causal=True, output_hidden_states=True)
+    logits = F.linear(ours.last_hidden_state, pre.backbone.output_embeddings())
+    keep = batch["attention_mask"].bool()
+    # HF's last hidden state is after the final norm, ptmkit's last layer's output before it
+    pairs = [(f"hidden {i}", a, b, keep) for i, (a, b) in enumerate(zip(ours.hidden_states[:-1], theirs.hidden_states[:-1]))]
+    return pairs + [("last hidden", ours.last_hidden_state, theirs.hidden_states[-1], keep), ("lm logits", logits, theirs.logits, keep)]
+
+
 CASES: dict[str, Callable] = {"bert": case_bert, "gpt2": case_gpt2, "minilm": case_minilm, "bart": case_bart,
                               "xlnet": case_xlnet, "roberta": case_roberta, "albert": case_albert, "t5": case_t5,
-                              "electra": case_electra}
+                              "electra": case_electra, "llama": case_llama}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -319,6 +341,7 @@ def test_every_family_has_a_parity_case() -> None:
 ROUND_TRIP = {
     "bert": (BERT, {"name": "mlm", "nsp": True}),
     "gpt2": (GPT2, {"name": "clm"}),
+    "llama": (LLAMA, {"name": "clm"}),
     "roberta": (ROBERTA, {"name": "roberta"}),
     "albert": (ALBERT, {"name": "albert"}),
     "electra": (ELECTRA, {"name": "electra"}),

@@ -14,7 +14,8 @@ from ptmkit.presets import list_presets, load_preset
 
 TRAIN_KEYS = {"batch_size", "seq_len", "lr", "warmup_steps", "max_steps", "weight_decay", "schedule",
               "clip_norm", "grad_accum", "eval_every", "save_every", "log_every", "seed"}
-EXPECTED = {"bert-tiny", "bert-mini", "bert-small", "bert-base", "gpt2-tiny", "gpt2-small", "electra-tiny"}
+EXPECTED = {"bert-tiny", "bert-mini", "bert-small", "bert-base", "gpt2-tiny", "gpt2-small", "electra-tiny",
+            "llama-tiny"}
 
 
 def build(name: str) -> PretrainModel:
