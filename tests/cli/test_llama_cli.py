@@ -88,7 +88,11 @@ def test_export_llama_refusal_is_one_line(tmp_path, tokenizer, capsys) -> None:
     assert main(["export", str(run), "-o", str(tmp_path / "x"), "--format", "llama"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "positions='absolute'" in err and "norm_type='layernorm'" in err
+    assert err.endswith("formats that fit this model: gpt2"), err  # asked of every family, not hard-coded
     assert not (tmp_path / "x").exists()
+    assert main(["export", str(run), "-o", str(tmp_path / "y"), "--format", "bert"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "post-LN" in err and err.endswith("formats that fit this model: gpt2"), err
 
 
 def test_llama_tiny_pretrains_and_exports(tmp_path) -> None:

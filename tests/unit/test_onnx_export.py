@@ -74,7 +74,7 @@ def test_a_causal_decoder_is_refused(tmp_path, capsys):
     ck = tiny_checkpoint(tmp_path / "gpt", [" ".join(WORDS)] * 4, causal=True)
     rc, err = run_cli(["export", ck, "-o", tmp_path / "out", "--format", "onnx"], capsys)
     assert rc == 2
-    assert "causal decoder" in err and "--format gpt2" in err
+    assert "causal decoder" in err and "ptm export RUN -o DIR" in err
     assert not (tmp_path / "out").exists()
 
 

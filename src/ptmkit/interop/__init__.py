@@ -80,7 +80,19 @@ def export_hf(pretrained: Any, out_dir: str | Path, format: str | None = None) -
     pretrained = encoder_for_use(pretrained)  # an objective's input embeddings (SenseBERT) folded in
     check_unpruned(pretrained.backbone)
     fmt = format or infer_format(pretrained)
-    return _family_of_format(fmt).export(pretrained, out_dir, fmt)
+    try:
+        return _family_of_format(fmt).export(pretrained, out_dir, fmt)
+    except PtmError as exc:  # a family names its own limits; which others fit is asked of each of them
+        fits = fitting_formats(pretrained)
+        if not fits or fmt in fits:
+            raise
+        raise PtmError(f"{exc}; formats that fit this model: {', '.join(fits)}") from exc
+
+
+def fitting_formats(pretrained: Any) -> list[str]:
+    """The export format of every family that can express ``pretrained`` (each family's own
+    ``format_for``), in family order."""
+    return [fmt for fam in families() if (fmt := fam.format_for(pretrained)) is not None]
 
 
 def hf_model_type(hf_dir: str | Path) -> str:

@@ -67,9 +67,9 @@ def problems(model_cfg: Any, causal: bool = False) -> list[str]:
         return [f"its encoder is not a Transformer ({type(model_cfg).__name__})"]
     out = []
     if model_cfg.norm != "post":
-        out.append(f"norm={model_cfg.norm!r} (BERT is post-LN; export a pre-LN model with --format gpt2)")
+        out.append(f"norm={model_cfg.norm!r} (BERT is post-LN)")
     if causal:
-        out.append("its objective reads left to right (BERT attends in both directions; export it with --format gpt2)")
+        out.append("its objective reads left to right (BERT attends in both directions)")
     if model_cfg.positions != "absolute" or model_cfg.embedding_size is not None or model_cfg.sharing != "none":
         out.append("relative positions, factorized embeddings or shared layers (not part of BERT)")
     if not model_cfg.embedding_norm:

@@ -170,7 +170,7 @@ def build_hf_electra(pretrained: Any, with_head: bool = True) -> tuple[Any, dict
 
     cfg: TransformerConfig = pretrained.backbone.config
     if pretrained.causal:
-        raise PtmError("this model cannot be exported as ELECTRA: its objective reads left to right; use --format gpt2")
+        raise PtmError("this model cannot be exported as ELECTRA: its objective reads left to right")
     hf_cfg = to_hf_config(cfg)
     state = {f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}
     if cfg.pooler:

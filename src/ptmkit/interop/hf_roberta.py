@@ -179,7 +179,7 @@ def build_hf_roberta(pretrained: Any, with_heads: bool = True) -> tuple[Any, dic
 
     cfg: TransformerConfig = pretrained.backbone.config
     if pretrained.causal:
-        raise PtmError("this model cannot be exported as RoBERTa: its objective reads left to right; use --format gpt2")
+        raise PtmError("this model cannot be exported as RoBERTa: its objective reads left to right")
     hf_cfg = to_hf_config(cfg, pretrained.tokenizer)
     state = {f"backbone.{k}": v for k, v in pretrained.backbone.state_dict().items()}
     if with_heads and "mlm" in export_heads(pretrained):

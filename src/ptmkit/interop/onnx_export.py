@@ -92,7 +92,7 @@ def check_exportable(pretrained: Any) -> None:
     if name == "transformer" and pretrained.causal:
         raise PtmError(
             f"this model is a causal decoder (objective {objective!r}): ONNX export covers {SUPPORTED}, without "
-            f"the key/value cache generation needs; export it to HF instead (ptm export RUN -o DIR --format gpt2)"
+            f"the key/value cache generation needs; export it to HF instead (ptm export RUN -o DIR picks the format)"
         )
     if name not in ("transformer", "encoder_decoder"):
         raise PtmError(f"cannot export this model to ONNX: {WHY_NOT.get(name, f'the {name!r} encoder is not exported')}; "
