@@ -49,6 +49,8 @@ KINDS: dict[str, Kind] = {
     "evaluate": Kind("evaluation", "ptm evaluate", ("results.json", "table.md", "table.png")),
     "compare": Kind("comparison", "ptm compare",
                     ("data", "runs", "finetune", "results.json", "table.md", "compare.png")),
+    "budget": Kind("compute-budget study", "ptm budget",
+                   ("data", "runs", "finetune", "results.json", "table.md", "budget.png")),
     "classifier": Kind("fastText classifier", "ptm fasttext-classify train"),
     "analyse": Kind("analysis", "ptm analyse", ("analysis.json", "report.md", "figures", "vectors")),
     "demo": Kind("demo output", "ptm demo",
