@@ -34,6 +34,7 @@ COMMANDS = (
     "quantize",
     "evaluate",
     "compare",
+    "budget",
     "analyse",
     "generate",
     "export",
@@ -58,6 +59,7 @@ typical flow:
   ptm predict FT_RUN --input F -o OUT      a fine-tuned model on new text (JSONL, CoNLL)
   ptm encode RUN --input F -o V.npy        sentence vectors (mean / cls / last pooling, SIF)
   ptm compare bert-tiny electra-tiny ...   objectives at equal compute
+  ptm budget bert-tiny --budgets 1e13,...  when pre-training pays: a model per FLOPs budget
   ptm distil / prune / quantize RUN ...    compress a fine-tuned model and measure it
   ptm analyse RUN ...                      probes, contextuality, attention heads
   ptm generate RUN "a prompt"              continue a text (clm) or rewrite it (bart, t5)

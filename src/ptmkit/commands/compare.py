@@ -108,9 +108,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from ptmkit.workflows import compare as workflow  # the one heavy import, when the command runs
+def workflows():
+    """The workflows of ``ptm compare`` and ``ptm budget``: the one heavy import, when a command runs."""
+    from ptmkit.workflows import budget, compare
 
+    return compare, budget
+
+
+def run(args: argparse.Namespace) -> int:
+    workflow, _ = workflows()
     contenders = [workflow.parse_contender(s) for s in args.objectives]
     budget = workflow.parse_budget(args.budget)
     check_budget(budget, args.budget, len(contenders))
