@@ -41,8 +41,9 @@ def text(tmp_path):
 
 
 def _argv(text, out, *extra):
-    return ["budget", "bert-tiny", *TINY, "--data", str(text), "--budgets", BUDGETS, "-o", str(out), "--tasks", "toy",
-            "--train-size", "16", "--eval-size", "12", "--seeds", "1", "--lrs", "1e-3", "--epochs", "1", *extra]
+    # overrides before and after the options
+    return ["budget", "bert-tiny", *TINY[:4], "--data", str(text), "--budgets", BUDGETS, "-o", str(out), "--tasks", "toy",
+            "--train-size", "16", "--eval-size", "12", "--seeds", "1", "--lrs", "1e-3", "--epochs", "1", *TINY[4:], *extra]
 
 
 def _finals(out):

@@ -7,6 +7,7 @@ import argparse
 import math
 from pathlib import Path
 
+from ptmkit.commands import IntermixedParser
 from ptmkit.commands.compare import MAX_BUDGET_FLOPS, add_protocol_args, workflows
 from ptmkit.errors import PtmError
 
@@ -43,6 +44,7 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("budget", help=HELP, description=DESCRIPTION, epilog=EPILOG,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.__class__ = IntermixedParser  # KEY=VALUE overrides after the options too
     p.add_argument("presets", nargs="+", metavar="PRESET",
                    help="PRESET, LABEL=PRESET or LABEL=PRESET:key=value,...; then KEY=VALUE overrides for all")
     p.add_argument("--data", nargs="+", required=True, help="text file(s) or one prepared corpus directory")

@@ -150,8 +150,11 @@ def main_overrides(c: Contender, common: Sequence[str], cost: dict[str, Any], bu
                            f"(--decay-fraction sets the decay)")
     first = int(budgets[0] // cost["flops_per_step"])
     if _pinned(given, "train.warmup_steps"):
-        warmup = int(next(o for o in reversed(given) if o.partition("=")[0].strip() == "train.warmup_steps")
-                     .partition("=")[2])
+        text = next(o for o in reversed(given) if o.partition("=")[0].strip() == "train.warmup_steps").partition("=")[2]
+        try:
+            warmup = int(text)
+        except ValueError:
+            raise PtmError(f"{c.label}: train.warmup_steps={text} is not a whole number of steps") from None
     else:
         warmup = min(int(cost["warmup_steps"]), max(1, int(MAX_WARMUP_FRACTION * first)))
     p = plan(c.label, budgets, cost["flops_per_step"], decay_fraction, warmup)
