@@ -15,7 +15,8 @@ from ptmkit.flops import format_flops
 from ptmkit.workflows import report
 
 # Kaplan et al. (2020), eq. 1.3: L(C_min) ~ C_min^-0.050, the loss against compute at its best
-# allocation; one preset at a fixed size (as here) follows its own, usually steeper, curve.
+# allocation; one preset at a fixed size (as here) follows its own curve, flattening toward the loss
+# that size can reach.
 KAPLAN_ALPHA = 0.050
 BASELINE = "random init"
 
