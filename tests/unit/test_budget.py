@@ -1,6 +1,6 @@
 """``ptm budget``: budgets as typed, the steps they buy, WSD branches that match standalone runs
-(LR step by step, weights at the branch point, an interrupted branch resumed exactly), the
-power-law fit, and the study's table / JSON / plot."""
+(LR step by step, weights at the branch point, the final weights of a standalone run, an
+interrupted branch resumed exactly), the power-law fit, and the study's table / JSON / plot."""
 
 from __future__ import annotations
 
@@ -162,6 +162,11 @@ def test_one_run_gives_a_model_at_every_budget(corpus_dir, monkeypatch):
         assert _same(_weights(run_dir / "checkpoints" / ckpt.step_name(point)),
                      _weights(main / "checkpoints" / ckpt.step_name(point)))
         assert ckpt.latest_checkpoint(run_dir).name == ckpt.step_name(steps)
+
+    # the branch is, bit for bit, a standalone WSD run of its own config from step 0
+    standalone = pretrain(json.loads((middle / "config.json").read_text()), out / "data", corpus_dir / "standalone", [],
+                          verbose=False)
+    assert _same(_weights(ckpt.latest_checkpoint(standalone)), _weights(ckpt.latest_checkpoint(middle)))
 
     # a branch interrupted halfway through its decay resumes to the same weights
     again = corpus_dir / "again"
