@@ -25,7 +25,7 @@ from ptmkit.workflows.budget import (
     parse_budgets,
     plan,
 )
-from ptmkit.workflows.budget_report import crossovers, fit_power_law
+from ptmkit.workflows.budget_report import crossovers, fit_power_law, markdown
 from ptmkit.workflows.compare import parse_contender, probe, shared_corpus
 from ptmkit.workflows.evaluate import Protocol
 from ptmkit.workflows.pretrain import pretrain
@@ -209,3 +209,19 @@ def test_bad_budgets_fail_before_training(corpus_dir):
 
 def test_plan_points_follow_the_steps():
     assert Plan((1.0, 2.0), (14, 15), 0.1, 1).points == (13, 13)  # two budgets may branch at one step
+
+
+def test_table_names_the_crossover_or_its_absence():
+    entries = [{"budget": b, "steps": s, "flops": s * 1e9, "loss": v} for b, s, v in ((1e10, 10, 4.0), (3e10, 30, 3.5))]
+    scores = [{"model": "m", "budget": b, "task": "t", "metric": "accuracy", "mean": v, "sd": 0.01}
+              for b, v in ((1e10, 0.55), (3e10, 0.7))]
+    base = {"model": "random init", "budget": 0.0, "task": "t", "metric": "accuracy", "mean": 0.6, "sd": 0.02}
+    result = {"tasks": ["t"], "kaplan_alpha": 0.05, "scores": [base, *scores],
+              "presets": {"m": {"preset": "bert-tiny", "budgets": entries,
+                                "fit": fit_power_law([(e["flops"], e["loss"]) for e in entries])}},
+              "crossover": crossovers([base, *scores], ["m"], ["t"])}
+    table = markdown(result)
+    assert "| random init | – | 0 | 0 | – | 0.600 ± 0.020 |" in table and "| m | 30.0 GFLOP | 30.0 GFLOP | 30 | 3.500 |" in table
+    assert "- m: t: 30.0 GFLOP" in table and "alpha = 0.122" in table  # log(4 / 3.5) / log(3)
+    result["scores"], result["crossover"] = scores, crossovers(scores, ["m"], ["t"])
+    assert "no random-init baseline" in markdown(result)

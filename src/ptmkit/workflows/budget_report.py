@@ -76,6 +76,9 @@ def markdown(result: dict[str, Any]) -> str:
         what = f"a = {fit['a']:.4g}, alpha = {fit['alpha']:.3f}" if fit else "not fitted (fewer than two losses)"
         lines.append(f"- {label} ({m['preset']}): {what}")
     lines += ["", "Crossover (the smallest budget whose mean score beats random init's mean + sd):", ""]
+    if not any(s["model"] == BASELINE for s in result["scores"]):
+        lines.append("- no random-init baseline was fine-tuned (--no-baseline)")
+        return "\n".join(lines)
     for label, per_task in result["crossover"].items():
         said = ", ".join(f"{t}: {format_flops(b) if b is not None else 'not reached'}" for t, b in per_task.items())
         lines.append(f"- {label}: {said or 'no tasks'}")
