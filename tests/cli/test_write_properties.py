@@ -249,6 +249,17 @@ def _compare_label(c: Ctx) -> list:
     return [argv[0], "..=bert-tiny", *argv[2:]]  # a contender label of dots names a directory of runs/
 
 
+def _budget(c: Ctx) -> list:
+    corpus = c.copy("corpus.txt")
+    return ["budget", "a.b+c=bert-tiny", "--data", corpus, "--budgets", "2e7,3e7", "-o", c.out, "--tasks", "toy-task",
+            "--train-size", "16", "--eval-size", "8", "--seeds", "1", "--lrs", "1e-3", "--epochs", "1", *COMPARE_SET]
+
+
+def _budget_label(c: Ctx) -> list:
+    argv = _budget(c)
+    return [argv[0], "..=bert-tiny", *argv[2:]]  # a preset label of dots names a directory of runs/
+
+
 def _teacher(c: Ctx) -> tuple[Path, list[str]]:
     ft = c.copy("ft")
     return ft / "pretrained-seed1", c.task_args()
@@ -419,6 +430,8 @@ ROWS = [
     Row("evaluate-task-name", ("evaluate",), _evaluate_task_name, refuses="cannot name a file or directory"),
     Row("compare", ("compare",), _compare),
     Row("compare-label", ("compare",), _compare_label, refuses="not only dots"),
+    Row("budget", ("budget",), _budget),
+    Row("budget-label", ("budget",), _budget_label, refuses="not only dots"),
     Row("distil", ("distil",), _distil),
     Row("distil-general", ("distil",), _distil_general),
     Row("prune", ("prune",), _prune),

@@ -10,6 +10,7 @@ from pathlib import Path
 from ptmkit.commands import IntermixedParser
 from ptmkit.commands.compare import MAX_BUDGET_FLOPS, add_protocol_args, workflows
 from ptmkit.errors import PtmError
+from ptmkit.presets import list_presets
 
 HELP = "pre-train once per preset to several FLOPs budgets (WSD branches), fine-tune each, fit a power law"
 DESCRIPTION = """\
@@ -60,11 +61,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def split_specs(items: list[str]) -> tuple[list[str], list[str]]:
     """Positional arguments as (preset specs, KEY=VALUE overrides for every preset): an override
-    is ``section.key=value``; a spec's ``=`` names a label, before any dot."""
+    is ``section.key=value``; ``LABEL=PRESET`` names a preset (or a YAML file) after its ``=``,
+    so a label may hold dots (``v1.2=bert-tiny``).
+
+    >>> split_specs(["v1.2=bert-tiny", "gpt2-tiny", "train.lr=1e-3"])
+    (['v1.2=bert-tiny', 'gpt2-tiny'], ['train.lr=1e-3'])
+    """
+    presets = set(list_presets())
     specs, common = [], []
     for item in items:
-        head = item.partition(":")[0].partition("=")
-        (common if head[1] and "." in head[0] else specs).append(item)
+        key, eq, value = item.partition(":")[0].partition("=")
+        named = value.strip() in presets or (value.strip().endswith((".yaml", ".yml")) and Path(value.strip()).is_file())
+        (common if eq and "." in key and not named else specs).append(item)
     if not specs:
         raise PtmError("no preset given: name at least one (e.g. ptm budget bert-tiny --data ... --budgets ...)")
     return specs, common
