@@ -61,7 +61,7 @@ def classify(name: str) -> str:
     kernel = name.removesuffix("Backward")
     if kernel in _KERNEL_ROWS:
         return _KERNEL_ROWS[kernel]
-    if name in _MATMUL:
+    if name.removesuffix("_") in _MATMUL:  # in-place variants too (addmm_: a gradient accumulated into its buffer)
         return "matmul"
     if "scaled_dot_product" in n or "flash_attention" in n or "efficient_attention" in n:
         return "attention core"
