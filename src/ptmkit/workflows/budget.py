@@ -35,7 +35,7 @@ import json
 import logging
 import math
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -48,9 +48,18 @@ from ptmkit.flops import format_flops
 from ptmkit.identity import fingerprint
 from ptmkit.train import checkpoint as ckpt
 from ptmkit.workflows import budget_report, report
-from ptmkit.workflows.compare import Contender, _eval_curve, _pinned, parse_budget, probe, shared_corpus
-from ptmkit.workflows.evaluate import Protocol, protocol_config, protocol_data
-from ptmkit.workflows.finetune import run_seeds
+from ptmkit.workflows.compare import (
+    Contender,
+    _eval_curve,
+    _pinned,
+    finetune_jobs,
+    parse_budget,
+    probe,
+    score_row,
+    shared_corpus,
+    within_positions,
+)
+from ptmkit.workflows.evaluate import Protocol
 from ptmkit.workflows.pretrain import pretrain
 from ptmkit.workflows.rundir import INPUTS_FILE, RUN_CONFIG, SETTINGS, check_settings
 
@@ -322,25 +331,19 @@ def budget(presets: Sequence[Contender], data: Sequence[str | Path], out_dir: st
 def finetune_all(models: dict[str, dict[str, Any]], first: str, tasks: Sequence[str], protocol: Protocol, out: Path,
                  resume: bool, progress: bool) -> list[dict[str, Any]]:
     """Every budget's model fine-tuned on every task (and the random-init baseline): one row per seed."""
-    positions = [m["max_position"] for m in models.values() if m.get("max_position")]
-    protocol = replace(protocol, max_seq_len=min([protocol.max_seq_len, *positions]))
+    protocol = within_positions(protocol, models.values())
     rows: list[dict[str, Any]] = []
     for task in tasks:
-        data_t = protocol_data(load_task(task), protocol)
-        cfg = protocol_config(data_t, "finetune", protocol)
         task_dir = fileio.path_part(task, "task name")
-        jobs = [(label, e, Path(e["checkpoint"]), "pretrained", out / "finetune" / label / budget_name(e["budget"]) / task_dir)
+        jobs = [(e, Path(e["checkpoint"]), "pretrained", out / "finetune" / label / budget_name(e["budget"]) / task_dir)
                 for label, m in models.items() for e in m["budgets"]]
+        labels = [label for label, m in models.items() for _ in m["budgets"]]
         if protocol.baseline:
             largest = models[first]["budgets"][-1]
-            jobs.insert(0, (budget_report.BASELINE, None, Path(largest["checkpoint"]), "random",
-                            out / "finetune" / "random-init" / task_dir))
-        for label, e, ck, init, where in jobs:
-            results = run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
-                                progress=progress, lrs=list(protocol.lrs), resume=resume)
-            for r in results:
-                rows.append({"model": label, "budget": e["budget"] if e else 0.0, "steps": e["steps"] if e else 0,
-                             "flops": e["flops"] if e else 0.0, "task": task, "seed": r["seed"], "metric": r["select"],
-                             "test": r["test"][r["select"]], "dev": r["dev"][r["select"]], "lr": r["config"]["lr"]})
-            log.info("%s / %s / %s done", label, budget_name(e["budget"]) if e else "-", task)
+            jobs.insert(0, (None, Path(largest["checkpoint"]), "random", out / "finetune" / "random-init" / task_dir))
+            labels.insert(0, budget_report.BASELINE)
+        keyed = [((label, e), ck, init, where) for label, (e, ck, init, where) in zip(labels, jobs)]
+        for (label, e), r in finetune_jobs(load_task(task), protocol, keyed, resume, progress):
+            rows.append({"model": label, "budget": e["budget"] if e else 0.0, "steps": e["steps"] if e else 0,
+                         "flops": e["flops"] if e else 0.0, "task": task, **score_row(r)})
     return rows

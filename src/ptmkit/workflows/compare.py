@@ -42,7 +42,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ptmkit import fileio, outputs
 from ptmkit.build import build_model, resolve_config
@@ -275,6 +275,33 @@ def _training_seconds(run_dir: Path) -> float:
     return elapsed
 
 
+def within_positions(protocol: Protocol, models: Any) -> Protocol:
+    """``protocol`` at a length every model's position table covers (``max_position`` of each)."""
+    positions = [m["max_position"] for m in models if m.get("max_position")]
+    return replace(protocol, max_seq_len=min([protocol.max_seq_len, *positions]))
+
+
+def finetune_jobs(task_data: Any, protocol: Protocol, jobs: Sequence[tuple[Any, Path, str, Path]], resume: bool,
+                  progress: bool) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Fine-tune each job ``(key, checkpoint, init, directory)`` on ``task_data`` (a loaded task)
+    under ``protocol`` (finetune mode, the LR chosen on dev, every seed); ``(key, result)`` per
+    seed, job by job."""
+    data_t = protocol_data(task_data, protocol)
+    cfg = protocol_config(data_t, "finetune", protocol)
+    for key, ck, init, where in jobs:
+        for r in run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
+                           progress=progress, lrs=list(protocol.lrs), resume=resume):
+            yield key, r
+        log.info("%s done", "/".join(Path(where).parts[-3:]))  # LABEL/step-N/TASK: short under any OUT
+
+
+def score_row(result: dict[str, Any]) -> dict[str, Any]:
+    """The per-seed fields of a report row: seed, metric, test and dev scores in it, the LR chosen."""
+    metric = result["select"]
+    return {"seed": result["seed"], "metric": metric, "test": result["test"][metric], "dev": result["dev"][metric],
+            "lr": result["config"]["lr"]}
+
+
 def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir: str | Path, budget: Budget,
             tasks: Sequence[str] = ("mr",), protocol: Protocol = Protocol(modes=("finetune",)), common: Sequence[str] = (),
             points: int = 1, resume: bool = False, progress: bool = True,
@@ -321,13 +348,9 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
                              "checkpoints": [(s, str(p)) for s, p in checkpoints[-points:]]}
             log.info("%s: %d steps, %.3g FLOPs", c.label, runs[c.label]["steps_done"], runs[c.label]["flops"])
 
-        # every contender fine-tunes at the same length, which all of their position tables cover
-        positions = [r["max_position"] for r in runs.values() if r.get("max_position")]
-        protocol = replace(protocol, max_seq_len=min([protocol.max_seq_len, *positions]))
+        protocol = within_positions(protocol, runs.values())
         rows: list[dict[str, Any]] = []
         for task in tasks:
-            data_t = protocol_data(load_task(task), protocol)
-            cfg = protocol_config(data_t, "finetune", protocol)
             task_dir = fileio.path_part(task, "task name")
             jobs = [(label, step, Path(path), "pretrained", out / "finetune" / label / f"step-{step}" / task_dir)
                     for label, r in runs.items() for step, path in r["checkpoints"]]
@@ -337,15 +360,10 @@ def compare(contenders: Sequence[Contender], data: Sequence[str | Path], out_dir
                 first = runs[labels[0]]
                 jobs.insert(0, ("from scratch", 0, Path(first["checkpoints"][-1][1]), "random",
                                 out / "finetune" / "from-scratch" / task_dir))
-            for label, step, ck, init, where in jobs:
-                results = run_seeds(str(ck), data_t, where, cfg, [init], list(protocol.seeds), overwrite=not resume,
-                                    progress=progress, lrs=list(protocol.lrs), resume=resume)
+            for (label, step), r in finetune_jobs(load_task(task), protocol, [((label, step), ck, init, where)
+                                                                  for label, step, ck, init, where in jobs], resume, progress):
                 fps = runs[label]["flops_per_step"] if label in runs else 0.0
-                for r in results:
-                    rows.append({"model": label, "step": step, "flops": step * fps, "task": task, "seed": r["seed"],
-                                 "metric": r["select"], "test": r["test"][r["select"]], "dev": r["dev"][r["select"]],
-                                 "lr": r["config"]["lr"]})
-                log.info("%s / step %d / %s done", label, step, task)
+                rows.append({"model": label, "step": step, "flops": step * fps, "task": task, **score_row(r)})
 
         scores = report.summarize(rows, keys=("model", "step", "task"))
         result = {"budget": {"flops": budget.flops, "minutes": budget.minutes}, "tasks": list(tasks),
